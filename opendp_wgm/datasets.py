@@ -1,0 +1,593 @@
+r"""Synthetic data and loaders for the public user → item-set datasets used in the paper's experiments.
+
+Every loader returns a Polars ``DataFrame`` with two columns, ``user`` and ``item``, one row per
+(user, item) occurrence. Ids keep their natural type: integers stay ``Int64``; text tokens, review ids,
+Reddit authors and Amazon ids (ASINs, reviewer ids) are ``String``. With ``unique=True`` (the default)
+duplicate (user, item) rows are dropped, so each user holds a *set*; the first occurrence is kept, in file
+order.
+
+``path`` is either the dataset's directory, laid out as in the shared data folder (``<data>/<name>/``), or the
+raw file itself (gzip-compressed or not). The raw formats are described in the shared data folder's
+``README.md`` and in each directory's ``SOURCE.md``. The data is not part of this package: several licenses
+forbid redistribution.
+
+Unlike the reference's ``datasets.py`` (REFERENCE_SPEC §11, §14 B3) the loaders read the raw files with
+Polars (no Python loop over rows), need neither NLTK nor tqdm, and return a table rather than a list of lists.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from opendp_wgm._validation import _check_int, _check_real
+
+__all__ = [
+    "DATASETS",
+    "load",
+    "load_amazon_magazine_subscriptions",
+    "load_anime_caserec",
+    "load_bookcrossing_caserec",
+    "load_fimi_retail",
+    "load_imdb_50k",
+    "load_lastfm_hetrec2011",
+    "load_movielens_100k",
+    "load_movielens_latest_small",
+    "load_reddit_pushshift",
+    "load_retailrocket_caserec",
+    "load_steam_200k",
+    "synthetic_zipf",
+]
+
+#: Token pattern of the shared data README: a run of letters/digits, with inner apostrophes ("don't").
+TOKEN_PATTERN = r"[a-z0-9]+(?:'[a-z0-9]+)*"
+
+PathLike = str | os.PathLike[str]
+
+
+# --------------------------------------------------------------------------------------------------------
+# synthetic data
+# --------------------------------------------------------------------------------------------------------
+def synthetic_zipf(
+    n_users: int,
+    items_per_user: int,
+    *,
+    exponent: float = 1.3,
+    seed: int | np.random.Generator | None = None,
+    user: str = "user",
+    item: str = "item",
+) -> pl.DataFrame:
+    r"""Draw a synthetic user → items table with Zipf-distributed item popularity.
+
+    Each user draws ``items_per_user`` items independently from the Zipf law on the positive integers,
+
+    .. math::
+
+        P(X = x) = \frac{x^{-s}}{\zeta(s)}, \qquad x = 1, 2, \dots,\quad s > 1,
+
+    with NumPy's ``Generator.zipf`` (one vectorised call). The rows are the raw draws: duplicates within a
+    user are kept, so the table has ``n_users * items_per_user`` rows and a user's *set* may be smaller.
+
+    Parameters
+    ----------
+    n_users
+        Number of users, integer >= 1. User ids are ``0 .. n_users - 1``.
+    items_per_user
+        Number of draws per user, integer >= 1.
+    exponent
+        Zipf exponent :math:`s`, a real number > 1. Smaller values give heavier tails.
+    seed
+        Seed (or ``numpy.random.Generator``) for reproducible data; ``None`` draws fresh OS entropy.
+        Seeds are fine here: a dataset is not a release.
+    user, item
+        Names of the two columns.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``, users in ascending order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On an invalid parameter, naming it and the value received.
+
+    Examples
+    --------
+    >>> df = synthetic_zipf(3, 4, seed=0)
+    >>> df.shape, df.schema
+    ((12, 2), Schema([('user', Int64), ('item', Int64)]))
+    >>> df.get_column("user").to_list()
+    [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    """
+    n_users = _check_int("n_users", n_users, minimum=1)
+    items_per_user = _check_int("items_per_user", items_per_user, minimum=1)
+    exponent = _check_real("exponent", exponent, minimum=1.0, minimum_inclusive=False)
+    for name, value in (("user", user), ("item", item)):
+        if not isinstance(value, str):
+            msg = f"`{name}` must be a column name (str) (found {value!r})"
+            raise TypeError(msg)
+    if user == item:
+        msg = f"`user` and `item` must be different column names (both are {user!r})"
+        raise ValueError(msg)
+    rng = np.random.default_rng(seed)
+    items = rng.zipf(exponent, size=n_users * items_per_user).astype(np.int64, copy=False)
+    users = np.repeat(np.arange(n_users, dtype=np.int64), items_per_user)
+    return pl.DataFrame({user: users, item: items}, schema={user: pl.Int64, item: pl.Int64})
+
+
+# --------------------------------------------------------------------------------------------------------
+# private helpers
+# --------------------------------------------------------------------------------------------------------
+def _resolve_many(path: PathLike, name: str, patterns: Sequence[str]) -> list[Path]:
+    """The raw files of dataset ``name``: ``path`` itself if it is a file, else the files in directory
+    ``path`` matching the first of ``patterns`` (glob patterns or plain file names) that matches any."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return [p]
+    expected = " or ".join(repr(f) for f in patterns)
+    if p.is_dir():
+        for pattern in patterns:
+            found = sorted(f for f in p.glob(pattern) if f.is_file())
+            if found:
+                return found
+        msg = f"no `{name}` raw file in {str(p)!r}: expected {expected} there (shared data folder layout)"
+        raise FileNotFoundError(msg)
+    msg = (
+        f"`{name}` data not found: {str(p)!r} does not exist"
+        f" (expected the dataset's directory holding {expected}, or that file)"
+    )
+    raise FileNotFoundError(msg)
+
+
+def _resolve(path: PathLike, name: str, filenames: Sequence[str]) -> Path:
+    """The one raw file of dataset ``name``: ``path`` itself, or the first of ``filenames`` inside it."""
+    return _resolve_many(path, name, filenames)[0]
+
+
+def _finish(frame: pl.LazyFrame | pl.DataFrame, *, unique: bool) -> pl.DataFrame:
+    """Select ``user``, ``item``, drop nulls, optionally drop duplicate pairs (keeping file order)."""
+    lf = frame.lazy().select("user", "item").drop_nulls()
+    if unique:
+        lf = lf.unique(maintain_order=True)
+    return lf.collect()
+
+
+def _read_delimited(
+    file: Path,
+    *,
+    user: str | int,
+    item: str | int,
+    dtype: type[pl.DataType] = pl.Int64,
+    separator: str = "\t",
+    has_header: bool = True,
+    quote_char: str | None = None,
+) -> pl.LazyFrame:
+    """Read two columns of a (possibly gzip-compressed) delimited file, renamed to ``user`` and ``item``.
+
+    ``user`` and ``item`` are header names, or 0-based positions when ``has_header=False``.
+    """
+    if has_header:
+        frame = pl.read_csv(
+            file,
+            separator=separator,
+            quote_char=quote_char,
+            columns=[user, item],
+            schema_overrides={user: dtype, item: dtype},
+        )
+        frame = frame.rename({user: "user", item: "item"})
+    else:
+        frame = pl.read_csv(
+            file, separator=separator, quote_char=quote_char, has_header=False, infer_schema=False
+        )
+        frame = frame.select(
+            pl.nth(user).cast(dtype).alias("user"),  # type: ignore[arg-type]
+            pl.nth(item).cast(dtype).alias("item"),  # type: ignore[arg-type]
+        )
+    return frame.lazy()
+
+
+def _tokens(text: pl.Expr) -> pl.Expr:
+    """Lower-case ``text`` and extract the README's tokens as a list per row."""
+    return text.str.to_lowercase().str.extract_all(TOKEN_PATTERN)
+
+
+def _explode_tokens(documents: pl.DataFrame, *, unique: bool) -> pl.DataFrame:
+    """``documents`` has ``user`` and ``item`` = list of tokens; return one row per (user, token)."""
+    if not unique:
+        return _finish(documents.lazy().explode("item"), unique=False)
+    # Deduplicate inside each document first (cheap, per row); a global pass is needed only when a user
+    # has several documents.
+    lf = documents.lazy().with_columns(pl.col("item").list.unique(maintain_order=True)).explode("item")
+    if documents.get_column("user").is_unique().all():
+        return _finish(lf, unique=False)
+    return _finish(lf, unique=True)
+
+
+# --------------------------------------------------------------------------------------------------------
+# loaders
+# --------------------------------------------------------------------------------------------------------
+def load_steam_200k(
+    path: PathLike,
+    *,
+    unique: bool = True,
+    include_play: bool = False,
+    original_ids: bool = False,
+) -> pl.DataFrame:
+    """Load Steam 200k (Kaggle tamber/steam-video-games, CaseRecommender re-indexing): user → purchased games.
+
+    Reads ``game_purchase.dat.gz`` (tab-separated; ``User_ID``, ``Game_ID``, ``Purchase``).
+
+    Parameters
+    ----------
+    path
+        The ``steam_200k`` directory, or ``game_purchase.dat[.gz]`` itself.
+    unique
+        Drop duplicate (user, item) rows (the purchase file holds 707 duplicate lines, as the original).
+    include_play
+        Also read ``game_play.dat.gz`` from the same directory (every played game was purchased, so this adds
+        rows but no new pairs).
+    original_ids
+        Map ``user`` to the original Steam user id (``Real_ID``, ``Int64``) and ``item`` to the game title
+        (``String``) with ``user_info.dat.gz`` and ``item_info.dat.gz``; by default the re-indexed integer ids
+        are returned (one-to-one with the originals, so every statistic is the same).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item`` (``Int64`` ids by default). 12,393 users, 5,155 items and 128,804
+        distinct pairs (129,511 purchase rows).
+    """
+    purchase = _resolve(path, "steam_200k", ("game_purchase.dat.gz", "game_purchase.dat"))
+    lf = _read_delimited(purchase, user="User_ID", item="Game_ID")
+    if include_play:
+        play = _resolve(purchase.parent, "steam_200k", ("game_play.dat.gz", "game_play.dat"))
+        lf = pl.concat([lf, _read_delimited(play, user="User_ID", item="Game_ID")])
+    if original_ids:
+        users = _resolve(purchase.parent, "steam_200k", ("user_info.dat.gz", "user_info.dat"))
+        items = _resolve(purchase.parent, "steam_200k", ("item_info.dat.gz", "item_info.dat"))
+        user_map = _read_delimited(users, user="New_ID", item="Real_ID")  # (user = New_ID, item = Real_ID)
+        item_map = pl.read_csv(items, separator="\t", quote_char=None, schema_overrides={"Game_ID": pl.Int64})
+        lf = (
+            lf.join(user_map.rename({"item": "real_id"}), on="user", how="left", maintain_order="left")
+            .join(item_map.lazy(), left_on="item", right_on="Game_ID", how="left", maintain_order="left")
+            .select(pl.col("real_id").alias("user"), pl.col("Game Name").alias("item"))
+        )
+    return _finish(lf, unique=unique)
+
+
+def load_imdb_50k(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load IMDB 50k movie reviews: each review is a user, its words are the items.
+
+    Reads ``imdb_50k_reviews.csv.gz`` (columns ``review_id`` and ``text``). Tokenisation follows the shared
+    data README: replace ``<br />`` by a space, lower-case, take the tokens matching
+    ``[a-z0-9]+(?:'[a-z0-9]+)*``, then explode into rows.
+
+    Parameters
+    ----------
+    path
+        The ``imdb_50k`` directory, or ``imdb_50k_reviews.csv[.gz]`` itself.
+    unique
+        Drop repeated words within a review; with ``False`` every token occurrence is a row.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` (``review_id``, ``String``) and ``item`` (word, ``String``). 50,000 users,
+        111,611 items, 6,992,030 distinct pairs. Takes about 2 s.
+    """
+    file = _resolve(path, "imdb_50k", ("imdb_50k_reviews.csv.gz", "imdb_50k_reviews.csv"))
+    reviews = pl.read_csv(
+        file, columns=["review_id", "text"], schema_overrides={"review_id": pl.String, "text": pl.String}
+    )
+    documents = reviews.select(
+        pl.col("review_id").alias("user"),
+        _tokens(pl.col("text").str.replace_all("<br />", " ", literal=True)).alias("item"),
+    )
+    return _explode_tokens(documents, unique=unique)
+
+
+def load_amazon_magazine_subscriptions(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load Amazon Review Data (2018) Magazine_Subscriptions ratings: reviewer → rated magazines.
+
+    Reads ``Magazine_Subscriptions.csv.gz`` (no header; columns item (ASIN), user (reviewerID), rating,
+    timestamp: note that the item comes first). All ratings are kept.
+
+    Parameters
+    ----------
+    path
+        The ``amazon_magazine_subscriptions`` directory, or ``Magazine_Subscriptions.csv[.gz]`` itself.
+    unique
+        Drop duplicate (user, item) rows.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``String``. 72,098 users, 2,428 items, 88,318 distinct pairs
+        (89,689 rows).
+    """
+    file = _resolve(
+        path, "amazon_magazine_subscriptions", ("Magazine_Subscriptions.csv.gz", "Magazine_Subscriptions.csv")
+    )
+    lf = _read_delimited(
+        file, user=1, item=0, dtype=pl.String, separator=",", has_header=False, quote_char='"'
+    )
+    return _finish(lf, unique=unique)
+
+
+def load_movielens_100k(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load MovieLens 100K: user → rated movies (ratings of any value).
+
+    Reads ``u.data.gz`` (tab-separated, no header: user id, item id, rating, timestamp).
+
+    Parameters
+    ----------
+    path
+        The ``movielens_100k`` directory, or ``u.data[.gz]`` itself.
+    unique
+        Drop duplicate (user, item) rows (there are none).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 943 users, 1,682 items, 100,000 pairs.
+    """
+    file = _resolve(path, "movielens_100k", ("u.data.gz", "u.data"))
+    return _finish(_read_delimited(file, user=0, item=1, has_header=False), unique=unique)
+
+
+def load_movielens_latest_small(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load MovieLens Latest Small (ml-latest-small): user → rated movies.
+
+    Reads ``ratings.csv.gz`` (header ``userId,movieId,rating,timestamp``).
+
+    Parameters
+    ----------
+    path
+        The ``movielens_latest_small`` directory, or ``ratings.csv[.gz]`` itself.
+    unique
+        Drop duplicate (user, item) rows (there are none).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 610 users, 9,724 items, 100,836 pairs.
+    """
+    file = _resolve(path, "movielens_latest_small", ("ratings.csv.gz", "ratings.csv"))
+    lf = _read_delimited(file, user="userId", item="movieId", separator=",", quote_char='"')
+    return _finish(lf, unique=unique)
+
+
+def load_lastfm_hetrec2011(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load Last.fm HetRec 2011: user → top-50 listened artists.
+
+    Reads ``user_artists.dat.gz`` (tab-separated, header ``userID, artistID, weight``, CRLF line ends).
+
+    Parameters
+    ----------
+    path
+        The ``lastfm_hetrec2011`` directory, or ``user_artists.dat[.gz]`` itself.
+    unique
+        Drop duplicate (user, item) rows (there are none).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 1,892 users, 17,632 items, 92,834 pairs.
+    """
+    file = _resolve(path, "lastfm_hetrec2011", ("user_artists.dat.gz", "user_artists.dat"))
+    return _finish(_read_delimited(file, user="userID", item="artistID"), unique=unique)
+
+
+def load_fimi_retail(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load the FIMI ``retail`` market baskets: each basket (line) is a user, its product ids are the items.
+
+    Reads ``retail.dat.gz``: one basket per line, space-separated integer item ids. ``user`` is the 0-based
+    line number; empty tokens are dropped.
+
+    Parameters
+    ----------
+    path
+        The ``fimi_retail`` directory, or ``retail.dat[.gz]`` itself.
+    unique
+        Drop duplicate (user, item) rows (there are none).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 88,162 users, 16,470 items, 908,576 pairs.
+    """
+    file = _resolve(path, "fimi_retail", ("retail.dat.gz", "retail.dat"))
+    opener = gzip.open if _is_gzip(file) else open
+    with opener(file, "rb") as handle:
+        text = handle.read().decode("utf-8")
+    # One string, split into lines and tokens by Polars, so the user id is exactly the line number.
+    lf = (
+        pl.LazyFrame({"item": [text]})
+        .select(pl.col("item").str.split("\n"))
+        .explode("item")
+        .with_row_index("user")
+        .select(
+            pl.col("user").cast(pl.Int64),
+            pl.col("item").str.strip_chars().str.split(" "),
+        )
+        .explode("item")
+        .filter(pl.col("item").str.len_bytes() > 0)
+        .with_columns(pl.col("item").cast(pl.Int64))
+    )
+    return _finish(lf, unique=unique)
+
+
+def load_reddit_pushshift(
+    path: PathLike,
+    *,
+    unique: bool = True,
+    kind: Literal["comments", "submissions"] = "comments",
+) -> pl.DataFrame:
+    """Load the Pushshift Reddit dumps: author → words written.
+
+    Reads the newline-delimited JSON dumps: for ``kind="comments"`` every ``RC_*.jsonl.gz`` file and the
+    ``body`` field; for ``kind="submissions"`` every ``*_submissions_*.jsonl.gz`` (or ``RS_*``) file and
+    ``title + " " + selftext``. Authors ``[deleted]`` (and missing authors) are dropped. Text is lower-cased
+    and tokenised with ``[a-z0-9]+(?:'[a-z0-9]+)*`` (values such as ``[removed]`` become words, as in the
+    README statistics).
+
+    Parameters
+    ----------
+    path
+        The ``reddit_pushshift`` directory, or one ``.jsonl[.gz]`` dump (``kind`` then says which text
+        fields to read).
+    unique
+        Drop repeated (author, word) rows, across all of an author's posts. With ``False`` every token
+        occurrence is a row (the README's "rows before dedup" instead counts distinct words per post:
+        128,589 for comments, 196,977 for submissions).
+    kind : {'comments', 'submissions'}
+        Which dumps to read; they are separate datasets.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` (author) and ``item`` (word), both ``String``. Comments: 969 users, 14,947 items,
+        93,983 distinct pairs; submissions: 7,811 users, 11,474 items, 181,223 distinct pairs.
+    """
+    if kind == "comments":
+        patterns, fields = ("RC_*.jsonl.gz", "RC_*.jsonl"), ("body",)
+    elif kind == "submissions":
+        patterns = ("*_submissions_*.jsonl.gz", "*_submissions_*.jsonl", "RS_*.jsonl.gz", "RS_*.jsonl")
+        fields = ("title", "selftext")
+    else:
+        msg = f"`kind` must be one of {{'comments', 'submissions'}} (found {kind!r})"
+        raise ValueError(msg)
+    files = _resolve_many(path, "reddit_pushshift", patterns)
+    schema = {"author": pl.String, **{field: pl.String for field in fields}}
+    frames = []
+    for file in files:  # a handful of files, not rows
+        if _is_gzip(file):
+            with gzip.open(file, "rb") as handle:
+                frames.append(pl.read_ndjson(handle, schema=schema))
+        else:
+            frames.append(pl.read_ndjson(file, schema=schema))
+    text = pl.concat_str([pl.col(field).fill_null("") for field in fields], separator=" ")
+    documents = (
+        pl.concat(frames)
+        .filter(pl.col("author").is_not_null() & (pl.col("author") != "[deleted]"))
+        .select(pl.col("author").alias("user"), _tokens(text).alias("item"))
+    )
+    return _explode_tokens(documents, unique=unique)
+
+
+def _load_caserec(
+    path: PathLike, name: str, stem: str, user: str, item: str, *, unique: bool
+) -> pl.DataFrame:
+    file = _resolve(path, name, (f"{stem}.gz", stem))
+    return _finish(_read_delimited(file, user=user, item=item), unique=unique)
+
+
+def load_bookcrossing_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load Book-Crossing (CaseRecommender's filtered copy): user → accessed books.
+
+    Reads ``book_history.dat.gz`` (tab-separated, header ``user, item, accessed``).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 2,946 users, 17,384 items, 272,678 pairs.
+    """
+    return _load_caserec(path, "bookcrossing_caserec", "book_history.dat", "user", "item", unique=unique)
+
+
+def load_anime_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load the Anime recommendations sample (CaseRecommender, 5k users): user → watched anime.
+
+    Reads ``anime_history.dat.gz`` (tab-separated, header ``User_ID, Anime_ID, Feedback``).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 5,000 users, 7,390 items, 520,609 pairs.
+    """
+    return _load_caserec(path, "anime_caserec", "anime_history.dat", "User_ID", "Anime_ID", unique=unique)
+
+
+def load_retailrocket_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+    """Load Retailrocket e-commerce events (CaseRecommender's filtered copy): visitor → products.
+
+    Reads and concatenates ``view_ecommerce.dat.gz``, ``add_to_cart_ecommerce.dat.gz`` and
+    ``purchase_ecommerce.dat.gz`` (tab-separated, header ``visitorid, itemid, event``). ``path`` must be the
+    directory, or one of the three files (then only that file is read).
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``, both ``Int64``. 3,431 users, 8,885 items, 79,595 distinct pairs.
+    """
+    files = _resolve_many(path, "retailrocket_caserec", ("*_ecommerce.dat.gz", "*_ecommerce.dat"))
+    lf = pl.concat([_read_delimited(file, user="visitorid", item="itemid") for file in files])
+    return _finish(lf, unique=unique)
+
+
+def _is_gzip(file: Path) -> bool:
+    with open(file, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+# --------------------------------------------------------------------------------------------------------
+# registry
+# --------------------------------------------------------------------------------------------------------
+#: Loader of each dataset, by the name of its directory in the shared data folder.
+DATASETS: dict[str, Callable[..., pl.DataFrame]] = {
+    "steam_200k": load_steam_200k,
+    "imdb_50k": load_imdb_50k,
+    "amazon_magazine_subscriptions": load_amazon_magazine_subscriptions,
+    "reddit_pushshift": load_reddit_pushshift,
+    "movielens_100k": load_movielens_100k,
+    "movielens_latest_small": load_movielens_latest_small,
+    "lastfm_hetrec2011": load_lastfm_hetrec2011,
+    "fimi_retail": load_fimi_retail,
+    "bookcrossing_caserec": load_bookcrossing_caserec,
+    "anime_caserec": load_anime_caserec,
+    "retailrocket_caserec": load_retailrocket_caserec,
+}
+
+
+def load(name: str, data_dir: PathLike, **options: Any) -> pl.DataFrame:
+    """Load dataset ``name`` from ``<data_dir>/<name>``.
+
+    Parameters
+    ----------
+    name
+        A key of :data:`DATASETS`, e.g. ``"steam_200k"``.
+    data_dir
+        The folder holding one directory per dataset (the shared data folder).
+    **options
+        Passed to the loader, e.g. ``unique=False`` or ``kind="submissions"`` for ``reddit_pushshift``.
+
+    Returns
+    -------
+    polars.DataFrame
+        Columns ``user`` and ``item``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a known dataset (the message lists the known ones).
+    FileNotFoundError
+        If ``<data_dir>/<name>`` or its raw file is missing (the message says which path and which file).
+
+    Examples
+    --------
+    >>> load("no_such_set", "data")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown dataset 'no_such_set'; known datasets: ['amazon_magazine_subscriptions', ...]
+    """
+    if name not in DATASETS:
+        msg = f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}"
+        raise ValueError(msg)
+    return DATASETS[name](Path(data_dir).expanduser() / name, **options)
