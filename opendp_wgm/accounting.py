@@ -1,0 +1,397 @@
+r"""Privacy accounting for the Weighted Gaussian Mechanism (WGM).
+
+Pure functions of the mechanism's parameters: the numbers behind every privacy map of the package, and the
+calibration of (scale, threshold) from a budget by searching on those maps. The derivations are in
+``docs/privacy.md``; each function states the rounding direction it relies on.
+
+The release path works on an integer lattice :math:`2^{-k}\mathbb{Z}` with :math:`k` = ``LATTICE_BITS``:
+each kept item's weight :math:`1/\sqrt{t}` is rounded *down* to the lattice (so a user's vector keeps
+:math:`\ell_2 \le 1`), exact integer sums are formed, and discrete Gaussian noise
+:math:`\mathcal{N}_{\mathbb{Z}}(0, (\sigma 2^k)^2)` is added in lattice units. The maps below account for
+that lattice exactly; they differ from the idealised continuous formulas by one lattice step
+(:math:`2^{-20} \approx 10^{-6}`) in the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy.special import log_ndtr, ndtr
+
+from opendp_wgm._validation import (
+    _check_d_in,
+    _check_int,
+    _check_positive,
+    _check_probability,
+    _check_real,
+)
+
+__all__ = [
+    "LATTICE_BITS",
+    "WGMCalibration",
+    "analytic_gaussian_delta",
+    "calibrate_wgm",
+    "lattice_weights",
+    "peeling_epsilon",
+    "rho_to_epsilon",
+    "wgm_privacy_loss",
+    "wgm_rho",
+    "wgm_threshold_delta",
+]
+
+#: Bits of the weight lattice 2^-k Z on which histograms are summed and noised.
+LATTICE_BITS = 20
+_LATTICE_UNIT = 2.0**-LATTICE_BITS
+
+# Relative inflation of every float-evaluated delta. scipy's ndtr / log_ndtr are accurate to a few ulp
+# (~1e-15 relative); 1e-12 covers them with a factor >100 and changes no threshold visibly.
+_DELTA_INFLATION = 1.0 + 1e-12
+
+
+def lattice_weights(max_contributions: int) -> np.ndarray:
+    r"""Per-item weight of a user who keeps ``t`` items, in lattice units, for ``t = 1..max_contributions``.
+
+    .. math:: w_{\mathrm{lat}}(t) = \lfloor 2^k / \sqrt{t} \rfloor = \mathrm{isqrt}(\lfloor 4^k / t \rfloor)
+
+    computed in exact integer arithmetic (``floor(sqrt(floor(x))) == floor(sqrt(x))``), so
+    :math:`t \cdot w_{\mathrm{lat}}(t)^2 \le 4^k`: the user's vector has :math:`\ell_2 \le 1` exactly.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 array whose entry ``t - 1`` is :math:`w_{\mathrm{lat}}(t)`.
+    """
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    return _lattice_weights(max_contributions)
+
+
+@lru_cache(maxsize=64)
+def _lattice_weights(max_contributions: int) -> np.ndarray:
+    four_k = 1 << (2 * LATTICE_BITS)
+    weights = np.array(
+        [math.isqrt(four_k // t) for t in range(1, max_contributions + 1)], dtype=np.int64
+    )
+    weights.setflags(write=False)
+    return weights
+
+
+def _threshold_on_lattice(threshold: float) -> float:
+    """Largest lattice point <= threshold: the release rule ``noisy > threshold`` is ``noisy_lat > floor(T 2^k)``."""
+    return math.floor(threshold * 2.0**LATTICE_BITS) * _LATTICE_UNIT
+
+
+def _release_probability_bound(weight: np.ndarray | float, scale: float, threshold: float) -> np.ndarray:
+    r"""Upper bound on P[w + Z > T] for an item of weight ``w`` (a lattice point) that only one side holds.
+
+    For :math:`Z \sim \mathcal{N}_{\mathbb{Z}}(0, s^2)` in lattice units and integer :math:`m \ge 1`,
+    :math:`P[Z \ge m] \le P[\mathcal{N}(0, s^2) \ge m - 1]` (``docs/privacy.md``, Lemma 2). The item is
+    released iff :math:`Z \ge F + 1 - w` with :math:`F = \lfloor T 2^k \rfloor`, hence the bound
+    :math:`\bar\Phi((F 2^{-k} - w) / \sigma)`, capped at 1 where :math:`F < w`.
+    """
+    gap = (_threshold_on_lattice(threshold) - np.asarray(weight, dtype=float)) / scale
+    return np.where(gap >= 0, ndtr(-gap), 1.0)
+
+
+def wgm_threshold_delta(
+    *, scale: float, threshold: float, max_contributions: int, d_in: int = 1
+) -> float:
+    r"""The probability that WGM releases an item that only the larger of two neighbours holds.
+
+    For ``d_in = 1`` this is exact for the worst case: the extra user keeps ``t`` unique items of weight
+    :math:`w(t) = \lfloor 2^k/\sqrt t \rfloor 2^{-k}` each,
+
+    .. math:: \delta_T = \max_{t = 1..\Delta_0} 1 - (1 - q(w(t)))^t, \qquad
+              q(w) = \bar\Phi\big((\lfloor T 2^k \rfloor 2^{-k} - w)/\sigma\big).
+
+    For ``d_in = k > 1`` (a group of users) it is the sound but looser group bound of
+    ``docs/privacy.md`` §3: new items have weights :math:`w_x \le k`, at most :math:`k\Delta_0` of them, with
+    :math:`\sum_x w_x \le k\sqrt{\Delta_0}`; by convexity of :math:`q` below :math:`T`,
+    :math:`\delta \le k\Delta_0\, q(0) + \sqrt{\Delta_0}\,(q(k) - q(0))` (and :math:`k\Delta_0 q(k)` when
+    :math:`k > T`), capped at 1.
+
+    Parameters
+    ----------
+    scale
+        The noise scale :math:`\sigma` in weight units.
+    threshold
+        The release threshold :math:`T` (an item is released when its noisy weight exceeds it).
+    max_contributions
+        :math:`\Delta_0`, the most distinct items kept per user.
+    d_in
+        Number of users added or removed.
+    """
+    scale = _check_positive("scale", scale)
+    threshold = _check_real("threshold", threshold)
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    d_in = _check_d_in(d_in)
+    return _threshold_delta(scale, threshold, max_contributions, d_in)
+
+
+@lru_cache(maxsize=4096)
+def _threshold_delta(scale: float, threshold: float, max_contributions: int, d_in: int) -> float:
+    if d_in == 0:
+        return 0.0
+    if d_in == 1:
+        t = np.arange(1, max_contributions + 1, dtype=float)
+        q = _release_probability_bound(_lattice_weights(max_contributions) * _LATTICE_UNIT, scale, threshold)
+        # 1 - (1 - q)^t without cancellation
+        with np.errstate(divide="ignore"):  # q = 1 gives log1p(-1) = -inf, hence delta = 1
+            delta = float(np.max(-np.expm1(t * np.log1p(-np.minimum(q, 1.0)))))
+    else:
+        k, n_items = float(d_in), d_in * max_contributions
+        q0, qk = (float(q) for q in _release_probability_bound(np.array([0.0, k]), scale, threshold))
+        if k <= _threshold_on_lattice(threshold):
+            delta = n_items * q0 + math.sqrt(max_contributions) * (qk - q0)
+        else:
+            delta = n_items * qk
+    return min(1.0, delta * _DELTA_INFLATION)
+
+
+def analytic_gaussian_delta(epsilon: float, scale: float, sensitivity: float = 1.0) -> float:
+    r"""The exact privacy profile of the (continuous) Gaussian mechanism (Balle & Wang 2018, Thm 8).
+
+    .. math:: \delta(\varepsilon) = \Phi\Big(\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
+              - e^{\varepsilon}\,\Phi\Big(-\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
+
+    The second term is evaluated as :math:`\exp(\varepsilon + \log\Phi(\cdot))`, so large ε does not
+    overflow (the reference's σ = 1 fallback at ε ≳ 710, REFERENCE_SPEC §2.1).
+
+    Parameters
+    ----------
+    epsilon
+        ε ≥ 0.
+    scale
+        σ > 0.
+    sensitivity
+        ℓ2 sensitivity Δ ≥ 0 (0 gives δ = 0).
+    """
+    epsilon = _check_real("epsilon", epsilon, minimum=0.0)
+    scale = _check_positive("scale", scale)
+    sensitivity = _check_real("sensitivity", sensitivity, minimum=0.0)
+    if sensitivity == 0.0:
+        return 0.0
+    a = sensitivity / (2.0 * scale)
+    b = epsilon * scale / sensitivity
+    delta = math.exp(log_ndtr(a - b)) - math.exp(epsilon + log_ndtr(-a - b))
+    return min(1.0, max(0.0, delta) * _DELTA_INFLATION)
+
+
+def wgm_rho(d_in: int, scale: float) -> float:
+    r"""zCDP of the noise on items both neighbours hold: :math:`\rho = d_{in}^2 / (2\sigma^2)`.
+
+    A group of ``d_in`` users moves the (lattice-rounded-down) histogram by at most ``d_in`` in ℓ2, and the
+    multivariate discrete Gaussian with integer shifts is :math:`\Delta_2^2/(2\sigma^2)`-zCDP
+    (Canonne, Kamath & Steinke 2020, Prop. 5 with additivity over coordinates).
+    """
+    d_in = _check_d_in(d_in)
+    scale = _check_positive("scale", scale)
+    return d_in**2 / (2.0 * scale**2)
+
+
+def _lattice_epsilon_slack(d_in: int, scale: float, max_contributions: int) -> float:
+    r"""ε lost by comparing the *discrete* Gaussian's privacy profile with the continuous one.
+
+    Coordinate-wise :math:`Z \preceq N + 2` (lattice units; ``docs/privacy.md`` Lemma 3), so the privacy loss
+    :math:`\langle v, Z\rangle/\sigma_{lat}^2 + \|v\|_2^2/(2\sigma_{lat}^2)` is dominated by the continuous one
+    shifted by :math:`2\|v\|_1/\sigma_{lat}^2 \le 2 d_{in}\sqrt{\Delta_0}\,/(\sigma^2 2^k)`.
+    """
+    return 2.0 * d_in * math.sqrt(max_contributions) / (scale**2 * 2.0**LATTICE_BITS)
+
+
+def wgm_privacy_loss(
+    d_in: int,
+    *,
+    scale: float,
+    threshold: float,
+    max_contributions: int,
+    epsilon: float | None = None,
+) -> tuple[float, float]:
+    r"""The WGM's privacy loss for ``d_in`` users added or removed.
+
+    Without ``epsilon``: approximate zCDP :math:`(\rho, \delta_T)` with :math:`\rho = d_{in}^2/(2\sigma^2)`.
+    With ``epsilon`` (ε at ``d_in = 1``): the :math:`(\varepsilon', \delta)`-DP pair at
+    :math:`\varepsilon' = d_{in}\,\varepsilon`,
+
+    .. math:: \delta = \delta_{\mathcal{N}}(\varepsilon' - a;\ \sigma, \Delta = d_{in}) + \delta_T(d_{in}),
+
+    where :math:`\delta_{\mathcal N}` is :func:`analytic_gaussian_delta` and :math:`a` the lattice slack
+    (< 1e-6 at the paper's parameters).
+    """
+    d_in = _check_d_in(d_in)
+    scale = _check_positive("scale", scale)
+    threshold = _check_real("threshold", threshold)
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    delta_t = _threshold_delta(scale, threshold, max_contributions, d_in)
+    if epsilon is None:
+        return wgm_rho(d_in, scale), delta_t
+    epsilon = _check_real("epsilon", epsilon, minimum=0.0)
+    if d_in == 0:
+        return 0.0, 0.0
+    eps_out = d_in * epsilon
+    eps_noise = max(0.0, eps_out - _lattice_epsilon_slack(d_in, scale, max_contributions))
+    delta = analytic_gaussian_delta(eps_noise, scale, float(d_in)) + delta_t
+    return eps_out, min(1.0, delta)
+
+
+@dataclass(frozen=True)
+class WGMCalibration:
+    """The WGM parameters calibrated to a budget, and the budget they were calibrated to.
+
+    Attributes
+    ----------
+    scale, threshold
+        σ and T to pass to :func:`opendp_wgm.make_wgm`.
+    max_contributions
+        Δ0.
+    epsilon, rho, delta
+        The budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
+    noise_delta
+        The part of δ spent on the Gaussian noise (0 under zCDP); the rest pays for the threshold.
+    """
+
+    scale: float
+    threshold: float
+    max_contributions: int
+    delta: float
+    epsilon: float | None = None
+    rho: float | None = None
+    noise_delta: float = 0.0
+
+
+def _prepare_budget(
+    epsilon: float | None, rho: float | None, delta: float
+) -> tuple[float | None, float | None, float]:
+    """Normalise the alternative ways of giving a budget: exactly one of ε and ρ, plus δ ∈ (0, 1)."""
+    given = [name for name, v in (("epsilon", epsilon), ("rho", rho)) if v is not None]
+    if len(given) != 1:
+        msg = f"pass exactly one of `epsilon` and `rho` (got {given or 'neither'})"
+        raise ValueError(msg)
+    delta = _check_probability("delta", delta)
+    if epsilon is not None:
+        return _check_positive("epsilon", epsilon), None, delta
+    return None, _check_positive("rho", rho), delta
+
+
+def _smallest_passing(predicate, lower: float) -> float:
+    """Smallest x >= lower with predicate(x) True, for a predicate monotone increasing in x."""
+    import opendp.prelude as dp
+
+    upper = max(1.0, lower)
+    while not predicate(upper):
+        upper *= 2.0
+        if upper > 1e300:
+            raise ValueError("calibration failed: no finite parameter satisfies the budget")
+    return float(dp.binary_search(predicate, bounds=(lower, upper)))
+
+
+def calibrate_wgm(
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    noise_delta_fraction: float = 0.5,
+) -> WGMCalibration:
+    r"""Calibrate the WGM's (scale, threshold) to a budget, by searching on the privacy maps.
+
+    - ``epsilon`` given, (ε, δ)-DP: σ is the smallest scale whose analytic-Gaussian δ at ε is at most
+      ``noise_delta_fraction · δ`` (the paper's reference uses 1/2); T is the smallest threshold whose
+      :math:`\delta_T` fits in what is left. At ε = 1, δ = 1e-5, Δ0 = 100 this gives σ = 3.88414,
+      T = 20.7898 (the paper's calibration with an exact σ).
+    - ``rho`` given, approximate zCDP (ρ, δ): σ is the smallest scale with :math:`1/(2\sigma^2) \le \rho` and T
+      the smallest threshold with :math:`\delta_T \le \delta`.
+
+    Both results are then checked against the map itself, so the returned parameters always pass
+    ``measurement.check(1, budget)``.
+
+    Parameters
+    ----------
+    max_contributions
+        Δ0 ≥ 1.
+    delta
+        δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one of them, > 0.
+    noise_delta_fraction
+        Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
+    """
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
+    fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
+
+    if epsilon is not None:
+        scale = _smallest_passing(
+            lambda s: analytic_gaussian_delta(epsilon, s) <= fraction * delta, 1e-12
+        )
+        noise_delta = analytic_gaussian_delta(
+            max(0.0, epsilon - _lattice_epsilon_slack(1, scale, max_contributions)), scale
+        )
+    else:
+        scale = _smallest_passing(lambda s: wgm_rho(1, s) <= rho, 1e-12)
+        noise_delta = 0.0
+    threshold_budget = delta - noise_delta
+    threshold = _smallest_passing(
+        lambda t: _threshold_delta(scale, t, max_contributions, 1) <= threshold_budget, 0.0
+    )
+    d_out = wgm_privacy_loss(
+        1, scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
+    )
+    budget = (epsilon if epsilon is not None else rho, delta)
+    if not (d_out[0] <= budget[0] and d_out[1] <= budget[1]):  # pragma: no cover - a bug guard
+        raise AssertionError(f"calibration produced {d_out}, over the budget {budget}")
+    return WGMCalibration(
+        scale=scale,
+        threshold=threshold,
+        max_contributions=max_contributions,
+        delta=delta,
+        epsilon=epsilon,
+        rho=rho,
+        noise_delta=noise_delta,
+    )
+
+
+def rho_to_epsilon(rho: float, delta: float) -> float:
+    r"""The (ε, δ)-DP implied by ρ-zCDP with the standard conversion (Bun & Steinke 2016, Prop. 1.3).
+
+    .. math:: \varepsilon = \rho + 2\sqrt{\rho \ln(1/\delta)}
+
+    This is the conversion the reference uses for peeling (REFERENCE_SPEC §2.4); OpenDP's own
+    ``make_zCDP_to_approxDP`` is tighter.
+    """
+    rho = _check_real("rho", rho, minimum=0.0)
+    delta = _check_probability("delta", delta)
+    return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def peeling_epsilon(epsilon: float, delta: float, k: int) -> float:
+    r"""Per-step ε' of ``k`` adaptive ε'-bounded-range exponential-mechanism steps that are (ε, δ)-DP.
+
+    Each step is ε'-BR, hence :math:`\varepsilon'^2/8`-zCDP; ``k`` steps compose to :math:`k\varepsilon'^2/8`,
+    converted with :func:`rho_to_epsilon`. Solving for ε' (REFERENCE_SPEC §2.4, ``em_epsilon_cdp``):
+
+    .. math:: \varepsilon' = \max\Big(\frac{\varepsilon}{k},\
+              \sqrt{\tfrac{8\ln(1/\delta) + 8\varepsilon}{k}} - \sqrt{\tfrac{8\ln(1/\delta)}{k}}\Big)
+
+    (the first term is basic composition). The result is rounded down by a relative 1e-12 so that the
+    composed guarantee never exceeds ε in floating point.
+
+    Parameters
+    ----------
+    epsilon
+        Total ε > 0 of the ``k`` steps.
+    delta
+        δ ∈ [0, 1) of the conversion; δ = 0 gives basic composition, ε/k.
+    k
+        Number of steps, ≥ 1.
+    """
+    epsilon = _check_positive("epsilon", epsilon)
+    delta = _check_real("delta", delta, minimum=0.0, maximum=1.0, maximum_inclusive=False)
+    k = _check_int("k", k, minimum=1)
+    if delta == 0.0:
+        return epsilon / k * (1.0 - 1e-12)
+    log_term = 8.0 * math.log(1.0 / delta)
+    zcdp = math.sqrt((log_term + 8.0 * epsilon) / k) - math.sqrt(log_term / k)
+    return max(epsilon / k, zcdp) * (1.0 - 1e-12)

@@ -1,0 +1,279 @@
+r"""The Weighted Gaussian Mechanism (WGM) for private set union / key release.
+
+Gopi et al. 2020 (arXiv 2002.09745, Thm B.2); "Missing Mass for Differentially Private Domain Discovery"
+(arXiv 2603.14016), Algorithm WGM:
+
+1. each user keeps a uniform random subset of at most Δ0 distinct items;
+2. each kept item gets weight :math:`1/\sqrt{t}` (``t`` = items the user keeps), summed per item;
+3. :math:`\mathcal{N}(0, \sigma^2)` noise is added to every item's sum;
+4. the items whose noisy sum exceeds the threshold T are released.
+
+Steps 2–4 run on the lattice :math:`2^{-20}\mathbb{Z}` with exact discrete Gaussian noise
+(:mod:`opendp_wgm.noise`); the privacy maps account for it (:mod:`opendp_wgm.accounting`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+
+from opendp_wgm._partial import _to_then
+from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
+from opendp_wgm.accounting import LATTICE_BITS, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
+from opendp_wgm.noise import sample_discrete_gaussian
+from opendp_wgm.transformations import _assert_features, _bound_plan, _lattice_histogram_plan
+
+__all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
+
+Noise = Literal["lattice", "opendp"]
+_MAX_SCALE = 2.0**LATTICE_BITS
+_NOISE_METHODS = ("lattice", "opendp")
+
+
+def _zcdp() -> dp.Measure:
+    return dp.approximate(dp.zero_concentrated_divergence())
+
+
+def _approx_dp() -> dp.Measure:
+    return dp.approximate(dp.max_divergence())
+
+
+def _check_noise(noise: str) -> str:
+    if noise not in _NOISE_METHODS:
+        msg = f"`noise` must be one of {_NOISE_METHODS}, got {noise!r}"
+        raise ValueError(msg)
+    return noise
+
+
+def _release_above_threshold(
+    histogram: pl.DataFrame, item: str, *, scale: float, threshold: float, noise: Noise
+) -> pl.DataFrame:
+    """Noise the lattice sums (column ``weight_lat``) and keep the items above the threshold.
+
+    ``noisy_lat > floor(T 2^k)`` is exactly ``noisy > T`` on the lattice; integers only until the output.
+    """
+    unit = 2.0**LATTICE_BITS
+    noisy = histogram["weight_lat"].to_numpy() + sample_discrete_gaussian(
+        scale * unit, histogram.height, method=noise
+    )
+    keep = noisy > math.floor(threshold * unit)
+    return (
+        histogram.select(item)
+        .filter(pl.Series(keep))
+        .with_columns(noisy_weight=pl.Series(noisy[keep], dtype=pl.Int64).cast(pl.Float64) / unit)
+        .sort(item)  # the group-by's row order is arbitrary: sort so that order carries nothing
+    )
+
+
+def _wgm_function(space: _Space, max_contributions: int, scale: float, threshold: float, noise: Noise):
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        bounded = _bound_plan(_prepare_frame(frame, space), space, max_contributions)
+        histogram = _lattice_histogram_plan(bounded, space, max_contributions).collect()
+        return _release_above_threshold(
+            histogram, space.item, scale=scale, threshold=threshold, noise=noise
+        )
+
+    return function
+
+
+def make_wgm(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    scale: float,
+    threshold: float,
+    output_measure: dp.Measure | None = None,
+    epsilon: float | None = None,
+    noise: Noise = "lattice",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Release the items whose weighted, noised user count exceeds a threshold (WGM set union).
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
+    max_contributions
+        Δ0 ≥ 1: each user keeps a uniform random subset of at most this many distinct items.
+    scale
+        σ, the standard deviation of the Gaussian noise on each item's weight, in (0, 2^20]
+        (at least 2^-20 under the (ε, δ) measure).
+    threshold
+        T: an item is released when its noisy weight exceeds it.
+    output_measure
+        ``dp.approximate(dp.zero_concentrated_divergence())`` (default; composes in OpenDP compositors and
+        the Context) or ``dp.approximate(dp.max_divergence())`` (then ``epsilon`` is required).
+    epsilon
+        Only with the (ε, δ) measure: the ε at which the privacy profile is reported for one user.
+    noise
+        ``"lattice"`` (default): this package's fast exact discrete Gaussian sampler; ``"opendp"``: OpenDP's
+        exact sampler (slow: ~20–90 µs per item). Both draw the same distribution.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column (same name and dtype as the input) and
+        ``noisy_weight`` (Float64), sorted by item. Rows with a null user or item are dropped first; empty
+        data releases an empty frame (an error there would depend on the data).
+
+    Notes
+    -----
+    Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Privacy map
+    (``docs/privacy.md`` §2–4), with :math:`w(t) = \lfloor 2^{20}/\sqrt t\rfloor 2^{-20}` and
+    :math:`q(w) = \bar\Phi((\lfloor T 2^{20}\rfloor 2^{-20} - w)/\sigma)`:
+
+    .. math::
+        d_{in} = 1:\quad \rho = \frac{1}{2\sigma^2},\quad
+        \delta = \max_{t=1..\Delta_0} 1 - (1 - q(w(t)))^t
+
+    and for :math:`d_{in} = k > 1`, :math:`\rho = k^2/(2\sigma^2)` with the group bound
+    :math:`\delta = \min(1, k\Delta_0\,q(0) + \sqrt{\Delta_0}\,(q(k) - q(0)))`. Under the (ε, δ) measure the
+    map is :math:`(k\varepsilon,\ \delta_{\mathcal N}(k\varepsilon - a; \sigma, k) + \delta_T(k))` with the
+    analytic Gaussian profile :math:`\delta_{\mathcal N}` (Balle & Wang 2018) and a lattice slack
+    :math:`a < 10^{-6}`.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    References
+    ----------
+    Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin (2020), arXiv 2002.09745.
+    Missing Mass for Differentially Private Domain Discovery (2026), arXiv 2603.14016.
+    Canonne, Kamath, Steinke (2020), The Discrete Gaussian for Differential Privacy, arXiv 2004.00010.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_wgm(*wgm.user_items_space(), max_contributions=100, scale=3.88414, threshold=20.7898)
+    >>> rho, delta = m.map(1)
+    >>> round(rho, 5), delta < 5e-6
+    (0.03314, True)
+    """
+    _assert_features()
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    scale = _check_positive("scale", scale)
+    if scale > _MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
+        msg = f"`scale` must be <= 2**{LATTICE_BITS} = {_MAX_SCALE!r} (found {scale!r})"
+        raise ValueError(msg)
+    threshold = _check_real("threshold", threshold)
+    noise = _check_noise(noise)
+    output_measure = _zcdp() if output_measure is None else output_measure
+    if output_measure == _zcdp():
+        if epsilon is not None:
+            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
+            raise ValueError(msg)
+    elif output_measure == _approx_dp():
+        if epsilon is None:
+            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
+            raise ValueError(msg)
+        epsilon = _check_positive("epsilon", epsilon)
+        if scale < 1.0 / _MAX_SCALE:  # docs/privacy.md Lemma 3 needs at least one lattice step of noise
+            msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
+            raise ValueError(msg)
+    else:
+        msg = (
+            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
+            f"dp.approximate(dp.max_divergence()), got {output_measure}"
+        )
+        raise ValueError(msg)
+    space = _resolve_space(input_domain, input_metric, item)
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return wgm_privacy_loss(
+            _check_d_in(d_in),
+            scale=scale,
+            threshold=threshold,
+            max_contributions=max_contributions,
+            epsilon=epsilon,
+        )
+
+    return dp.m.make_user_measurement(
+        input_domain,
+        input_metric,
+        output_measure,
+        _wgm_function(space, max_contributions, scale, threshold, noise),
+        privacy_map,
+    )
+
+
+def make_wgm_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    noise_delta_fraction: float = 0.5,
+    noise: Noise = "lattice",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""The WGM calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
+
+    Calibration searches on the privacy maps (:func:`opendp_wgm.calibrate_wgm`, which also shows the
+    chosen σ and T); the measurement is then :func:`make_wgm` with those parameters, so
+    ``m.check(1, budget)`` holds. With ``epsilon`` the output measure is
+    ``dp.approximate(dp.max_divergence())`` and ``noise_delta_fraction`` of δ pays for the noise (the
+    paper's calibration: 1/2); with ``rho`` it is ``dp.approximate(dp.zero_concentrated_divergence())`` and
+    all of δ pays for the threshold.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        As for :func:`make_wgm`.
+    max_contributions
+        Δ0 ≥ 1.
+    delta
+        δ ∈ (0, 1), for one user.
+    epsilon, rho
+        Exactly one of them, > 0, for one user.
+    noise_delta_fraction
+        Share of δ spent on the noise under (ε, δ)-DP, in (0, 1).
+    noise, item
+        As for :func:`make_wgm`.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        :func:`make_wgm` with the calibrated ``scale`` and ``threshold``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=100, epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    """
+    _assert_features()
+    calibration = calibrate_wgm(
+        max_contributions=max_contributions,
+        delta=delta,
+        epsilon=epsilon,
+        rho=rho,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return make_wgm(
+        input_domain,
+        input_metric,
+        max_contributions=calibration.max_contributions,
+        scale=calibration.scale,
+        threshold=calibration.threshold,
+        output_measure=_approx_dp() if epsilon is not None else _zcdp(),
+        epsilon=calibration.epsilon,
+        noise=noise,
+        item=item,
+    )
+
+
+then_wgm = _to_then(make_wgm)
+then_wgm_from_budget = _to_then(make_wgm_from_budget)

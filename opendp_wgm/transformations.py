@@ -1,0 +1,280 @@
+r"""Stable steps from raw (user, item) rows to the WGM's weighted histogram.
+
+Both are OpenDP transformations whose stability maps are proved in ``docs/privacy.md`` §1:
+
+- :func:`make_bound_user_items`: per-user dedup, then a uniform random subset of at most Δ0 distinct items
+  (without replacement). ``d_in`` users in, ``d_in`` users out.
+- :func:`make_candidate_counts`: the number of distinct users holding each item of a public candidate list.
+  ``d_in`` users move every count by at most ``d_in``, all in the same direction (monotone ℓ∞).
+- :func:`make_weighted_histogram`: each kept item of a user holding ``t`` items gets weight
+  :math:`\lfloor 2^{k}/\sqrt{t}\rfloor 2^{-k}` (rounded down to the lattice, so :math:`\ell_2 \le 1`), summed
+  per item. ``d_in`` users move the histogram by :math:`(\ell_0, \ell_2, \ell_\infty) \le
+  (d_{in}\Delta_0, d_{in}, d_{in})`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+
+from opendp_wgm._partial import _to_then
+from opendp_wgm._validation import _check_d_in, _check_int
+from opendp_wgm.accounting import LATTICE_BITS, _lattice_weights
+from opendp_wgm.domains import (
+    UserItemsDescriptor,
+    _assert_features,
+    _prepare_frame,
+    _resolve_space,
+    _Space,
+    user_items_domain,
+)
+
+__all__ = [
+    "WeightedHistogramDescriptor",
+    "make_bound_user_items",
+    "make_candidate_counts",
+    "make_weighted_histogram",
+    "then_bound_user_items",
+    "then_candidate_counts",
+    "then_weighted_histogram",
+]
+
+def _bound_plan(lf: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
+    """Dedup (user, item), then keep each user's ``max_contributions`` items of smallest random key.
+
+    The key is a hash of (user, item) under a fresh secret seed, so a user's kept subset is a uniform random
+    subset of its distinct items, and it depends on no other user's rows (the stability argument conditions
+    on the seed). The ordinal rank breaks hash ties, so at most ``max_contributions`` rows survive per user.
+    """
+    user, item = space.user, space.item
+    seeds = [secrets.randbits(64) for _ in range(4)]
+    key = pl.struct(user, item).hash(*seeds)
+    return lf.unique().filter(key.rank("ordinal").over(user) <= max_contributions)
+
+
+def _lattice_histogram_plan(bounded: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
+    """Per-item sums of the lattice weights ``floor(2^k / sqrt(t))`` (Int64, lattice units)."""
+    weights = _lattice_weights(max_contributions)
+    kept = pl.len().over(space.user).cast(pl.Int64)
+    weight = kept.replace_strict(
+        old=pl.int_range(1, max_contributions + 1, eager=True),
+        new=pl.Series(weights),
+        return_dtype=pl.Int64,
+    )
+    # the window runs before the group-by: t is the user's number of kept items
+    return (
+        bounded.with_columns(weight_lat=weight)
+        .group_by(space.item)
+        .agg(pl.col("weight_lat").sum())
+    )
+
+
+def make_bound_user_items(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    item: str | None = None,
+) -> dp.Transformation:
+    r"""Keep a uniform random subset of at most Δ0 distinct items per user.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or OpenDP's ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    max_contributions
+        Δ0 ≥ 1, the most distinct items a user keeps.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Transformation
+        Maps a frame to a ``pl.LazyFrame`` of distinct (user, item) rows, at most Δ0 per user. Rows with a
+        null user or item are dropped first.
+
+    Notes
+    -----
+    Stability: :math:`d_{out} = d_{in}` under ``symmetric_id_distance``. Each user's kept subset is a
+    function of that user's rows and a secret per-call seed only, so adding or removing ``d_in`` users
+    changes exactly those users' rows of the output (``docs/privacy.md`` §1).
+
+    Required features: ``contrib``, ``honest-but-curious``.
+    """
+    _assert_features()
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    space = _resolve_space(input_domain, input_metric, item)
+    descriptor = UserItemsDescriptor(space.user, space.item, max_contributions)
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+        return _bound_plan(_prepare_frame(frame, space), space, max_contributions)
+
+    return dp.t.make_user_transformation(
+        input_domain,
+        input_metric,
+        user_items_domain(descriptor),
+        dp.symmetric_id_distance(pl.col(space.user)),
+        function,
+        _check_d_in,  # identity: only the added/removed users' rows change
+    )
+
+
+@dataclass(frozen=True)
+class WeightedHistogramDescriptor:
+    """A frame of per-item weight sums: columns ``item`` and ``weight`` (Float64, on the lattice 2^-k Z)."""
+
+    item: str
+    max_contributions: int
+    lattice_bits: int = LATTICE_BITS
+
+
+def make_weighted_histogram(input_domain: dp.Domain, input_metric: dp.Metric) -> dp.Transformation:
+    r"""Sum each user's weight :math:`1/\sqrt{t}` (rounded down to the lattice) over the items they keep.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        A bounded user-items space, the output space of :func:`make_bound_user_items`.
+
+    Returns
+    -------
+    opendp.mod.Transformation
+        Maps a bounded frame to a ``pl.LazyFrame`` with the item column and ``weight`` (Float64, exact
+        multiples of :math:`2^{-20}`), one row per item some user keeps.
+
+    Notes
+    -----
+    A user keeping :math:`t \le \Delta_0` items contributes :math:`w(t) = \lfloor 2^k/\sqrt t\rfloor 2^{-k}
+    \le 1/\sqrt t` to each, so its vector has :math:`\ell_0 = t \le \Delta_0`, :math:`\ell_2 \le 1`,
+    :math:`\ell_\infty \le 1`. By the triangle inequality ``d_in`` users give
+
+    .. math:: d_{out} = (d_{in}\Delta_0,\ d_{in},\ d_{in})
+
+    in ``dp.l02inf_distance(dp.absolute_distance(T=float))``. (The WGM's own map is tighter than this
+    triple: it uses that the weights are tied to ``t``; see :func:`opendp_wgm.make_wgm`.)
+
+    Required features: ``contrib``, ``honest-but-curious``.
+    """
+    _assert_features()
+    descriptor = getattr(input_domain, "descriptor", None)
+    if not isinstance(descriptor, UserItemsDescriptor) or descriptor.max_contributions is None:
+        msg = (
+            "`input_domain` must be a bounded user-items domain (the output of make_bound_user_items), "
+            f"got {input_domain}"
+        )
+        raise ValueError(msg)
+    space = _resolve_space(input_domain, input_metric)
+    max_contributions = descriptor.max_contributions
+    output_domain = dp.user_domain(
+        f"WeightedHistogramDomain(item={space.item!r}, max_contributions={max_contributions})",
+        lambda frame: isinstance(frame, (pl.DataFrame, pl.LazyFrame)),
+        descriptor=WeightedHistogramDescriptor(space.item, max_contributions),
+    )
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
+        plan = _lattice_histogram_plan(_prepare_frame(frame, space), space, max_contributions)
+        return plan.select(space.item, weight=pl.col("weight_lat").cast(pl.Float64) * 2.0**-LATTICE_BITS)
+
+    def stability_map(d_in: int) -> tuple[int, float, float]:
+        d_in = _check_d_in(d_in)
+        return d_in * max_contributions, float(d_in), float(d_in)
+
+    return dp.t.make_user_transformation(
+        input_domain,
+        input_metric,
+        output_domain,
+        dp.l02inf_distance(dp.absolute_distance(T=float)),
+        function,
+        stability_map,
+    )
+
+
+def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Series:
+    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
+    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
+        msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
+        raise TypeError(msg)
+    series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
+    if series.null_count():
+        msg = "`candidates` must not contain nulls"
+        raise ValueError(msg)
+    if series.is_duplicated().any():
+        msg = f"`candidates` must be distinct ({series.is_duplicated().sum()} duplicated entries)"
+        raise ValueError(msg)
+    return series
+
+
+def _candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> np.ndarray:
+    """Distinct-user counts of each candidate, in the candidates' order (int64; 0 for absent items)."""
+    if candidates.len() == 0:
+        return np.zeros(0, dtype=np.int64)
+    item_dtype = lf.collect_schema()[space.item]
+    # cast the public list to the data's dtype (never the data to the list's): a mismatch is a schema error
+    keys = pl.LazyFrame({space.item: candidates.cast(item_dtype, strict=True)}).with_row_index("_position")
+    counts = lf.unique().filter(pl.col(space.item).is_in(keys.collect()[space.item].implode())).group_by(space.item).len()
+    joined = keys.join(counts, on=space.item, how="left").sort("_position")
+    return joined.select(pl.col("len").fill_null(0).cast(pl.Int64)).collect().to_series().to_numpy()
+
+
+def make_candidate_counts(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    candidates: Sequence | pl.Series | np.ndarray,
+    item: str | None = None,
+) -> dp.Transformation:
+    r"""Count the distinct users holding each item of a public candidate list.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or OpenDP's ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    candidates
+        The public candidate items (distinct, no nulls), e.g. the items released by a WGM. They are cast to
+        the data's item dtype when the transformation runs.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Transformation
+        Maps a frame to a list of ``len(candidates)`` integer counts, in the candidates' order, in
+        ``dp.vector_domain(dp.atom_domain(T=dp.i64), size=len(candidates))`` with
+        ``dp.linf_distance(T=dp.i64, monotonic=True)``: chain it with ``dp.m.then_noisy_top_k`` or
+        ``dp.m.then_noisy_max``.
+
+    Notes
+    -----
+    Counts are of *distinct* users (a user's duplicate rows count once) and are not clipped, so no Δ0 is
+    needed. Adding ``d_in`` users raises each count by at most ``d_in`` and lowers none (removing lowers
+    only): the counts move monotonically, :math:`d_{out} = d_{in}` in monotone ℓ∞ (``docs/privacy.md`` §1).
+
+    Required features: ``contrib``, ``honest-but-curious``.
+    """
+    _assert_features()
+    series = _check_candidates(candidates)
+    space = _resolve_space(input_domain, input_metric, item)
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
+        return _candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+
+    return dp.t.make_user_transformation(
+        input_domain,
+        input_metric,
+        dp.vector_domain(dp.atom_domain(T=dp.i64), size=series.len()),
+        dp.linf_distance(T=dp.i64, monotonic=True),
+        function,
+        _check_d_in,
+    )
+
+
+then_bound_user_items = _to_then(make_bound_user_items)
+then_candidate_counts = _to_then(make_candidate_counts)
+then_weighted_histogram = _to_then(make_weighted_histogram)
