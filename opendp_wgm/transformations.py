@@ -44,31 +44,43 @@ __all__ = [
     "then_weighted_histogram",
 ]
 
-def _bound_plan(lf: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
-    """Dedup (user, item), then keep each user's ``max_contributions`` items of smallest random key.
+def _bounded_lists_plan(lf: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
+    """One row per user: the list of its ``max_contributions`` distinct items of smallest random key.
 
     The key is a hash of (user, item) under a fresh secret seed, so a user's kept subset is a uniform random
-    subset of its distinct items, and it depends on no other user's rows (the stability argument conditions
-    on the seed). The ordinal rank breaks hash ties, so at most ``max_contributions`` rows survive per user.
+    subset of its distinct items and depends on no other user's rows (the stability argument conditions on
+    the seed). Duplicates share a key, so after sorting they are adjacent and ``unique`` drops them; ``head``
+    then keeps at most ``max_contributions`` distinct items whatever the hash collisions.
     """
     user, item = space.user, space.item
     seeds = [secrets.randbits(64) for _ in range(4)]
-    key = pl.struct(user, item).hash(*seeds)
-    return lf.unique().filter(key.rank("ordinal").over(user) <= max_contributions)
+    return (
+        lf.with_columns(_key=pl.struct(user, item).hash(*seeds))
+        .group_by(user)
+        .agg(pl.col(item).sort_by("_key").unique(maintain_order=True).head(max_contributions))
+    )
 
 
-def _lattice_histogram_plan(bounded: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
-    """Per-item sums of the lattice weights ``floor(2^k / sqrt(t))`` (Int64, lattice units)."""
+def _bound_plan(lf: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
+    """Distinct (user, item) rows, at most ``max_contributions`` per user."""
+    return _bounded_lists_plan(lf, space, max_contributions).explode(space.item)
+
+
+def _lattice_histogram_plan(lists: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
+    """Per-item sums of the lattice weights ``floor(2^k / sqrt(t))`` (Int64, lattice units).
+
+    ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items.
+    """
     weights = _lattice_weights(max_contributions)
-    kept = pl.len().over(space.user).cast(pl.Int64)
+    kept = pl.col(space.item).list.len().cast(pl.Int64)
     weight = kept.replace_strict(
         old=pl.int_range(1, max_contributions + 1, eager=True),
         new=pl.Series(weights),
         return_dtype=pl.Int64,
     )
-    # the window runs before the group-by: t is the user's number of kept items
     return (
-        bounded.with_columns(weight_lat=weight)
+        lists.with_columns(weight_lat=weight)
+        .explode(space.item)
         .group_by(space.item)
         .agg(pl.col("weight_lat").sum())
     )
@@ -178,7 +190,8 @@ def make_weighted_histogram(input_domain: dp.Domain, input_metric: dp.Metric) ->
     )
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-        plan = _lattice_histogram_plan(_prepare_frame(frame, space), space, max_contributions)
+        lists = _prepare_frame(frame, space).group_by(space.user).agg(pl.col(space.item))
+        plan = _lattice_histogram_plan(lists, space, max_contributions)
         return plan.select(space.item, weight=pl.col("weight_lat").cast(pl.Float64) * 2.0**-LATTICE_BITS)
 
     def stability_map(d_in: int) -> tuple[int, float, float]:
@@ -217,7 +230,8 @@ def _candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) ->
     item_dtype = lf.collect_schema()[space.item]
     # cast the public list to the data's dtype (never the data to the list's): a mismatch is a schema error
     keys = pl.LazyFrame({space.item: candidates.cast(item_dtype, strict=True)}).with_row_index("_position")
-    counts = lf.unique().filter(pl.col(space.item).is_in(keys.collect()[space.item].implode())).group_by(space.item).len()
+    wanted = pl.col(space.item).is_in(keys.collect()[space.item].implode())
+    counts = lf.filter(wanted).unique().group_by(space.item).len()  # filter first: dedup only candidate rows
     joined = keys.join(counts, on=space.item, how="left").sort("_position")
     return joined.select(pl.col("len").fill_null(0).cast(pl.Int64)).collect().to_series().to_numpy()
 

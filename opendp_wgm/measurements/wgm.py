@@ -26,7 +26,7 @@ from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _ch
 from opendp_wgm.accounting import LATTICE_BITS, calibrate_wgm, wgm_privacy_loss
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.noise import sample_discrete_gaussian
-from opendp_wgm.transformations import _assert_features, _bound_plan, _lattice_histogram_plan
+from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _lattice_histogram_plan
 
 __all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
 
@@ -72,8 +72,8 @@ def _release_above_threshold(
 
 def _wgm_function(space: _Space, max_contributions: int, scale: float, threshold: float, noise: Noise):
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        bounded = _bound_plan(_prepare_frame(frame, space), space, max_contributions)
-        histogram = _lattice_histogram_plan(bounded, space, max_contributions).collect()
+        lists = _bounded_lists_plan(_prepare_frame(frame, space), space, max_contributions)
+        histogram = _lattice_histogram_plan(lists, space, max_contributions).collect()
         return _release_above_threshold(
             histogram, space.item, scale=scale, threshold=threshold, noise=noise
         )
