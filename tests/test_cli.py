@@ -1,0 +1,225 @@
+"""The ``opendp-wgm`` command, run in-process through :func:`opendp_wgm.cli.main`."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from opendp_wgm.cli import main
+
+N_USERS = 300
+
+
+def _frame(common: object, solo: list[object], dtype: pl.DataType) -> pl.DataFrame:
+    """``N_USERS`` users who all hold ``common``, each also holding one item nobody else holds.
+
+    At ε = 1, δ = 1e-5, Δ0 = 100 (σ ≈ 3.88, T ≈ 20.8) ``common`` has weight 300/√2 ≈ 212 and is released
+    with overwhelming probability; a solo item (weight 1/√2) passes with probability ≈ 1e-7 each.
+    """
+    users = [u for u in range(N_USERS) for _ in range(2)]
+    items = [x for u in range(N_USERS) for x in (common, solo[u])]
+    return pl.DataFrame({"uid": users, "thing": items}, schema={"uid": pl.Int64, "thing": dtype})
+
+
+@pytest.fixture()
+def text_frame() -> pl.DataFrame:
+    return _frame("a", [f"solo{u}" for u in range(N_USERS)], pl.String)
+
+
+@pytest.fixture()
+def csv_path(tmp_path: Path, text_frame: pl.DataFrame) -> Path:
+    path = tmp_path / "data.csv"
+    text_frame.write_csv(path)
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: object) -> tuple[int, str, str]:
+    code = main(["discover", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_summary(err: str) -> None:
+    for part in ("σ = ", "T = ", "budget spent", "Δ0 = 100", "rows", "released", "run time"):
+        assert part in err, (part, err)
+
+
+# --------------------------------------------------------------------------------------------------------
+# successful runs
+# --------------------------------------------------------------------------------------------------------
+def test_demo_prints_release_summary_and_missing_mass(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "--demo-users", 2000, "--seed", 0)
+    assert code == 0
+    assert "noisy_weight" in out
+    _assert_summary(err)
+    assert "missing mass of the release = 0." in err
+    assert "distinct items" in err
+    assert "ε = 1, δ = " in err and "max_divergence" in err
+    assert "2,000 users" in err and "40,000 rows" in err
+
+
+def test_csv_releases_the_common_item_only(
+    capsys: pytest.CaptureFixture[str], csv_path: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "released.csv"
+    code, out, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "--output", output)
+    assert code == 0, err
+    assert out == ""  # the release went to the file
+    released = pl.read_csv(output)
+    assert released.columns == ["thing", "noisy_weight"]
+    assert released.schema["thing"] == pl.String
+    assert "a" in released["thing"].to_list()
+    assert not released["thing"].str.starts_with("solo").any()
+    _assert_summary(err)
+    assert f"{2 * N_USERS:,} rows" in err
+    assert "missing mass" not in err  # only the demo evaluates against the raw data
+
+
+def test_release_printed_to_stdout_without_output(capsys: pytest.CaptureFixture[str], csv_path: Path) -> None:
+    code, out, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing")
+    assert code == 0, err
+    assert "items released" in out
+    assert any(line.startswith("│ a ") for line in out.splitlines()), out
+    assert "solo" not in out
+
+
+def test_parquet_input_and_output_keep_item_dtype(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    frame = _frame(7, list(range(1000, 1000 + N_USERS)), pl.Int32)
+    source, output = tmp_path / "data.parquet", tmp_path / "released.pq"
+    frame.write_parquet(source)
+    code, _, err = _run(capsys, source, "--user", "uid", "--item", "thing", "-o", output, "--epsilon", 2)
+    assert code == 0, err
+    released = pl.read_parquet(output)
+    assert released.schema == pl.Schema({"thing": pl.Int32, "noisy_weight": pl.Float64})
+    assert released["thing"].to_list() == [7]
+    assert "ε = 2" in err
+
+
+def test_rho_gives_approximate_zcdp(capsys: pytest.CaptureFixture[str], csv_path: Path) -> None:
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "--rho", 0.5, "--delta", 1e-6)
+    assert code == 0, err
+    assert "ρ = 0.5, δ = " in err and "zero_concentrated_divergence" in err
+    assert "requested ρ = 0.5, δ = 1e-06" in err
+
+
+def test_opendp_noise(capsys: pytest.CaptureFixture[str], csv_path: Path) -> None:
+    code, out, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "--noise", "opendp")
+    assert code == 0, err
+    assert any(line.startswith("│ a ") for line in out.splitlines()), out
+    assert "noise = opendp" in err
+
+
+def test_compressed_tsv(capsys: pytest.CaptureFixture[str], tmp_path: Path, text_frame: pl.DataFrame) -> None:
+    path = tmp_path / "data.tsv.gz"
+    path.write_bytes(gzip.compress(text_frame.write_csv(separator="\t").encode()))
+    code, out, err = _run(capsys, path, "--user", "uid", "--item", "thing", "--max-contributions", 1)
+    assert code == 0, err
+    assert any(line.startswith("│ a ") for line in out.splitlines()), out
+    assert "Δ0 = 1," in err
+
+
+def test_separator_option(capsys: pytest.CaptureFixture[str], tmp_path: Path, text_frame: pl.DataFrame) -> None:
+    path = tmp_path / "data.csv"
+    text_frame.write_csv(path, separator=";")
+    code, out, err = _run(capsys, path, "--user", "uid", "--item", "thing", "--separator", ";")
+    assert code == 0, err
+    assert any(line.startswith("│ a ") for line in out.splitlines()), out
+
+
+def test_csv_types_inferred_from_all_rows_when_needed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # the first 10,000 items look like integers; the last one does not
+    n = 10_001
+    frame = pl.DataFrame({"user": list(range(n)), "item": [str(u % 3) for u in range(n - 1)] + ["x"]})
+    path = tmp_path / "late_text.csv"
+    frame.write_csv(path)
+    output = tmp_path / "released.parquet"
+    code, _, err = _run(capsys, path, "-o", output)
+    assert code == 0, err
+    released = pl.read_parquet(output)
+    assert released.schema["item"] == pl.String
+    assert sorted(released["item"].to_list()) == ["0", "1", "2"]
+
+
+def test_null_rows_are_dropped_and_reported(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text_frame: pl.DataFrame
+) -> None:
+    path = tmp_path / "nulls.parquet"
+    nulls = pl.DataFrame({"uid": [None, 1], "thing": ["a", None]}, schema=text_frame.schema)
+    pl.concat([text_frame, nulls]).write_parquet(path)
+    code, _, err = _run(capsys, path, "--user", "uid", "--item", "thing")
+    assert code == 0, err
+    assert "2 rows with a null user or item were dropped" in err
+
+
+def test_help_mentions_enabled_features(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["discover", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "honest-but-curious" in out and "--max-contributions" in out
+
+
+# --------------------------------------------------------------------------------------------------------
+# errors: exit status 2 and one line on stderr, no traceback
+# --------------------------------------------------------------------------------------------------------
+ERROR_CASES = {
+    "missing file": (["{tmp}/nope.csv"], "not found"),
+    "unsupported suffix": (["{json}"], "unsupported file type '.json'"),
+    "missing column": (["{csv}", "--user", "uid", "--item", "nope"], "column 'nope' not found"),
+    "empty csv": (["{empty_csv}"], "has no rows"),
+    "empty parquet": (["{empty_parquet}"], "has no rows"),
+    "epsilon zero": (["--epsilon", "0"], "--epsilon must be in (0.0, inf)"),
+    "epsilon negative": (["--epsilon", "-1"], "--epsilon must be in (0.0, inf)"),
+    "epsilon not a number": (["--epsilon", "one"], "argument --epsilon: invalid float value"),
+    "rho zero": (["--rho", "0"], "--rho must be in (0.0, inf)"),
+    "delta zero": (["--delta", "0"], "--delta must be in (0.0, 1.0)"),
+    "delta one": (["--delta", "1"], "--delta must be in (0.0, 1.0)"),
+    "max contributions zero": (["--max-contributions", "0"], "--max-contributions must be an integer >= 1"),
+    "epsilon and rho": (["--epsilon", "1", "--rho", "1"], "argument --rho: not allowed with argument --epsilon"),
+    "fraction with rho": (["--rho", "1", "--noise-delta-fraction", "0.3"], "--noise-delta-fraction applies only"),
+    "output suffix": (["{csv}", "--user", "uid", "--item", "thing", "-o", "{tmp}/out.json"], "unsupported output type"),
+    "seed with path": (["{csv}", "--seed", "1"], "--seed applies only to the demo"),
+    "bad separator": (["{csv}", "--separator", ";;"], "--separator must be a single"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_errors_exit_2_with_one_line(
+    case: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, csv_path: Path
+) -> None:
+    json, empty_csv, empty_parquet = tmp_path / "data.json", tmp_path / "empty.csv", tmp_path / "empty.parquet"
+    json.write_text("{}")
+    empty_csv.write_text("user,item\n")
+    pl.DataFrame(schema={"user": pl.Int64, "item": pl.String}).write_parquet(empty_parquet)
+    paths = {"tmp": tmp_path, "csv": csv_path, "json": json, "empty_csv": empty_csv, "empty_parquet": empty_parquet}
+    argv, expected = ERROR_CASES[case]
+    code, out, err = _run(capsys, *(a.format(**paths) for a in argv))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("opendp-wgm: error: "), err
+    assert expected in err, err
+    assert "Traceback" not in err
+
+
+def test_no_command_is_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opendp-wgm: error: ") and err.count("\n") == 1
+
+
+# --------------------------------------------------------------------------------------------------------
+# the installed console script
+# --------------------------------------------------------------------------------------------------------
+def test_console_script_help() -> None:
+    script = shutil.which("opendp-wgm")
+    if script is None:
+        pytest.skip("the opendp-wgm console script is not on PATH (pip install -e .)")
+    result = subprocess.run([script, "discover", "--help"], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "usage: opendp-wgm discover" in result.stdout
+    assert "honest-but-curious" in result.stdout
