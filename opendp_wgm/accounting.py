@@ -395,3 +395,328 @@ def peeling_epsilon(epsilon: float, delta: float, k: int) -> float:
     log_term = 8.0 * math.log(1.0 / delta)
     zcdp = math.sqrt((log_term + 8.0 * epsilon) / k) - math.sqrt(log_term / k)
     return max(epsilon / k, zcdp) * (1.0 - 1e-12)
+
+
+# ==============================================================================================================
+# Top-k: peeling (exponential mechanism / permute-and-flip), WGM-then-top-k, limited domain (Durfee & Rogers)
+# ==============================================================================================================
+
+#: Relative upward rounding applied to every float-evaluated loss of the top-k maps below (a handful of
+#: roundings of at most 2^-53 each; 2^-50 covers them).
+_LOSS_INFLATION = 1.0 + 2.0**-50
+
+
+def peeling_rho(d_in: int, *, k: int, scale: float) -> float:
+    r"""zCDP of ``k`` exponential-mechanism (Gumbel) peeling rounds on monotone counts.
+
+    Each round selects with :math:`\Pr[i] \propto e^{x_i/s}`; with monotone ℓ∞ sensitivity ``d_in`` it is
+    :math:`(d_{in}/s)`-bounded-range, hence :math:`(d_{in}/s)^2/8`-zCDP (Cesar & Rogers 2021), and ``k``
+    rounds compose to
+
+    .. math:: \rho = \frac{k\, d_{in}^2}{8 s^2}
+
+    (OpenDP's ``make_noisy_top_k`` map under ``zero_concentrated_divergence``). ``scale = 0`` gives ∞ for
+    ``d_in > 0``. Rounded up.
+    """
+    d_in = _check_d_in(d_in)
+    k = _check_int("k", k, minimum=0)
+    scale = _check_real("scale", scale, minimum=0.0)
+    if d_in == 0 or k == 0:
+        return 0.0
+    if scale == 0.0:
+        return math.inf
+    return k * (d_in / scale) ** 2 / 8.0 * _LOSS_INFLATION
+
+
+def peeling_pure_epsilon(d_in: int, *, k: int, scale: float) -> float:
+    r"""Pure ε of ``k`` peeling rounds on monotone counts: :math:`\varepsilon = k\, d_{in} / s`.
+
+    Holds for both samplers (exponential mechanism and permute-and-flip): with monotone scores each round is
+    :math:`(d_{in}/s)`-DP, with no factor 2 (McSherry & Talwar 2007; McKenna & Sheldon 2020). This is
+    OpenDP's ``make_noisy_top_k`` map under ``max_divergence``. Rounded up.
+    """
+    d_in = _check_d_in(d_in)
+    k = _check_int("k", k, minimum=0)
+    scale = _check_real("scale", scale, minimum=0.0)
+    if d_in == 0 or k == 0:
+        return 0.0
+    if scale == 0.0:
+        return math.inf
+    return k * d_in / scale * _LOSS_INFLATION
+
+
+def peeling_approx_epsilon(d_in: int, *, k: int, scale: float, delta: float) -> float:
+    r"""The ε at which ``k`` exponential-mechanism peeling rounds are (ε, δ)-DP (the reference's accounting).
+
+    .. math:: \varepsilon(\delta) = \min\big(k\,d_{in}/s,\ \rho + 2\sqrt{\rho\ln(1/\delta)}\big),
+              \qquad \rho = \frac{k\,d_{in}^2}{8 s^2}
+
+    i.e. the better of basic composition and the zCDP conversion used by REFERENCE_SPEC §2.4: with
+    :math:`s = 1/\varepsilon'` and ε' = :func:`peeling_epsilon` (ε, δ, k) this returns at most ε.
+    Rounded up.
+    """
+    delta = _check_probability("delta", delta)
+    rho = peeling_rho(d_in, k=k, scale=scale)
+    pure = peeling_pure_epsilon(d_in, k=k, scale=scale)
+    if rho == 0.0:
+        return 0.0
+    if math.isinf(rho):
+        return math.inf
+    return min(pure, (rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))) * _LOSS_INFLATION)
+
+
+def limited_domain_epsilon(local_epsilon: float, delta: float, k: int) -> float:
+    r"""Total ε of ``k`` ε'-DP, ε'-bounded-range selections at slack δ (Durfee & Rogers 2019; REFERENCE_SPEC §7.2).
+
+    .. math::
+        E(\varepsilon') = \min\Big\{k\varepsilon',\
+            \frac{k\varepsilon'(e^{\varepsilon'} - 1)}{e^{\varepsilon'} + 1} + \varepsilon'\sqrt{2k\ln(1/\delta)},\
+            \frac{k\varepsilon'^2}{2} + \varepsilon'\sqrt{\tfrac12 k\ln(1/\delta)}\Big\}
+
+    (basic composition; advanced composition of ε'-DP steps (Kairouz et al. form); bounded-range composition,
+    conservative in its first term). Increasing in ε'. Not rounded (the oracle values of §12 are exact
+    floats); :func:`limited_domain_local_epsilon` keeps a relative margin instead.
+
+    Parameters
+    ----------
+    local_epsilon
+        ε' ≥ 0 per selection.
+    delta
+        δ' ∈ (0, 1), the composition's slack.
+    k
+        Number of selections, ≥ 1.
+    """
+    eps = _check_real("local_epsilon", local_epsilon, minimum=0.0)
+    delta = _check_probability("delta", delta)
+    k = _check_int("k", k, minimum=1)
+    log_term = math.log(1.0 / delta)
+    basic = k * eps
+    # (e^x - 1)/(e^x + 1) = tanh(x/2), which does not overflow
+    advanced = k * eps * math.tanh(eps / 2.0) + eps * math.sqrt(2.0 * k * log_term)
+    bounded_range = k * eps**2 / 2.0 + eps * math.sqrt(0.5 * k * log_term)
+    return min(basic, advanced, bounded_range)
+
+
+def _increasing_bisection(function, target: float, tol: float) -> float:
+    """REFERENCE_SPEC §1, increasing variant: the largest v with f(v) < target, erring low (returns lo)."""
+    lo, hi = 0.0, 1.0
+    while function(hi) < target:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e300:
+            raise ValueError("bisection failed: the function never reaches the target")
+    while hi - lo > tol:
+        mid = (lo + hi) / 2.0
+        if function(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def limited_domain_local_epsilon(epsilon: float, delta: float, k: int, *, tol: float = 1e-6) -> float:
+    r"""The per-selection ε' of limited-domain top-k: the largest ε' with :math:`E(\varepsilon') \le \varepsilon`.
+
+    Found with the reference's increasing bisection on [0, 1] (doubling the bracket while needed), tolerance
+    ``tol``, returning the lower end, so the result is reproduced bit for bit (REFERENCE_SPEC §7.2, §12:
+    ε = 1.1, δ' = 0.05, k = 10 gives 0.22107791900634766) and :math:`E(\varepsilon') < \varepsilon`.
+
+    Parameters
+    ----------
+    epsilon
+        Total ε > 0.
+    delta
+        δ' ∈ (0, 1), the part of δ that pays for composition (the reference uses δ/2).
+    k
+        Number of selections, ≥ 1.
+    """
+    epsilon = _check_positive("epsilon", epsilon)
+    delta = _check_probability("delta", delta)
+    k = _check_int("k", k, minimum=1)
+    tol = _check_positive("tol", tol)
+    return _increasing_bisection(lambda e: limited_domain_epsilon(e, delta, k), epsilon, tol)
+
+
+def limited_domain_h_bottom(
+    next_count: int | float,
+    *,
+    k_bar: int,
+    max_contributions: int | None,
+    delta: float,
+    local_epsilon: float,
+) -> float:
+    r"""The threshold score :math:`h_\perp` of limited-domain top-k (Durfee & Rogers 2019, Algorithm 1).
+
+    .. math:: h_\perp = c_{(\bar k + 1)} + 1 + \frac{\ln(\min(\Delta_0, \bar k)/\delta)}{\varepsilon'}
+
+    where :math:`c_{(\bar k+1)}` (``next_count``) is the (k̄+1)-th largest count, 0 when there are at most k̄
+    items, and :math:`\Delta_0 = \infty` when ``max_contributions`` is ``None``. Evaluated in float (see
+    :func:`limited_domain_threshold_offset` for the conservatively rounded offset the mechanism uses).
+    """
+    return float(next_count) + 1.0 + _h_bottom_log_term(k_bar, max_contributions, delta, local_epsilon)
+
+
+def _h_bottom_log_term(k_bar: int, max_contributions: int | None, delta: float, local_epsilon: float) -> float:
+    k_bar = _check_int("k_bar", k_bar, minimum=1)
+    if max_contributions is not None:
+        max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    delta = _check_probability("delta", delta)
+    local_epsilon = _check_positive("local_epsilon", local_epsilon)
+    width = k_bar if max_contributions is None else min(max_contributions, k_bar)
+    return math.log(width / delta) / local_epsilon
+
+
+def limited_domain_threshold_offset(
+    *, k_bar: int, max_contributions: int | None, delta: float, scale: float, lattice_bits: int = 20
+) -> int:
+    r"""The offset :math:`h_\perp - c_{(\bar k+1)}`, rounded *up* onto the lattice :math:`2^{-b}\mathbb{Z}` (lattice units).
+
+    With the Gumbel scale :math:`s = 1/\varepsilon'` of the mechanism, returns the integer
+
+    .. math:: \Big\lceil 2^b \big(1 + s \ln(\min(\Delta_0, \bar k)/\delta)\big) \Big\rceil,
+
+    computed with ``mpmath`` interval arithmetic (outward rounding, 128 bits) and the ceiling of the interval's
+    upper end, so the result is at least the exact real offset. A larger offset only lowers the probability
+    that an item is released past :math:`\perp` (``docs/top_k.md`` §4), and it puts every score of the
+    mechanism on one integer lattice, where the selection is sampled exactly.
+
+    Examples
+    --------
+    >>> from opendp_wgm.accounting import limited_domain_threshold_offset
+    >>> limited_domain_threshold_offset(k_bar=2, max_contributions=5, delta=0.1, scale=1 / 1.1, lattice_bits=0)
+    4
+    """
+    from mpmath.ctx_iv import MPIntervalContext
+    from mpmath.libmp import round_ceiling, to_int
+
+    scale = _check_positive("scale", scale)
+    _h_bottom_log_term(k_bar, max_contributions, delta, 1.0)  # validation of k_bar, max_contributions, delta
+    lattice_bits = _check_int("lattice_bits", lattice_bits, minimum=0)
+    width = k_bar if max_contributions is None else min(max_contributions, k_bar)
+    ctx = MPIntervalContext()  # private context: no global mpmath state
+    ctx.prec = 128
+    offset = (1 + ctx.log(ctx.mpf(width) / ctx.mpf(delta)) * ctx.mpf(scale)) * ctx.mpf(2) ** lattice_bits
+    return int(to_int(offset._mpi_[1], round_ceiling))
+
+
+@dataclass(frozen=True)
+class WGMTopKCalibration:
+    r"""The calibrated parameters of WGM-then-top-k (:func:`opendp_wgm.make_wgm_top_k_from_budget`).
+
+    Attributes
+    ----------
+    k, max_contributions, split
+        k, Δ0, and the share of the budget given to stage 1 (the WGM).
+    delta, epsilon, rho
+        The total budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
+    wgm
+        Stage 1: the :class:`WGMCalibration` (σ, T) at its share of the budget.
+    peel_scale
+        Stage 2: the Gumbel scale s of the peeling; ``peel_local_epsilon`` = 1/s is the reference's ε'.
+    peel_epsilon, peel_rho, peel_delta
+        Stage 2's budget: (ε₂, δ₂) under (ε, δ)-DP, or ρ₂ (and δ₂ = 0) under approximate zCDP.
+    """
+
+    k: int
+    max_contributions: int
+    split: float
+    delta: float
+    wgm: WGMCalibration
+    peel_scale: float
+    peel_delta: float
+    epsilon: float | None = None
+    rho: float | None = None
+    peel_epsilon: float | None = None
+    peel_rho: float | None = None
+
+    @property
+    def peel_local_epsilon(self) -> float:
+        """ε' = 1/s, the per-round parameter of the peeling (the reference's ``em_epsilon_cdp``)."""
+        return 1.0 / self.peel_scale
+
+
+def _smallest_scale(passes, start: float) -> float:
+    """Nudge ``start`` up by ulps until ``passes(scale)`` (absorbs float rounding of closed forms)."""
+    scale = start
+    for step in range(10_000):
+        if passes(scale):
+            return scale
+        scale = math.nextafter(scale, math.inf) if step < 64 else scale * (1.0 + 1e-12)
+    raise AssertionError(f"calibration failed to pass its own map near scale {start!r}")  # pragma: no cover
+
+
+def calibrate_wgm_top_k(
+    *,
+    k: int,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    split: float = 0.5,
+) -> WGMTopKCalibration:
+    r"""Calibrate WGM-then-top-k to a total per-user budget, split between its two stages.
+
+    - ``epsilon`` given, (ε, δ)-DP (the reference's accounting, REFERENCE_SPEC §7.3): stage 1 gets
+      (split·ε, split·δ) and is :func:`calibrate_wgm` there (half of its δ to the noise, half to the
+      threshold); stage 2 gets the rest, (ε₂, δ₂), and peels with :math:`s = 1/\varepsilon'`,
+      ε' = :func:`peeling_epsilon` (ε₂, δ₂, k). At ε = 1, δ = 1e-5, Δ0 = 100, k = 100 and the default
+      split 1/2 this is σ = 7.6606, T = 41.86 and ε' = 0.020036, the reference's values.
+    - ``rho`` given, approximate zCDP: stage 1 gets (split·ρ, δ) (the peeling needs no δ) and stage 2
+      ρ₂ = (1 − split)·ρ, :math:`s = \sqrt{k/(8\rho_2)}`.
+
+    Every parameter is then checked against the privacy maps, so the composed measurement passes
+    ``check(1, budget)``.
+
+    Parameters
+    ----------
+    k
+        Number of items to release, ≥ 1.
+    max_contributions
+        Δ0 ≥ 1 of the WGM stage.
+    delta
+        Total δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one, > 0.
+    split
+        Share of the budget given to stage 1, in (0, 1); default 1/2 (the reference's split).
+    """
+    k = _check_int("k", k, minimum=1)
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
+    split = _check_probability("split", split)
+    if epsilon is not None:
+        eps_1 = split * epsilon
+        delta_1 = split * delta
+        eps_2 = (epsilon - eps_1) * (1.0 - 1e-12)
+        delta_2 = (delta - delta_1) * (1.0 - 1e-12)
+        wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta_1, epsilon=eps_1)
+        local = peeling_epsilon(eps_2, delta_2, k)
+        scale = _smallest_scale(
+            lambda s: peeling_approx_epsilon(1, k=k, scale=s, delta=delta_2) <= eps_2, 1.0 / local
+        )
+        return WGMTopKCalibration(
+            k=k, max_contributions=max_contributions, split=split, delta=delta, wgm=wgm,
+            peel_scale=scale, peel_delta=delta_2, epsilon=epsilon, peel_epsilon=eps_2,
+        )
+    rho_1 = split * rho
+    rho_2 = (rho - rho_1) * (1.0 - 1e-12)
+    wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta, rho=rho_1)
+    scale = _smallest_scale(
+        lambda s: peeling_rho(1, k=k, scale=s) <= rho_2, math.sqrt(k / (8.0 * rho_2))
+    )
+    return WGMTopKCalibration(
+        k=k, max_contributions=max_contributions, split=split, delta=delta, wgm=wgm,
+        peel_scale=scale, peel_delta=0.0, rho=rho, peel_rho=rho_2,
+    )
+
+
+__all__ += [
+    "WGMTopKCalibration",
+    "calibrate_wgm_top_k",
+    "limited_domain_epsilon",
+    "limited_domain_h_bottom",
+    "limited_domain_local_epsilon",
+    "limited_domain_threshold_offset",
+    "peeling_approx_epsilon",
+    "peeling_pure_epsilon",
+    "peeling_rho",
+]

@@ -1,0 +1,651 @@
+r"""Private top-k: known-domain peeling, WGM-then-top-k on an unknown domain, and the limited-domain baseline.
+
+"Missing Mass for Differentially Private Domain Discovery" (arXiv 2603.14016) releases the k items held by
+the most users, when the item domain is unknown, in two stages (REFERENCE_SPEC §7.3):
+
+1. stage 1, :func:`opendp_wgm.make_wgm`: discover candidate items on the unknown domain;
+2. stage 2, :func:`make_peeling_top_k`: exponential-mechanism peeling (one-shot Gumbel top-k) over the
+   candidates, scored by their exact (unclipped, per-user-deduplicated) user counts.
+
+The baseline is the limited-domain mechanism of Durfee & Rogers (2019, Algorithm 1; REFERENCE_SPEC §7.2),
+:func:`make_limited_domain_top_k`.
+
+Every release is a ``pl.DataFrame`` with the item column (the input's name and dtype) and ``rank``
+(``UInt32``, 1 = best), in rank order; nothing else. Selections are sampled exactly
+(:mod:`opendp_wgm._selection`). Privacy arguments: ``docs/top_k.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+
+from opendp_wgm._partial import _to_then
+from opendp_wgm._selection import SelectionMethod, noisy_top_k
+from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability
+from opendp_wgm.accounting import (
+    calibrate_wgm_top_k,
+    limited_domain_epsilon,
+    limited_domain_local_epsilon,
+    limited_domain_threshold_offset,
+    peeling_approx_epsilon,
+    peeling_pure_epsilon,
+    peeling_rho,
+)
+from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
+from opendp_wgm.measurements.wgm import Noise, _check_noise, _wgm_function, make_wgm
+from opendp_wgm.transformations import (
+    _assert_features,
+    _bound_plan,
+    _candidate_counts,
+    _check_candidates,
+    make_candidate_counts,
+)
+
+__all__ = [
+    "make_limited_domain_top_k",
+    "make_peeling_top_k",
+    "make_wgm_top_k",
+    "make_wgm_top_k_from_budget",
+    "then_limited_domain_top_k",
+    "then_peeling_top_k",
+    "then_wgm_top_k",
+    "then_wgm_top_k_from_budget",
+]
+
+RANK = "rank"
+_METHODS = ("auto", "opendp", "fast")
+#: Bits of the lattice 2^-b Z on which limited-domain top-k places h_⊥ (rounded up): counts become integers
+#: times 2^b, and the selection runs on integer scores exactly.
+LD_LATTICE_BITS = 20
+
+_PeelingKind = Literal["approx_zcdp", "zcdp", "approx_dp", "pure_dp"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# measures and maps
+
+
+def _measures() -> dict[_PeelingKind, dp.Measure]:
+    return {
+        "approx_zcdp": dp.approximate(dp.zero_concentrated_divergence()),
+        "zcdp": dp.zero_concentrated_divergence(),
+        "approx_dp": dp.approximate(dp.max_divergence()),
+        "pure_dp": dp.max_divergence(),
+    }
+
+
+def _peeling_kind(output_measure: dp.Measure | None, delta: float | None) -> tuple[_PeelingKind, float]:
+    """The output measure as a kind, with the δ of the zCDP → (ε, δ) conversion (approx_dp only)."""
+    measures = _measures()
+    if output_measure is None:
+        output_measure = measures["approx_zcdp"]
+    kind = next((name for name, measure in measures.items() if output_measure == measure), None)
+    if kind is None:
+        msg = (
+            "`output_measure` must be one of dp.approximate(dp.zero_concentrated_divergence()), "
+            "dp.zero_concentrated_divergence(), dp.approximate(dp.max_divergence()) or dp.max_divergence(), "
+            f"got {output_measure}"
+        )
+        raise ValueError(msg)
+    if kind == "approx_dp":
+        if delta is None:
+            msg = (
+                "output_measure=dp.approximate(dp.max_divergence()) needs `delta` (the δ at which the peeling's "
+                "zCDP is converted to (ε, δ))"
+            )
+            raise ValueError(msg)
+        return kind, _check_probability("delta", delta)
+    if delta is not None:
+        msg = f"`delta` applies only to output_measure=dp.approximate(dp.max_divergence()) (got {output_measure})"
+        raise ValueError(msg)
+    return kind, 0.0
+
+
+def _peeling_loss(d_in: int, *, k: int, scale: float, kind: _PeelingKind, delta: float = 0.0) -> Any:
+    r"""Privacy loss of ``k`` peeling rounds with monotone scores moving by at most ``d_in``.
+
+    Each round is :math:`d_{in}/s`-DP (both samplers) and, for the exponential mechanism,
+    :math:`d_{in}/s`-bounded-range, hence :math:`(d_{in}/s)^2/8`-zCDP; rounds compose (``docs/top_k.md`` §2).
+    Under (ε, δ) the tighter of basic composition (reported with δ = 0) and the zCDP conversion at ``delta``.
+    """
+    d_in = _check_d_in(d_in)
+    if kind == "pure_dp":
+        return peeling_pure_epsilon(d_in, k=k, scale=scale)
+    rho = peeling_rho(d_in, k=k, scale=scale)
+    if kind == "zcdp":
+        return rho
+    if kind == "approx_zcdp":
+        return rho, 0.0
+    if rho == 0.0:
+        return 0.0, 0.0
+    basic = peeling_pure_epsilon(d_in, k=k, scale=scale)
+    converted = peeling_approx_epsilon(d_in, k=k, scale=scale, delta=delta)  # min(basic, conversion), rounded up
+    return (converted, delta) if converted < basic else (basic, 0.0)
+
+
+def _selection_sampler(kind: _PeelingKind) -> Literal["zcdp", "max_divergence"]:
+    """Pure DP uses permute-and-flip (OpenDP's exponential noise); every other measure the Gumbel/EM form."""
+    return "max_divergence" if kind == "pure_dp" else "zcdp"
+
+
+def _check_method(method: Any) -> str:
+    if method not in _METHODS:
+        allowed = "{" + ", ".join(map(repr, _METHODS)) + "}"
+        msg = f"`method` must be one of {allowed}, got {method!r}"
+        raise ValueError(msg)
+    return method
+
+
+# --------------------------------------------------------------------------------------------------------------
+# release frames
+
+
+def _ranked_frame(items: pl.Series, chosen: np.ndarray, name: str) -> pl.DataFrame:
+    """The released frame: ``items[chosen]`` (in selection order) and their rank 1..len."""
+    picked = items.gather(pl.Series(chosen, dtype=pl.UInt32)) if chosen.shape[0] else items.clear()
+    return pl.DataFrame(
+        {name: picked.rename(name), RANK: pl.Series(RANK, np.arange(1, chosen.shape[0] + 1), dtype=pl.UInt32)}
+    )
+
+
+def _item_dtype(lf: pl.LazyFrame, space: _Space) -> pl.DataType:
+    return lf.collect_schema()[space.item]
+
+
+def _peel_candidates(
+    lf: pl.LazyFrame, space: _Space, candidates: pl.Series, k: int, scale: float, sampler: str, method: str
+) -> pl.DataFrame:
+    """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
+    dtype = _item_dtype(lf, space)
+    items = candidates.cast(dtype, strict=True)
+    if items.len() == 0:
+        return _ranked_frame(items, np.zeros(0, dtype=np.int64), space.item)
+    counts = _candidate_counts(lf, space, items)
+    chosen = noisy_top_k(counts, k, scale, measure=sampler, method=method)  # type: ignore[arg-type]
+    return _ranked_frame(items, chosen, space.item)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# known-domain peeling
+
+
+def _make_selection(size: int, k: int, scale: float, kind: _PeelingKind, delta: float, method: str) -> dp.Measurement:
+    """Private top-k of a score vector (monotone ℓ∞) as an OpenDP user measurement returning indices."""
+    rounds = min(k, size)
+    sampler = _selection_sampler(kind)
+
+    def function(scores: list[int]) -> list[int]:
+        return noisy_top_k(np.asarray(scores, dtype=np.int64), k, scale, measure=sampler, method=method).tolist()
+
+    def privacy_map(d_in: int) -> Any:
+        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, delta=delta)
+
+    return dp.m.make_user_measurement(
+        dp.vector_domain(dp.atom_domain(T=dp.i64), size=size),
+        dp.linf_distance(T=dp.i64, monotonic=True),
+        _measures()[kind],
+        function,
+        privacy_map,
+    )
+
+
+def make_peeling_top_k(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    candidates: Sequence | pl.Series | np.ndarray,
+    k: int,
+    scale: float,
+    output_measure: dp.Measure | None = None,
+    delta: float | None = None,
+    method: SelectionMethod = "auto",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Private top-k over a public candidate list: exact user counts, then exponential-mechanism peeling.
+
+    The measurement is :func:`opendp_wgm.make_candidate_counts` (distinct-user counts of the candidates,
+    monotone ℓ∞ stability 1, no Δ0 needed) chained with an exact private top-k of the count vector
+    (the distribution of OpenDP's ``make_noisy_top_k``; REFERENCE_SPEC §7.1 ``cdp_peeling``).
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    candidates
+        The public candidate items (distinct, no nulls). They are cast to the data's item dtype at release.
+    k
+        Number of items to release, ≥ 1 (the output has ``min(k, len(candidates))`` rows).
+    scale
+        The selection's noise scale s > 0: every round selects with :math:`\Pr[x] \propto e^{c(x)/s}`
+        (Gumbel; permute-and-flip under pure DP). The reference's ε' is 1/s.
+    output_measure
+        ``dp.approximate(dp.zero_concentrated_divergence())`` (default), ``dp.zero_concentrated_divergence()``,
+        ``dp.max_divergence()`` (samples permute-and-flip, as OpenDP does) or
+        ``dp.approximate(dp.max_divergence())`` (then ``delta`` is required).
+    delta
+        Only with ``dp.approximate(dp.max_divergence())``: the δ at which the zCDP of the peeling is
+        converted to ε (the reference's accounting, REFERENCE_SPEC §2.4).
+    method : {'auto', 'opendp', 'fast'}
+        The exact sampler (:func:`opendp_wgm._selection.noisy_top_k`); all draw the same distribution.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column (input name and dtype) and ``rank`` (UInt32,
+        1 = best), in rank order. An empty candidate list releases an empty frame (and costs nothing).
+
+    Notes
+    -----
+    With :math:`r = \min(k, |C|)` rounds and :math:`d = d_{in}` users added or removed, the counts move
+    monotonically by at most d, so (``docs/top_k.md`` §2)
+
+    .. math::
+        \rho = \frac{r\,d^2}{8 s^2}, \qquad \varepsilon_{\text{pure}} = \frac{r\,d}{s}, \qquad
+        \varepsilon(\delta) = \min\Big(\frac{r\,d}{s},\ \rho + 2\sqrt{\rho\ln(1/\delta)}\Big).
+
+    No factor 1/2: user counts are monotone under add/remove (REFERENCE_SPEC §2.5).
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.top_k import make_peeling_top_k
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = make_peeling_top_k(*wgm.user_items_space(), candidates=["a", "b", "c"], k=2, scale=2.0)
+    >>> m.map(1)
+    (0.06250000000000006, 0.0)
+    """
+    _assert_features()
+    k = _check_int("k", k, minimum=1)
+    scale = _check_positive("scale", scale)
+    kind, delta_value = _peeling_kind(output_measure, delta)
+    method = _check_method(method)
+    series = _check_candidates(candidates)
+    space = _resolve_space(input_domain, input_metric, item)
+    counts = make_candidate_counts(input_domain, input_metric, candidates=series, item=space.item)
+    chain = counts >> _make_selection(series.len(), k, scale, kind, delta_value, method)
+    sampler = _selection_sampler(kind)
+
+    # The release evaluates the chain's two steps directly on the frame (no FFI round trip of the data);
+    # the privacy map is the chain's: selection map ∘ stability map of the counts.
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        return _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
+
+    return dp.m.make_user_measurement(input_domain, input_metric, _measures()[kind], function, chain.map)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# WGM-then-top-k
+
+
+def _wgm_top_k_function(
+    space: _Space, k: int, max_contributions: int, wgm_scale: float, wgm_threshold: float, peel_scale: float,
+    noise: Noise, method: str,
+):
+    wgm_release = _wgm_function(space, max_contributions, wgm_scale, wgm_threshold, noise)
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        lf = _prepare_frame(frame, space)
+        candidates = wgm_release(lf)[space.item]  # stage 1: the noisy weights are discarded
+        return _peel_candidates(lf, space, candidates, k, peel_scale, "zcdp", method)  # stage 2
+
+    return function
+
+
+def make_wgm_top_k(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    k: int,
+    max_contributions: int,
+    wgm_scale: float,
+    wgm_threshold: float,
+    peel_scale: float,
+    output_measure: dp.Measure | None = None,
+    wgm_epsilon: float | None = None,
+    peel_delta: float | None = None,
+    noise: Noise = "lattice",
+    method: SelectionMethod = "auto",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Private top-k over an unknown domain: WGM candidates, then exponential-mechanism peeling on them.
+
+    Stage 1 is :func:`opendp_wgm.make_wgm` (``max_contributions``, ``wgm_scale``, ``wgm_threshold``); stage 2
+    peels ``k`` items from the released candidates with scale ``peel_scale``, scored by their *exact* user
+    counts (unclipped, one per user; REFERENCE_SPEC §7.3). Only the stage-2 items are released.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    k
+        Number of items to release, ≥ 1 (fewer when the WGM releases fewer than k candidates).
+    max_contributions, wgm_scale, wgm_threshold
+        Δ0, σ and T of the WGM (:func:`opendp_wgm.make_wgm`).
+    peel_scale
+        The Gumbel scale s of the peeling (the reference's ε' is 1/s).
+    output_measure
+        ``dp.approximate(dp.zero_concentrated_divergence())`` (default) or
+        ``dp.approximate(dp.max_divergence())`` (then ``wgm_epsilon`` and ``peel_delta`` are required).
+    wgm_epsilon
+        Only under (ε, δ): the ε at which the WGM stage reports its δ (``epsilon`` of :func:`make_wgm`).
+    peel_delta
+        Only under (ε, δ): the δ at which the peeling stage's zCDP is converted to ε.
+    noise : {'lattice', 'opendp'}
+        The WGM's exact discrete Gaussian sampler.
+    method : {'auto', 'opendp', 'fast'}
+        The exact selection sampler.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column (input name and dtype) and ``rank`` (UInt32),
+        at most k rows in rank order. If the WGM releases nothing, the release is empty (the map is unchanged).
+
+    Notes
+    -----
+    Adaptive composition of the two stages (``docs/top_k.md`` §3): the candidate list is a release of stage 1,
+    and stage 2 is private for every fixed candidate list, with a map that does not depend on it (it charges k
+    rounds whatever the number of candidates). So
+
+    .. math::
+        m(d) = m_{\text{WGM}}(d) + m_{\text{peel}}(d), \qquad
+        m_{\text{peel}}(d) = \Big(\frac{k d^2}{8 s^2},\ 0\Big) \text{ (approx. zCDP)} \quad\text{or}\quad
+        \Big(\min\big(\tfrac{k d}{s}, \rho + 2\sqrt{\rho \ln(1/\delta_2)}\big),\ \delta_2\Big) \text{ ((ε, δ))}
+
+    with :math:`\rho = k d^2/(8 s^2)`; (ρ, δ) pairs and (ε, δ) pairs add.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.top_k import make_wgm_top_k
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = make_wgm_top_k(*wgm.user_items_space(), k=10, max_contributions=100,
+    ...                    wgm_scale=4.0, wgm_threshold=25.0, peel_scale=10.0)
+    >>> rho, delta = m.map(1)
+    >>> round(rho, 6), delta < 1e-6
+    (0.04375, True)
+    """
+    _assert_features()
+    k = _check_int("k", k, minimum=1)
+    peel_scale = _check_positive("peel_scale", peel_scale)
+    noise = _check_noise(noise)
+    method = _check_method(method)
+    measures = _measures()
+    output_measure = measures["approx_zcdp"] if output_measure is None else output_measure
+    if output_measure == measures["approx_zcdp"]:
+        for name, value in (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta)):
+            if value is not None:
+                msg = f"`{name}` applies only to output_measure=dp.approximate(dp.max_divergence())"
+                raise ValueError(msg)
+        kind: _PeelingKind = "approx_zcdp"
+        peel_delta_value = 0.0
+    elif output_measure == measures["approx_dp"]:
+        missing = [n for n, v in (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta)) if v is None]
+        if missing:
+            msg = f"output_measure=dp.approximate(dp.max_divergence()) needs {' and '.join(f'`{n}`' for n in missing)}"
+            raise ValueError(msg)
+        kind = "approx_dp"
+        peel_delta_value = _check_probability("peel_delta", peel_delta)
+    else:
+        msg = (
+            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
+            f"dp.approximate(dp.max_divergence()), got {output_measure}"
+        )
+        raise ValueError(msg)
+    # stage 1 validates Δ0, σ, T, ε and the input space, and gives its map
+    stage_1 = make_wgm(
+        input_domain,
+        input_metric,
+        max_contributions=max_contributions,
+        scale=wgm_scale,
+        threshold=wgm_threshold,
+        output_measure=output_measure,
+        epsilon=wgm_epsilon,
+        noise=noise,
+        item=item,
+    )
+    space = _resolve_space(input_domain, input_metric, item)
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        d_in = _check_d_in(d_in)
+        wgm_loss = stage_1.map(d_in)
+        peel_loss = _peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, delta=peel_delta_value)
+        return _add_up(wgm_loss[0], peel_loss[0]), min(1.0, _add_up(wgm_loss[1], peel_loss[1]))
+
+    function = _wgm_top_k_function(
+        space, k, int(max_contributions), float(wgm_scale), float(wgm_threshold), peel_scale, noise, method
+    )
+    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+
+
+def _add_up(a: float, b: float) -> float:
+    """a + b rounded toward +inf."""
+    total = a + b
+    return math.nextafter(total, math.inf) if total != 0.0 and math.isfinite(total) else total
+
+
+def make_wgm_top_k_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    k: int,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    split: float = 0.5,
+    noise: Noise = "lattice",
+    method: SelectionMethod = "auto",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""WGM-then-top-k calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
+
+    ``split`` (default 1/2, the reference's) is the share of the budget given to stage 1 (the WGM); the
+    calibrated parameters are those of :func:`opendp_wgm.accounting.calibrate_wgm_top_k`, which returns them
+    for inspection. The result is :func:`make_wgm_top_k` with those parameters, so ``m.check(1, budget)``.
+
+    - ``epsilon``: stage 1 is (split·ε, split·δ)-DP (its δ half for noise, half for the threshold, as the
+      reference), stage 2 ((1 − split)·ε, (1 − split)·δ)-DP with the reference's ε'
+      (REFERENCE_SPEC §2.4, §7.3).
+    - ``rho``: stage 1 gets (split·ρ, δ), stage 2 (1 − split)·ρ (the peeling needs no δ).
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = make_wgm_top_k_from_budget(*wgm.user_items_space(), k=100, max_contributions=100,
+    ...                                epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    """
+    _assert_features()
+    calibration = calibrate_wgm_top_k(
+        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
+    )
+    measures = _measures()
+    return make_wgm_top_k(
+        input_domain,
+        input_metric,
+        k=calibration.k,
+        max_contributions=calibration.max_contributions,
+        wgm_scale=calibration.wgm.scale,
+        wgm_threshold=calibration.wgm.threshold,
+        peel_scale=calibration.peel_scale,
+        output_measure=measures["approx_dp"] if epsilon is not None else measures["approx_zcdp"],
+        wgm_epsilon=calibration.wgm.epsilon,
+        peel_delta=calibration.peel_delta if epsilon is not None else None,
+        noise=noise,
+        method=method,
+        item=item,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# limited domain (Durfee & Rogers 2019)
+
+
+def _group_approx_dp(d_in: int, epsilon: float, delta: float) -> tuple[float, float]:
+    r"""Group privacy of an (ε, δ)-DP map at ``d_in``: :math:`(d\varepsilon,\ \delta \sum_{i<d} e^{i\varepsilon})`."""
+    if d_in == 0:
+        return 0.0, 0.0
+    if d_in == 1:
+        return epsilon, delta
+    eps = d_in * epsilon * (1.0 + 2.0**-50)
+    try:
+        growth = math.expm1(d_in * epsilon) / math.expm1(epsilon)
+    except OverflowError:
+        return eps, 1.0
+    return eps, min(1.0, delta * growth * (1.0 + 1e-12))
+
+
+def make_limited_domain_top_k(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    k: int,
+    k_bar: int,
+    max_contributions: int | None,
+    epsilon: float,
+    delta: float,
+    method: SelectionMethod = "auto",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Limited-domain top-k (Durfee & Rogers 2019, Algorithm 1): the baseline of REFERENCE_SPEC §7.2.
+
+    1. Each user keeps a uniform random subset of at most Δ0 distinct items (``max_contributions``; ``None``
+       keeps all, and then :math:`\Delta_0 = \infty` below).
+    2. δ' = δ/2 pays for composition, :math:`\delta_\perp` = δ − δ' for the threshold.
+    3. ε' is the largest value with :math:`E(\varepsilon') \le \varepsilon`
+       (:func:`opendp_wgm.accounting.limited_domain_local_epsilon`, the reference's bisection).
+    4. The k̄ items with the largest bounded counts :math:`c_{(1)} \ge \dots \ge c_{(\bar k)}` (ties broken
+       by item value) compete with :math:`\perp` of score
+       :math:`h_\perp = c_{(\bar k+1)} + 1 + \ln(\min(\Delta_0, \bar k)/\delta_\perp)/\varepsilon'`
+       (:math:`c_{(\bar k+1)} = 0` if there are at most k̄ items).
+    5. All get Gumbel noise of scale 1/ε'; the items whose noisy score beats :math:`\perp`'s are released in
+       noisy order, at most k.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    k
+        Most items released, ≥ 1.
+    k_bar
+        k̄ ≥ k, the size of the limited domain. It may exceed the number of distinct items (the reference
+        crashes there): the missing slots are filled with zero-count placeholders that are never released.
+    max_contributions
+        Δ0 ≥ 1, or ``None`` for no bound.
+    epsilon, delta
+        The (ε, δ)-DP budget for one user.
+    method : {'auto', 'opendp', 'fast'}
+        The exact selection sampler.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Output measure ``dp.approximate(dp.max_divergence())``; maps a frame to a ``pl.DataFrame`` with the
+        item column and ``rank`` (UInt32), at most k rows in rank order.
+
+    Notes
+    -----
+    ``m.map(1)`` is :math:`(E(1/s), \delta)` with s the Gumbel scale actually used (:math:`1/s \le \varepsilon'`,
+    so :math:`E(1/s) \le \varepsilon`); for :math:`d > 1` the group bound
+    :math:`(d\,\varepsilon_1,\ \delta \sum_{i<d} e^{i\varepsilon_1})`. The threshold score is rounded *up* to the
+    lattice :math:`2^{-20}\mathbb{Z}`, so every score is a multiple of :math:`2^{-20}` and the selection is
+    sampled exactly on integers (``docs/top_k.md`` §4).
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.top_k import make_limited_domain_top_k
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = make_limited_domain_top_k(*wgm.user_items_space(), k=10, k_bar=50, max_contributions=100,
+    ...                               epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    """
+    _assert_features()
+    k = _check_int("k", k, minimum=1)
+    k_bar = _check_int("k_bar", k_bar, minimum=1)
+    if k > k_bar:
+        msg = f"`k` ({k}) must be <= `k_bar` ({k_bar}): the limited domain holds k_bar items"
+        raise ValueError(msg)
+    if max_contributions is not None:
+        max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    epsilon = _check_positive("epsilon", epsilon)
+    delta = _check_probability("delta", delta)
+    method = _check_method(method)
+    space = _resolve_space(input_domain, input_metric, item)
+
+    delta_composition = delta / 2.0
+    delta_bottom = delta - delta_composition
+    local = limited_domain_local_epsilon(epsilon, delta_composition, k)
+    scale = 1.0 / local * (1.0 + 1e-12)  # the Gumbel scale; the ε' actually used is 1/scale <= local
+    eps_1 = limited_domain_epsilon(1.0 / scale, delta_composition, k) * (1.0 + 1e-12)
+    if eps_1 > epsilon:  # pragma: no cover - a bug guard (the bisection keeps a 1e-6 margin)
+        raise AssertionError(f"limited-domain calibration gave ε = {eps_1} > {epsilon}")
+    offset = limited_domain_threshold_offset(
+        k_bar=k_bar,
+        max_contributions=max_contributions,
+        delta=delta_bottom,
+        scale=scale,
+        lattice_bits=LD_LATTICE_BITS,
+    )
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        lf = _prepare_frame(frame, space)
+        bounded = lf.unique() if max_contributions is None else _bound_plan(lf, space, max_contributions)
+        # top k̄ + 1 bounded counts; ties broken by item value, a fixed order of the domain
+        top = (
+            bounded.group_by(space.item)
+            .len(name="_count")
+            .sort(["_count", space.item], descending=[True, False])
+            .head(k_bar + 1)
+            .collect()
+        )
+        present = min(top.height, k_bar)
+        counts = top["_count"].cast(pl.Int64).to_numpy()
+        next_count = int(counts[k_bar]) if top.height > k_bar else 0
+        unit = 1 << LD_LATTICE_BITS
+        # scores on the lattice (units 2^-b): k̄ items (zero-count placeholders past the data), then ⊥
+        scores = np.zeros(k_bar + 1, dtype=np.int64)
+        scores[:present] = counts[:present] * unit
+        scores[k_bar] = next_count * unit + offset
+        order = noisy_top_k(scores, k + 1, scale * unit, measure="zcdp", method=method)
+        stop = np.flatnonzero(order == k_bar)
+        prefix = order[: min(k, int(stop[0]) if stop.shape[0] else k)]
+        chosen = prefix[prefix < present]  # placeholders are dropped (post-processing)
+        return _ranked_frame(top[space.item].head(present), chosen, space.item)
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return _group_approx_dp(_check_d_in(d_in), eps_1, delta)
+
+    return dp.m.make_user_measurement(input_domain, input_metric, _measures()["approx_dp"], function, privacy_map)
+
+
+then_peeling_top_k = _to_then(make_peeling_top_k)
+then_wgm_top_k = _to_then(make_wgm_top_k)
+then_wgm_top_k_from_budget = _to_then(make_wgm_top_k_from_budget)
+then_limited_domain_top_k = _to_then(make_limited_domain_top_k)
