@@ -1,5 +1,56 @@
-"""Measurements: the paper's mechanisms (and, later, their baselines)."""
+"""Measurements: the paper's mechanisms, their known-domain stages and the baselines."""
 
+from opendp_wgm.measurements.hitting_set import (
+    HittingSetCalibration,
+    calibrate_user_peeling,
+    calibrate_wgm_hitting_set,
+    greedy_hitting_set,
+    make_user_peeling,
+    make_user_peeling_from_budget,
+    make_wgm_hitting_set,
+    make_wgm_hitting_set_from_budget,
+    then_user_peeling,
+    then_user_peeling_from_budget,
+    then_wgm_hitting_set,
+    then_wgm_hitting_set_from_budget,
+    user_peeling_on_true_domain,
+)
+from opendp_wgm.measurements.top_k import (
+    make_limited_domain_top_k,
+    make_peeling_top_k,
+    make_wgm_top_k,
+    make_wgm_top_k_from_budget,
+    then_limited_domain_top_k,
+    then_peeling_top_k,
+    then_wgm_top_k,
+    then_wgm_top_k_from_budget,
+)
 from opendp_wgm.measurements.wgm import make_wgm, make_wgm_from_budget, then_wgm, then_wgm_from_budget
 
-__all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
+__all__ = [
+    "HittingSetCalibration",
+    "calibrate_user_peeling",
+    "calibrate_wgm_hitting_set",
+    "greedy_hitting_set",
+    "make_limited_domain_top_k",
+    "make_peeling_top_k",
+    "make_user_peeling",
+    "make_user_peeling_from_budget",
+    "make_wgm",
+    "make_wgm_from_budget",
+    "make_wgm_hitting_set",
+    "make_wgm_hitting_set_from_budget",
+    "make_wgm_top_k",
+    "make_wgm_top_k_from_budget",
+    "then_limited_domain_top_k",
+    "then_peeling_top_k",
+    "then_user_peeling",
+    "then_user_peeling_from_budget",
+    "then_wgm",
+    "then_wgm_from_budget",
+    "then_wgm_hitting_set",
+    "then_wgm_hitting_set_from_budget",
+    "then_wgm_top_k",
+    "then_wgm_top_k_from_budget",
+    "user_peeling_on_true_domain",
+]
