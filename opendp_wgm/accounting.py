@@ -261,14 +261,19 @@ class WGMCalibration:
     noise_delta: float = 0.0
 
 
-def _prepare_budget(
-    epsilon: float | None, rho: float | None, delta: float
-) -> tuple[float | None, float | None, float]:
-    """Normalise the alternative ways of giving a budget: exactly one of ε and ρ, plus δ ∈ (0, 1)."""
+def _check_epsilon_or_rho(epsilon: float | None, rho: float | None) -> None:
+    """A budget is given by exactly one of ε and ρ."""
     given = [name for name, v in (("epsilon", epsilon), ("rho", rho)) if v is not None]
     if len(given) != 1:
         msg = f"pass exactly one of `epsilon` and `rho` (got {given or 'neither'})"
         raise ValueError(msg)
+
+
+def _prepare_budget(
+    epsilon: float | None, rho: float | None, delta: float
+) -> tuple[float | None, float | None, float]:
+    """Normalise the alternative ways of giving a budget: exactly one of ε and ρ, plus δ ∈ (0, 1)."""
+    _check_epsilon_or_rho(epsilon, rho)
     delta = _check_probability("delta", delta)
     if epsilon is not None:
         return _check_positive("epsilon", epsilon), None, delta
@@ -418,14 +423,7 @@ def peeling_rho(d_in: int, *, k: int, scale: float) -> float:
     (OpenDP's ``make_noisy_top_k`` map under ``zero_concentrated_divergence``). ``scale = 0`` gives ∞ for
     ``d_in > 0``. Rounded up.
     """
-    d_in = _check_d_in(d_in)
-    k = _check_int("k", k, minimum=0)
-    scale = _check_real("scale", scale, minimum=0.0)
-    if d_in == 0 or k == 0:
-        return 0.0
-    if scale == 0.0:
-        return math.inf
-    return k * (d_in / scale) ** 2 / 8.0 * _LOSS_INFLATION
+    return _peeling_loss_up(lambda d, k, s: k * (d / s) ** 2 / 8.0, d_in, k, scale)
 
 
 def peeling_pure_epsilon(d_in: int, *, k: int, scale: float) -> float:
@@ -435,6 +433,12 @@ def peeling_pure_epsilon(d_in: int, *, k: int, scale: float) -> float:
     :math:`(d_{in}/s)`-DP, with no factor 2 (McSherry & Talwar 2007; McKenna & Sheldon 2020). This is
     OpenDP's ``make_noisy_top_k`` map under ``max_divergence``. Rounded up.
     """
+    return _peeling_loss_up(lambda d, k, s: k * d / s, d_in, k, scale)
+
+
+def _peeling_loss_up(formula, d_in: int, k: int, scale: float) -> float:
+    """``formula(d_in, k, scale)`` rounded up, after the checks and the cases it does not cover: 0 without users
+    or rounds, ∞ without noise."""
     d_in = _check_d_in(d_in)
     k = _check_int("k", k, minimum=0)
     scale = _check_real("scale", scale, minimum=0.0)
@@ -442,7 +446,7 @@ def peeling_pure_epsilon(d_in: int, *, k: int, scale: float) -> float:
         return 0.0
     if scale == 0.0:
         return math.inf
-    return k * d_in / scale * _LOSS_INFLATION
+    return formula(d_in, k, scale) * _LOSS_INFLATION
 
 
 def peeling_approx_epsilon(d_in: int, *, k: int, scale: float, delta: float) -> float:

@@ -456,7 +456,7 @@ def test_reference_quality_on_steam(shared_data) -> None:
         (dict(candidates=[1, None]), ValueError, "`candidates` must not contain nulls"),
         (dict(candidates=[1, 1, 2]), ValueError, "`candidates` must be distinct (2 duplicated entries)"),
         (dict(output_measure=dp.smoothed_max_divergence()), ValueError, "`output_measure` must be one of"),
-        (dict(output_measure=APPROX_DP), ValueError, "needs `delta`"),
+        (dict(output_measure=APPROX_DP), ValueError, "needs `delta` (the δ at which the peeling's zCDP is converted to (ε, δ); 0 gives basic composition)"),
         (dict(delta=1e-5), ValueError, "`delta` applies only to output_measure=dp.approximate(dp.max_divergence())"),
         (dict(output_measure=APPROX_DP, delta=1.0), ValueError, "`delta` must be in [0.0, 1.0) (found 1.0)"),
         (dict(item="other"), ValueError, "`item` ('other') disagrees with `input_domain`'s item column ('item')"),

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import opendp.prelude as dp
@@ -34,10 +33,28 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._selection import noisy_max
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability, _check_real
-from opendp_wgm.accounting import WGMCalibration, _smallest_passing, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm._validation import _check_int, _check_positive, _check_probability
+from opendp_wgm.accounting import (
+    WGMCalibration,
+    _check_epsilon_or_rho,
+    _prepare_budget,
+    _smallest_passing,
+    calibrate_wgm,
+    wgm_privacy_loss,
+)
 from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
-from opendp_wgm.measurements.wgm import Noise, _check_noise, _wgm_function, make_wgm
+from opendp_wgm.measurements._peeling import (
+    _USER_PEELING,
+    _add_up,
+    _make_wgm_then_peeling,
+    _measures,
+    _peeling_kind,
+    _peeling_loss,
+    _PeelingKind,
+    _ranked_frame,
+    _two_stage_arguments,
+)
+from opendp_wgm.measurements.wgm import Noise
 from opendp_wgm.transformations import _check_candidates
 
 __all__ = [
@@ -58,65 +75,6 @@ __all__ = [
 
 _CODE = "__opendp_wgm_code__"
 _USER_CODE = "__opendp_wgm_user__"
-RANK = "rank"
-
-_PeelingKind = Literal["approx_zcdp", "zcdp", "approx_dp", "pure_dp"]
-
-
-def _measures() -> dict[_PeelingKind, dp.Measure]:
-    return {
-        "approx_zcdp": dp.approximate(dp.zero_concentrated_divergence()),
-        "zcdp": dp.zero_concentrated_divergence(),
-        "approx_dp": dp.approximate(dp.max_divergence()),
-        "pure_dp": dp.max_divergence(),
-    }
-
-
-# --------------------------------------------------------------------------------------------------------
-# floating point: maps round up
-# --------------------------------------------------------------------------------------------------------
-def _float_up(value: Fraction) -> float:
-    """The smallest float >= an exact rational."""
-    out = float(value)
-    if Fraction(out) < value:
-        out = math.nextafter(out, math.inf)
-    return out
-
-
-def _add_up(a: float, b: float) -> float:
-    """a + b rounded toward +inf (OpenDP's compositors add the same way)."""
-    return _float_up(Fraction(a) + Fraction(b))
-
-
-# Relative inflation of the zCDP → (ε, δ) conversion, which uses sqrt and log (each within 1 ulp).
-_CONVERSION_INFLATION = 1.0 + 1e-12
-
-
-def _peeling_loss(d_in: int, *, k: int, scale: float, kind: _PeelingKind, delta: float = 0.0) -> Any:
-    r"""Privacy loss of ``k`` peeling rounds of the exponential mechanism with ``Pr ∝ exp(score/scale)``.
-
-    Each round's scores move monotonically by at most ``d_in`` (``docs/hitting_set.md`` §2), so the round is
-    :math:`\varepsilon_r = d_{in}/\text{scale}`-DP and :math:`\varepsilon_r`-bounded-range, hence
-    :math:`\varepsilon_r^2/8`-zCDP; ``k`` adaptive rounds add. Rational parts are exact and rounded up once.
-    """
-    d_in = _check_d_in(d_in)
-    per_round = Fraction(d_in) / Fraction(scale)
-    rho = _float_up(k * per_round**2 / 8)
-    if kind == "zcdp":
-        return rho
-    if kind == "approx_zcdp":
-        return rho, 0.0
-    basic = _float_up(k * per_round)
-    if kind == "pure_dp":
-        return basic
-    # approx_dp: the tighter of basic composition (δ = 0) and the zCDP conversion at δ (Bun & Steinke 2016)
-    if d_in == 0:
-        return 0.0, 0.0
-    if delta > 0.0:
-        converted = (rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))) * _CONVERSION_INFLATION
-        if converted < basic:
-            return converted, delta
-    return basic, 0.0
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -206,17 +164,6 @@ def _coverage(
     return _Coverage(user_codes, item_codes, items.len()), items
 
 
-def _selection_frame(items: pl.Series, chosen: np.ndarray, **extra: np.ndarray) -> pl.DataFrame:
-    """The chosen items in selection order, with their 1-based ``rank``."""
-    return pl.DataFrame(
-        [
-            items.gather(pl.Series(chosen, dtype=pl.UInt32)).rename(items.name),
-            pl.Series(RANK, np.arange(1, chosen.size + 1), dtype=pl.UInt32),
-            *(pl.Series(name, values) for name, values in extra.items()),
-        ]
-    )
-
-
 def _peel(
     lf: pl.LazyFrame,
     space: _Space,
@@ -252,43 +199,12 @@ def _peel(
         state.pick(j)
     if timings is not None:
         timings.update(build=built - start, rounds=time.perf_counter() - built, n_rounds=rounds, n_candidates=n)
-    return _selection_frame(items, chosen)
+    return _ranked_frame(items, chosen, items.name)
 
 
 # --------------------------------------------------------------------------------------------------------
 # parameter checks
 # --------------------------------------------------------------------------------------------------------
-def _peeling_kind(output_measure: dp.Measure | None, delta: float | None) -> tuple[_PeelingKind, float]:
-    """The output measure as a kind, with the δ of the zCDP → (ε, δ) conversion (approx_dp only)."""
-    measures = _measures()
-    if output_measure is None:
-        output_measure = measures["approx_zcdp"]
-    kind = next((name for name, measure in measures.items() if output_measure == measure), None)
-    if kind is None:
-        msg = (
-            "`output_measure` must be one of dp.approximate(dp.zero_concentrated_divergence()), "
-            "dp.zero_concentrated_divergence(), dp.approximate(dp.max_divergence()) or dp.max_divergence(), "
-            f"got {output_measure}"
-        )
-        raise ValueError(msg)
-    if kind == "approx_dp":
-        if delta is None:
-            msg = (
-                "output_measure=dp.approximate(dp.max_divergence()) needs `delta` (the δ of the zCDP → (ε, δ) "
-                "conversion; 0 gives basic composition)"
-            )
-            raise ValueError(msg)
-        return kind, _check_real("delta", delta, minimum=0.0, maximum=1.0, maximum_inclusive=False)
-    if delta is not None:
-        msg = f"`delta` applies only to output_measure=dp.approximate(dp.max_divergence()) (got {output_measure})"
-        raise ValueError(msg)
-    return kind, 0.0
-
-
-def _check_split(split: Any) -> float:
-    return _check_probability("split", split)
-
-
 def _check_columns(user: Any, item: Any) -> _Space:
     for name, value in (("user", user), ("item", item)):
         if not isinstance(value, str):
@@ -403,7 +319,7 @@ def make_user_peeling(
     series = _check_candidates(candidates)
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
-    kind, delta = _peeling_kind(output_measure, delta)
+    kind, delta = _peeling_kind(output_measure, delta, _USER_PEELING)
     space = _resolve_space(input_domain, input_metric, item)
     rounds = min(k, series.len())  # public: the candidate list is
 
@@ -411,7 +327,7 @@ def make_user_peeling(
         return _peel(_prepare_frame(frame, space), space, series, k, scale)
 
     def privacy_map(d_in: int) -> Any:
-        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, delta=delta)
+        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=_USER_PEELING, delta=delta)
 
     return dp.m.make_user_measurement(input_domain, input_metric, _measures()[kind], function, privacy_map)
 
@@ -420,10 +336,7 @@ def _budget_kind(
     epsilon: float | None, rho: float | None, delta: float | None
 ) -> tuple[_PeelingKind, float, float]:
     """Normalise a peeling budget: ρ (approximate zCDP), ε with δ ((ε, δ)-DP) or ε alone (pure DP)."""
-    given = [name for name, v in (("epsilon", epsilon), ("rho", rho)) if v is not None]
-    if len(given) != 1:
-        msg = f"pass exactly one of `epsilon` and `rho` (got {given or 'neither'})"
-        raise ValueError(msg)
+    _check_epsilon_or_rho(epsilon, rho)
     if rho is not None:
         if delta is not None:
             msg = "`delta` applies only with `epsilon` (peeling spends no δ under zCDP)"
@@ -441,10 +354,11 @@ def _first(d_out: Any) -> float:
 
 def _calibrate_peeling(k: int, kind: _PeelingKind, budget: float, delta: float) -> float:
     """Smallest scale whose map at d_in = 1 fits the budget (a search on the map, never a closed form)."""
-    scale = _smallest_passing(
-        lambda s: _first(_peeling_loss(1, k=k, scale=s, kind=kind, delta=delta)) <= budget, 1e-12
-    )
-    if not _first(_peeling_loss(1, k=k, scale=scale, kind=kind, delta=delta)) <= budget:  # pragma: no cover
+    def fits(scale: float) -> bool:
+        return _first(_peeling_loss(1, k=k, scale=scale, kind=kind, accounting=_USER_PEELING, delta=delta)) <= budget
+
+    scale = _smallest_passing(fits, 1e-12)
+    if not fits(scale):  # pragma: no cover
         raise AssertionError(f"calibration produced a scale over the budget {budget}")
     return scale
 
@@ -519,26 +433,6 @@ def make_user_peeling_from_budget(
 # --------------------------------------------------------------------------------------------------------
 # WGM, then user peeling
 # --------------------------------------------------------------------------------------------------------
-def _wgm_hitting_set_function(
-    space: _Space,
-    *,
-    k: int,
-    max_contributions: int,
-    wgm_scale: float,
-    wgm_threshold: float,
-    peel_scale: float,
-    noise: Noise,
-) -> Callable[[pl.DataFrame | pl.LazyFrame], pl.DataFrame]:
-    release_candidates = _wgm_function(space, max_contributions, wgm_scale, wgm_threshold, noise)
-
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lf = _prepare_frame(frame, space)
-        candidates = release_candidates(lf).get_column(space.item)  # stage 1: WGM on the unknown domain
-        return _peel(lf, space, candidates, k, peel_scale)  # stage 2: peeling on *unclipped* data
-
-    return function
-
-
 def make_wgm_hitting_set(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -615,71 +509,22 @@ def make_wgm_hitting_set(
     (0.04375, True)
     """
     _assert_features()
-    k = _check_int("k", k, minimum=1)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
-    wgm_scale = _check_positive("wgm_scale", wgm_scale)
-    wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
-    peel_scale = _check_positive("peel_scale", peel_scale)
-    noise = _check_noise(noise)
-    measures = _measures()
-    output_measure = measures["approx_zcdp"] if output_measure is None else output_measure
-    if output_measure == measures["approx_zcdp"]:
-        for name, value in (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta)):
-            if value is not None:
-                msg = f"`{name}` applies only to output_measure=dp.approximate(dp.max_divergence())"
-                raise ValueError(msg)
-        kind: _PeelingKind = "approx_zcdp"
-    elif output_measure == measures["approx_dp"]:
-        missing = [n for n, v in (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta)) if v is None]
-        if missing:
-            msg = f"output_measure=dp.approximate(dp.max_divergence()) needs {' and '.join(f'`{n}`' for n in missing)}"
-            raise ValueError(msg)
-        wgm_epsilon = _check_positive("wgm_epsilon", wgm_epsilon)
-        peel_delta = _check_real("peel_delta", peel_delta, minimum=0.0, maximum=1.0, maximum_inclusive=False)
-        kind = "approx_dp"
-    else:
-        msg = (
-            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
-            f"dp.approximate(dp.max_divergence()), got {output_measure}"
-        )
-        raise ValueError(msg)
-    peel_delta_ = 0.0 if peel_delta is None else peel_delta
-    # make_wgm checks the space and stage 1 once more; the release reuses its function (_wgm_function),
-    # the map the function behind its map (wgm_privacy_loss)
-    make_wgm(
+    return _make_wgm_then_peeling(
         input_domain,
         input_metric,
-        max_contributions=max_contributions,
-        scale=wgm_scale,
-        threshold=wgm_threshold,
-        output_measure=output_measure,
-        epsilon=wgm_epsilon,
-        noise=noise,
-        item=item,
-    )
-    space = _resolve_space(input_domain, input_metric, item)
-
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        first = wgm_privacy_loss(  # the function behind stage1's map
-            _check_d_in(d_in),
-            scale=wgm_scale,
-            threshold=wgm_threshold,
-            max_contributions=max_contributions,
-            epsilon=wgm_epsilon,
-        )
-        second = _peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, delta=peel_delta_)
-        return _add_up(first[0], second[0]), _add_up(first[1], second[1])
-
-    function = _wgm_hitting_set_function(
-        space,
         k=k,
         max_contributions=max_contributions,
         wgm_scale=wgm_scale,
         wgm_threshold=wgm_threshold,
         peel_scale=peel_scale,
+        output_measure=output_measure,
+        wgm_epsilon=wgm_epsilon,
+        peel_delta=peel_delta,
         noise=noise,
+        item=item,
+        stage_2=_peel,
+        accounting=_USER_PEELING,
     )
-    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
 
 
 @dataclass(frozen=True)
@@ -763,14 +608,9 @@ def calibrate_wgm_hitting_set(
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
-    split = _check_split(split)
-    given = [name for name, v in (("epsilon", epsilon), ("rho", rho)) if v is not None]
-    if len(given) != 1:
-        msg = f"pass exactly one of `epsilon` and `rho` (got {given or 'neither'})"
-        raise ValueError(msg)
-    delta = _check_probability("delta", delta)
+    split = _check_probability("split", split)
+    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
     if epsilon is not None:
-        epsilon = _check_positive("epsilon", epsilon)
         wgm = calibrate_wgm(
             max_contributions=max_contributions,
             epsilon=split * epsilon,
@@ -781,12 +621,11 @@ def calibrate_wgm_hitting_set(
             1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions, epsilon=wgm.epsilon
         )
         peel_delta = (1.0 - split) * delta
-        while _add_up(wgm_loss[1], peel_delta) > delta:  # at most a few ulps
+        while _add_up(wgm_loss[1], peel_delta, _USER_PEELING) > delta:  # at most a few ulps
             peel_delta = math.nextafter(peel_delta, 0.0)
         kind: _PeelingKind = "approx_dp"
         budget = (epsilon, delta)
     else:
-        rho = _check_positive("rho", rho)
         wgm = calibrate_wgm(max_contributions=max_contributions, rho=split * rho, delta=delta)
         wgm_loss = wgm_privacy_loss(1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions)
         peel_delta = 0.0
@@ -794,8 +633,11 @@ def calibrate_wgm_hitting_set(
         budget = (rho, delta)
 
     def fits(scale: float) -> bool:
-        peel = _peeling_loss(1, k=k, scale=scale, kind=kind, delta=peel_delta)
-        return _add_up(wgm_loss[0], peel[0]) <= budget[0] and _add_up(wgm_loss[1], peel[1]) <= budget[1]
+        peel = _peeling_loss(1, k=k, scale=scale, kind=kind, accounting=_USER_PEELING, delta=peel_delta)
+        return (
+            _add_up(wgm_loss[0], peel[0], _USER_PEELING) <= budget[0]
+            and _add_up(wgm_loss[1], peel[1], _USER_PEELING) <= budget[1]
+        )
 
     if not fits(1e300):
         msg = f"stage 1 alone spends {wgm_loss}, the whole budget {budget}: lower `split`"  # pragma: no cover
@@ -803,7 +645,7 @@ def calibrate_wgm_hitting_set(
     peel_scale = _smallest_passing(fits, 1e-12)
     if not fits(peel_scale):  # pragma: no cover - a bug guard
         raise AssertionError(f"calibration produced peel_scale={peel_scale}, over the budget {budget}")
-    peel_loss = _peeling_loss(1, k=k, scale=peel_scale, kind=kind, delta=peel_delta)
+    peel_loss = _peeling_loss(1, k=k, scale=peel_scale, kind=kind, accounting=_USER_PEELING, delta=peel_delta)
     return HittingSetCalibration(
         wgm=wgm,
         peel_scale=peel_scale,
@@ -858,18 +700,13 @@ def make_wgm_hitting_set_from_budget(
         split=split,
         noise_delta_fraction=noise_delta_fraction,
     )
-    approx_dp = cal.epsilon is not None
     return make_wgm_hitting_set(
         input_domain,
         input_metric,
         k=cal.k,
-        max_contributions=cal.wgm.max_contributions,
-        wgm_scale=cal.wgm.scale,
-        wgm_threshold=cal.wgm.threshold,
-        peel_scale=cal.peel_scale,
-        output_measure=_measures()["approx_dp" if approx_dp else "approx_zcdp"],
-        wgm_epsilon=cal.wgm.epsilon if approx_dp else None,
-        peel_delta=cal.peel_delta if approx_dp else None,
+        **_two_stage_arguments(
+            cal.wgm, peel_scale=cal.peel_scale, peel_delta=cal.peel_delta, approx_dp=cal.epsilon is not None
+        ),
         noise=noise,
         item=item,
     )
@@ -926,8 +763,8 @@ def greedy_hitting_set(
             break
         chosen.append(j)
         newly.append(state.pick(j))
-    return _selection_frame(
-        items, np.asarray(chosen, dtype=np.int64), newly_covered=np.asarray(newly, dtype=np.int64)
+    return _ranked_frame(
+        items, np.asarray(chosen, dtype=np.int64), items.name, newly_covered=np.asarray(newly, dtype=np.int64)
     )
 
 

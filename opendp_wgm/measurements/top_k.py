@@ -17,6 +17,7 @@ Every release is a ``pl.DataFrame`` with the item column (the input's name and d
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -26,19 +27,26 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._selection import SelectionMethod, noisy_top_k
+from opendp_wgm._selection import _METHODS, SelectionMethod, _check_choice, noisy_top_k
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
     calibrate_wgm_top_k,
     limited_domain_epsilon,
     limited_domain_local_epsilon,
     limited_domain_threshold_offset,
-    peeling_approx_epsilon,
-    peeling_pure_epsilon,
-    peeling_rho,
 )
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
-from opendp_wgm.measurements.wgm import Noise, _check_noise, _wgm_function, make_wgm
+from opendp_wgm.measurements._peeling import (
+    _TOP_K,
+    _make_wgm_then_peeling,
+    _measures,
+    _peeling_kind,
+    _peeling_loss,
+    _PeelingKind,
+    _ranked_frame,
+    _two_stage_arguments,
+)
+from opendp_wgm.measurements.wgm import Noise
 from opendp_wgm.transformations import (
     _assert_features,
     _bound_plan,
@@ -58,75 +66,13 @@ __all__ = [
     "then_wgm_top_k_from_budget",
 ]
 
-RANK = "rank"
-_METHODS = ("auto", "opendp", "fast")
 #: Bits of the lattice 2^-b Z on which limited-domain top-k places h_⊥ (rounded up): counts become integers
 #: times 2^b, and the selection runs on integer scores exactly.
 LD_LATTICE_BITS = 20
 
-_PeelingKind = Literal["approx_zcdp", "zcdp", "approx_dp", "pure_dp"]
-
 
 # --------------------------------------------------------------------------------------------------------------
-# measures and maps
-
-
-def _measures() -> dict[_PeelingKind, dp.Measure]:
-    return {
-        "approx_zcdp": dp.approximate(dp.zero_concentrated_divergence()),
-        "zcdp": dp.zero_concentrated_divergence(),
-        "approx_dp": dp.approximate(dp.max_divergence()),
-        "pure_dp": dp.max_divergence(),
-    }
-
-
-def _peeling_kind(output_measure: dp.Measure | None, delta: float | None) -> tuple[_PeelingKind, float]:
-    """The output measure as a kind, with the δ of the zCDP → (ε, δ) conversion (approx_dp only)."""
-    measures = _measures()
-    if output_measure is None:
-        output_measure = measures["approx_zcdp"]
-    kind = next((name for name, measure in measures.items() if output_measure == measure), None)
-    if kind is None:
-        msg = (
-            "`output_measure` must be one of dp.approximate(dp.zero_concentrated_divergence()), "
-            "dp.zero_concentrated_divergence(), dp.approximate(dp.max_divergence()) or dp.max_divergence(), "
-            f"got {output_measure}"
-        )
-        raise ValueError(msg)
-    if kind == "approx_dp":
-        if delta is None:
-            msg = (
-                "output_measure=dp.approximate(dp.max_divergence()) needs `delta` (the δ at which the peeling's "
-                "zCDP is converted to (ε, δ))"
-            )
-            raise ValueError(msg)
-        return kind, _check_probability("delta", delta)
-    if delta is not None:
-        msg = f"`delta` applies only to output_measure=dp.approximate(dp.max_divergence()) (got {output_measure})"
-        raise ValueError(msg)
-    return kind, 0.0
-
-
-def _peeling_loss(d_in: int, *, k: int, scale: float, kind: _PeelingKind, delta: float = 0.0) -> Any:
-    r"""Privacy loss of ``k`` peeling rounds with monotone scores moving by at most ``d_in``.
-
-    Each round is :math:`d_{in}/s`-DP (both samplers) and, for the exponential mechanism,
-    :math:`d_{in}/s`-bounded-range, hence :math:`(d_{in}/s)^2/8`-zCDP; rounds compose (``docs/top_k.md`` §2).
-    Under (ε, δ) the tighter of basic composition (reported with δ = 0) and the zCDP conversion at ``delta``.
-    """
-    d_in = _check_d_in(d_in)
-    if kind == "pure_dp":
-        return peeling_pure_epsilon(d_in, k=k, scale=scale)
-    rho = peeling_rho(d_in, k=k, scale=scale)
-    if kind == "zcdp":
-        return rho
-    if kind == "approx_zcdp":
-        return rho, 0.0
-    if rho == 0.0:
-        return 0.0, 0.0
-    basic = peeling_pure_epsilon(d_in, k=k, scale=scale)
-    converted = peeling_approx_epsilon(d_in, k=k, scale=scale, delta=delta)  # min(basic, conversion), rounded up
-    return (converted, delta) if converted < basic else (basic, 0.0)
+# selection on exact counts
 
 
 def _selection_sampler(kind: _PeelingKind) -> Literal["zcdp", "max_divergence"]:
@@ -135,23 +81,7 @@ def _selection_sampler(kind: _PeelingKind) -> Literal["zcdp", "max_divergence"]:
 
 
 def _check_method(method: Any) -> str:
-    if method not in _METHODS:
-        allowed = "{" + ", ".join(map(repr, _METHODS)) + "}"
-        msg = f"`method` must be one of {allowed}, got {method!r}"
-        raise ValueError(msg)
-    return method
-
-
-# --------------------------------------------------------------------------------------------------------------
-# release frames
-
-
-def _ranked_frame(items: pl.Series, chosen: np.ndarray, name: str) -> pl.DataFrame:
-    """The released frame: ``items[chosen]`` (in selection order) and their rank 1..len."""
-    picked = items.gather(pl.Series(chosen, dtype=pl.UInt32)) if chosen.shape[0] else items.clear()
-    return pl.DataFrame(
-        {name: picked.rename(name), RANK: pl.Series(RANK, np.arange(1, chosen.shape[0] + 1), dtype=pl.UInt32)}
-    )
+    return _check_choice("method", method, _METHODS)
 
 
 def _item_dtype(lf: pl.LazyFrame, space: _Space) -> pl.DataType:
@@ -184,7 +114,7 @@ def _make_selection(size: int, k: int, scale: float, kind: _PeelingKind, delta: 
         return noisy_top_k(np.asarray(scores, dtype=np.int64), k, scale, measure=sampler, method=method).tolist()
 
     def privacy_map(d_in: int) -> Any:
-        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, delta=delta)
+        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=_TOP_K, delta=delta)
 
     return dp.m.make_user_measurement(
         dp.vector_domain(dp.atom_domain(T=dp.i64), size=size),
@@ -268,7 +198,7 @@ def make_peeling_top_k(
     _assert_features()
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
-    kind, delta_value = _peeling_kind(output_measure, delta)
+    kind, delta_value = _peeling_kind(output_measure, delta, _TOP_K)
     method = _check_method(method)
     series = _check_candidates(candidates)
     space = _resolve_space(input_domain, input_metric, item)
@@ -286,20 +216,6 @@ def make_peeling_top_k(
 
 # --------------------------------------------------------------------------------------------------------------
 # WGM-then-top-k
-
-
-def _wgm_top_k_function(
-    space: _Space, k: int, max_contributions: int, wgm_scale: float, wgm_threshold: float, peel_scale: float,
-    noise: Noise, method: str,
-):
-    wgm_release = _wgm_function(space, max_contributions, wgm_scale, wgm_threshold, noise)
-
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lf = _prepare_frame(frame, space)
-        candidates = wgm_release(lf)[space.item]  # stage 1: the noisy weights are discarded
-        return _peel_candidates(lf, space, candidates, k, peel_scale, "zcdp", method)  # stage 2
-
-    return function
 
 
 def make_wgm_top_k(
@@ -382,62 +298,23 @@ def make_wgm_top_k(
     (0.04375, True)
     """
     _assert_features()
-    k = _check_int("k", k, minimum=1)
-    peel_scale = _check_positive("peel_scale", peel_scale)
-    noise = _check_noise(noise)
     method = _check_method(method)
-    measures = _measures()
-    output_measure = measures["approx_zcdp"] if output_measure is None else output_measure
-    if output_measure == measures["approx_zcdp"]:
-        for name, value in (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta)):
-            if value is not None:
-                msg = f"`{name}` applies only to output_measure=dp.approximate(dp.max_divergence())"
-                raise ValueError(msg)
-        kind: _PeelingKind = "approx_zcdp"
-        peel_delta_value = 0.0
-    elif output_measure == measures["approx_dp"]:
-        missing = [n for n, v in (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta)) if v is None]
-        if missing:
-            msg = f"output_measure=dp.approximate(dp.max_divergence()) needs {' and '.join(f'`{n}`' for n in missing)}"
-            raise ValueError(msg)
-        kind = "approx_dp"
-        peel_delta_value = _check_probability("peel_delta", peel_delta)
-    else:
-        msg = (
-            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
-            f"dp.approximate(dp.max_divergence()), got {output_measure}"
-        )
-        raise ValueError(msg)
-    # stage 1 validates Δ0, σ, T, ε and the input space, and gives its map
-    stage_1 = make_wgm(
+    return _make_wgm_then_peeling(
         input_domain,
         input_metric,
+        k=k,
         max_contributions=max_contributions,
-        scale=wgm_scale,
-        threshold=wgm_threshold,
+        wgm_scale=wgm_scale,
+        wgm_threshold=wgm_threshold,
+        peel_scale=peel_scale,
         output_measure=output_measure,
-        epsilon=wgm_epsilon,
+        wgm_epsilon=wgm_epsilon,
+        peel_delta=peel_delta,
         noise=noise,
         item=item,
+        stage_2=functools.partial(_peel_candidates, sampler="zcdp", method=method),
+        accounting=_TOP_K,
     )
-    space = _resolve_space(input_domain, input_metric, item)
-
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        d_in = _check_d_in(d_in)
-        wgm_loss = stage_1.map(d_in)
-        peel_loss = _peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, delta=peel_delta_value)
-        return _add_up(wgm_loss[0], peel_loss[0]), min(1.0, _add_up(wgm_loss[1], peel_loss[1]))
-
-    function = _wgm_top_k_function(
-        space, k, int(max_contributions), float(wgm_scale), float(wgm_threshold), peel_scale, noise, method
-    )
-    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
-
-
-def _add_up(a: float, b: float) -> float:
-    """a + b rounded toward +inf."""
-    total = a + b
-    return math.nextafter(total, math.inf) if total != 0.0 and math.isfinite(total) else total
 
 
 def make_wgm_top_k_from_budget(
@@ -479,18 +356,16 @@ def make_wgm_top_k_from_budget(
     calibration = calibrate_wgm_top_k(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
     )
-    measures = _measures()
     return make_wgm_top_k(
         input_domain,
         input_metric,
         k=calibration.k,
-        max_contributions=calibration.max_contributions,
-        wgm_scale=calibration.wgm.scale,
-        wgm_threshold=calibration.wgm.threshold,
-        peel_scale=calibration.peel_scale,
-        output_measure=measures["approx_dp"] if epsilon is not None else measures["approx_zcdp"],
-        wgm_epsilon=calibration.wgm.epsilon,
-        peel_delta=calibration.peel_delta if epsilon is not None else None,
+        **_two_stage_arguments(
+            calibration.wgm,
+            peel_scale=calibration.peel_scale,
+            peel_delta=calibration.peel_delta,
+            approx_dp=calibration.epsilon is not None,
+        ),
         noise=noise,
         method=method,
         item=item,
