@@ -4,12 +4,15 @@ r"""The ``opendp-wgm`` command: differentially private domain discovery from the
 
     opendp-wgm discover data.parquet --user u --item x --epsilon 1 --delta 1e-5
     opendp-wgm discover                      # built-in synthetic Zipf demo
+    opendp-wgm top-k data.csv --k 10         # WGM, then peeling (or --mechanism limited-domain)
+    opendp-wgm hitting-set data.csv --k 10   # WGM, then user peeling
 
 The command owns its process, so it enables OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features at
 start (the library itself only asserts them; STYLE §5). Each subcommand is one ``_add_<name>`` function that
 registers its parser and a ``_run_<name>(args) -> int``; the argument groups shared by the paper's
-mechanisms (data, budget, output) are separate helpers, so ``top-k``, ``hitting-set`` and ``reproduce`` plug in
-as siblings of ``discover``.
+mechanisms (data, budget, output) are separate helpers, and :func:`_release_and_report` runs what every
+subcommand does after building its measurement (read, release, write, evaluate the demo, summarise), so
+``top-k`` and ``hitting-set`` are siblings of ``discover``.
 
 Errors a user can cause (a missing file or column, empty data, an invalid parameter) print one line
 ``opendp-wgm: error: ...`` on stderr and exit with status 2; they never print a traceback.
@@ -24,9 +27,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import polars as pl
+
+if TYPE_CHECKING:
+    import opendp.prelude as dp
+
+    from opendp_wgm.accounting import WGMCalibration
 
 __all__ = ["main"]
 
@@ -38,6 +46,9 @@ _DEFAULT_DEMO_USERS = 5_000
 _DEMO_ITEMS_PER_USER = 20
 _DEMO_EXPONENT = 1.3
 _SHOW_ROWS = 10
+_DEFAULT_SPLIT = 0.5
+#: Limited-domain top-k's default k̄, in multiples of k.
+_K_BAR_PER_K = 5
 
 #: Input suffixes (lower case) and how they are read. ``scan_csv`` also decompresses ``.gz``.
 _CSV_SUFFIXES = {".csv": ",", ".tsv": "\t", ".csv.gz": ",", ".tsv.gz": "\t"}
@@ -77,6 +88,9 @@ _OPTION_NAMES = {
     "`noise_delta_fraction`": "--noise-delta-fraction",
     "`user`": "--user",
     "`item`": "--item",
+    "`k`": "--k",
+    "`k_bar`": "--k-bar",
+    "`split`": "--split",
 }
 
 
@@ -182,7 +196,11 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_budget_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_budget_arguments(
+    parser: argparse.ArgumentParser, *, noise_delta_fraction: bool = True, wgm_only: str = ""
+) -> None:
+    """ε or ρ, δ, Δ0, and the WGM's options (``--noise-delta-fraction`` only where the command calibrates it;
+    ``wgm_only`` marks the WGM's options in the help when the command has another mechanism)."""
     group = parser.add_argument_group("privacy budget (per user, add/remove one user)")
     measure = group.add_mutually_exclusive_group()
     measure.add_argument(
@@ -200,30 +218,45 @@ def _add_budget_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="Δ0 >= 1: each user keeps a uniform random subset of at most N distinct items (default: %(default)s)",
     )
-    group.add_argument(
-        "--noise-delta-fraction",
-        type=float,
-        metavar="F",
-        help="with --epsilon: share of δ spent on the Gaussian noise, the rest on the threshold (default: 0.5)",
-    )
+    if noise_delta_fraction:
+        group.add_argument(
+            "--noise-delta-fraction",
+            type=float,
+            metavar="F",
+            help="with --epsilon: share of the WGM's δ spent on its Gaussian noise, the rest on its threshold "
+            "(default: 0.5)",
+        )
     group.add_argument(
         "--noise",
         choices=("lattice", "opendp"),
-        default="lattice",
-        help="noise sampler: this package's fast exact discrete Gaussian, or OpenDP's exact sampler (slow) "
-        "(default: %(default)s)",
+        help="the WGM's noise sampler: this package's fast exact discrete Gaussian, or OpenDP's exact sampler "
+        f"(slow) (default: lattice){wgm_only}",
     )
 
 
-def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None:
     group = parser.add_argument_group("output")
     group.add_argument(
         "--output",
         "-o",
         type=Path,
         metavar="FILE",
-        help="write the release (item, noisy_weight) to FILE: .csv, .tsv, .parquet or .pq. "
+        help=f"write the release ({columns}) to FILE: .csv, .tsv, .parquet or .pq. "
         f"Without it the first {_SHOW_ROWS} released rows are printed to stdout.",
+    )
+
+
+def _add_k_argument(parser: argparse._ActionsContainer, help: str) -> None:
+    parser.add_argument("--k", type=int, required=True, metavar="K", help=help)
+
+
+def _add_split_argument(parser: argparse._ActionsContainer, wgm_only: str = "") -> None:
+    parser.add_argument(
+        "--split",
+        type=float,
+        metavar="S",
+        help=f"share of the budget (of ε and δ, or of ρ) given to the WGM stage, in (0, 1); the peeling stage "
+        f"gets the rest (default: {_DEFAULT_SPLIT:g}, the paper's){wgm_only}",
     )
 
 
@@ -252,9 +285,18 @@ def _budget(args: argparse.Namespace) -> _Budget:
     epsilon, rho = args.epsilon, args.rho
     if epsilon is None and rho is None:
         epsilon = _DEFAULT_EPSILON
-    if rho is not None and args.noise_delta_fraction is not None:
+    fraction = getattr(args, "noise_delta_fraction", None)
+    if rho is not None and fraction is not None:
         raise CLIError("--noise-delta-fraction applies only with --epsilon (under --rho all of δ pays the threshold)")
-    return _Budget(args.delta, args.max_contributions, epsilon, rho, args.noise_delta_fraction)
+    return _Budget(args.delta, args.max_contributions, epsilon, rho, fraction)
+
+
+def _noise(args: argparse.Namespace) -> str:
+    return "lattice" if args.noise is None else args.noise
+
+
+def _requested(budget: _Budget) -> str:
+    return f"ε = {budget.epsilon:g}" if budget.epsilon is not None else f"ρ = {budget.rho:g}"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -396,8 +438,134 @@ def _print_head(released: pl.DataFrame, stream: TextIO) -> None:
     """The released items of largest noisy weight (ordering a release is post-processing)."""
     shown = min(_SHOW_ROWS, released.height)
     print(f"# {released.height} items released; {shown} of largest noisy weight:", file=stream)
+    _print_table(released.sort("noisy_weight", descending=True), stream)
+
+
+def _print_ranked(released: pl.DataFrame, stream: TextIO) -> None:
+    """The first released items by rank (a ranked release is already in rank order)."""
+    shown = min(_SHOW_ROWS, released.height)
+    print(f"# {released.height} items released; the first {shown} by rank:", file=stream)
+    _print_table(released, stream)
+
+
+def _print_table(released: pl.DataFrame, stream: TextIO) -> None:
     with pl.Config(tbl_rows=_SHOW_ROWS, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=False):
-        print(released.sort("noisy_weight", descending=True).head(_SHOW_ROWS), file=stream)
+        print(released.head(_SHOW_ROWS), file=stream)
+
+
+# --------------------------------------------------------------------------------------------------------
+# release and report: what every subcommand does once its measurement is built
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Plan:
+    """A subcommand's calibrated measurement, named for the summary, with its calibration's summary lines."""
+
+    mechanism: str
+    measurement: dp.Measurement
+    calibration: list[str]
+
+
+#: Summary lines evaluating a demo release against its raw data: ``(data, released) -> lines``.
+_Evaluate = Callable[[pl.DataFrame, pl.DataFrame], list[str]]
+
+
+def _release_and_report(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+    budget: _Budget,
+    plan: Callable[[], _Plan],
+    evaluate: _Evaluate,
+    show: Callable[[pl.DataFrame, TextIO], None],
+) -> int:
+    """Build the measurement (``plan``, before the data is read, so a bad parameter fails first), read the
+    input, release, write or ``show`` the release, evaluate the demo, and print the summary on stderr."""
+    import opendp.prelude as dp
+
+    _check_output(args.output)
+    demo = args.path is None
+    names = ["calibrating", "reading", "releasing"]
+    names += ["writing"] if args.output is not None else []
+    names += ["evaluating"] if demo else []
+    stages = _Stages(names, stderr)
+    try:
+        with stages.stage("calibrating"), _user_errors():
+            planned = plan()
+        with stages.stage("reading"):
+            data = _read_input(args)
+        with stages.stage("releasing"):
+            try:
+                released = planned.measurement(data.frame)
+            except dp.OpenDPException as err:  # the user callback's Polars error, wrapped by OpenDP
+                raise CLIError(f"cannot read {data.label}: {_one_line(err)}") from err
+        if args.output is not None:
+            with stages.stage("writing"):
+                _write_release(released, args.output)
+        evaluation: list[str] = []
+        if demo:  # evaluation against the raw data: for the demo only, never a release
+            with stages.stage("evaluating"):
+                assert isinstance(data.frame, pl.DataFrame)
+                evaluation = evaluate(data.frame, released)
+    finally:
+        stages.close()
+
+    if args.output is None:
+        show(released, stdout)
+
+    measure, first = _measure_description(planned.measurement.output_measure)
+    spent = planned.measurement.map(1)
+    lines = [
+        f"{PROG} {args.command}: {planned.mechanism} released {released.height:,} items",
+        f"  budget spent  {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "
+        f"requested {_requested(budget)}, δ = {budget.delta:g}]",
+        *planned.calibration,
+        f"  input         {data.label}: {data.rows:,} rows (not private)",
+    ]
+    if data.null_rows:
+        lines.append(f"                {data.null_rows:,} rows with a null user or item were dropped")
+    lines += evaluation
+    if args.output is not None:
+        lines.append(f"  output        {args.output}")
+    timing = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in stages.times.items())
+    lines.append(f"  run time      {stages.total:.2f} s ({timing})")
+    print("\n".join(lines), file=stderr)
+    return 0
+
+
+def _measure_description(measure: object) -> tuple[str, str]:
+    """A readable name of an output measure and the name of its first budget parameter."""
+    import opendp.prelude as dp
+
+    if measure == dp.approximate(dp.max_divergence()):
+        return "(ε, δ)-DP, approximate(max_divergence)", "ε"
+    if measure == dp.approximate(dp.zero_concentrated_divergence()):
+        return "approximate zCDP, approximate(zero_concentrated_divergence)", "ρ"
+    return str(measure), "d_out"
+
+
+def _loss(first: str, loss: tuple[float, float]) -> str:
+    return f"{first} = {loss[0]:.6g}, δ = {loss[1]:.6g}"
+
+
+def _wgm_line(scale: float, threshold: float, max_contributions: int, noise: str) -> str:
+    return f"σ = {scale:.6g}, T = {threshold:.6g}, Δ0 = {max_contributions}, noise = {noise}"
+
+
+def _two_stage_lines(
+    wgm: WGMCalibration, *, split: float, noise: str, peeling: str, first: str, losses: Sequence[tuple[float, float]]
+) -> list[str]:
+    """The calibration of a WGM-then-peeling measurement: its WGM, its peeling, each stage's loss at one user."""
+    return [
+        f"  calibration   WGM ({split:g} of the budget): "
+        + _wgm_line(wgm.scale, wgm.threshold, wgm.max_contributions, noise),
+        f"                peeling: {peeling}",
+        f"  stage loss    WGM {_loss(first, losses[0])}; peeling {_loss(first, losses[1])}",
+    ]
+
+
+def _not_private(label: str, text: str) -> str:
+    return f"  {label:<13} {text} (not private)"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -439,101 +607,298 @@ def _add_discover(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_data_arguments(parser)
     _add_budget_arguments(parser)
-    _add_output_arguments(parser)
+    _add_output_arguments(parser, "item, noisy_weight")
     parser.set_defaults(run=_run_discover)
 
 
-def _measure_description(measure: object) -> tuple[str, str]:
-    """A readable name of an output measure and the name of its first budget parameter."""
-    import opendp.prelude as dp
-
-    if measure == dp.approximate(dp.max_divergence()):
-        return "(ε, δ)-DP, approximate(max_divergence)", "ε"
-    if measure == dp.approximate(dp.zero_concentrated_divergence()):
-        return "approximate zCDP, approximate(zero_concentrated_divergence)", "ρ"
-    return str(measure), "d_out"
-
-
 def _run_discover(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
-    import opendp.prelude as dp
-
     from opendp_wgm import metrics
     from opendp_wgm.accounting import calibrate_wgm
     from opendp_wgm.domains import user_items_space
     from opendp_wgm.measurements import make_wgm_from_budget
 
     budget = _budget(args)
-    _check_output(args.output)
-    demo = args.path is None
-    names = ["calibrating", "reading", "releasing"]
-    names += ["writing"] if args.output is not None else []
-    names += ["evaluating"] if demo else []
-    stages = _Stages(names, stderr)
-    try:
-        # Parameters first: a bad budget fails before the data is read.
-        with stages.stage("calibrating"), _user_errors():
-            calibration = calibrate_wgm(**budget.kwargs())
-            measurement = make_wgm_from_budget(
-                *user_items_space(args.user, args.item), noise=args.noise, **budget.kwargs()
-            )
-        with stages.stage("reading"):
-            data = _read_input(args)
-        with stages.stage("releasing"):
-            try:
-                released = measurement(data.frame)
-            except dp.OpenDPException as err:  # the user callback's Polars error, wrapped by OpenDP
-                raise CLIError(f"cannot read {data.label}: {_one_line(err)}") from err
-        if args.output is not None:
-            with stages.stage("writing"):
-                _write_release(released, args.output)
-        if demo:  # evaluation against the raw data: for the demo only, never a release
-            with stages.stage("evaluating"):
-                assert isinstance(data.frame, pl.DataFrame)
-                distinct = data.frame.get_column(args.item).n_unique()
-                mm = metrics.missing_mass(data.frame, released, user=args.user, item=args.item)
-    finally:
-        stages.close()
+    noise = _noise(args)
 
-    if args.output is None:
-        _print_head(released, stdout)
+    def plan() -> _Plan:
+        calibration = calibrate_wgm(**budget.kwargs())
+        measurement = make_wgm_from_budget(*user_items_space(args.user, args.item), noise=noise, **budget.kwargs())
+        line = _wgm_line(calibration.scale, calibration.threshold, calibration.max_contributions, noise)
+        return _Plan("WGM", measurement, [f"  calibration   {line}"])
 
-    measure, first = _measure_description(measurement.output_measure)
-    spent = measurement.map(1)
-    requested = f"ε = {budget.epsilon:g}" if budget.epsilon is not None else f"ρ = {budget.rho:g}"
-    lines = [
-        f"{PROG} discover: WGM released {released.height:,} items",
-        f"  budget spent  {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "
-        f"requested {requested}, δ = {budget.delta:g}]",
-        f"  calibration   σ = {calibration.scale:.6g}, T = {calibration.threshold:.6g}, "
-        f"Δ0 = {calibration.max_contributions}, noise = {args.noise}",
-        f"  input         {data.label}: {data.rows:,} rows (not private)",
-    ]
-    if data.null_rows:
-        lines.append(f"                {data.null_rows:,} rows with a null user or item were dropped")
-    if demo:
-        lines.append(
-            f"  demo data     {distinct:,} distinct items; missing mass of the release = {mm:.4f} (not private)"
+    def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
+        distinct = data.get_column(args.item).n_unique()
+        mm = metrics.missing_mass(data, released, user=args.user, item=args.item)
+        return [_not_private("demo data", f"{distinct:,} distinct items; missing mass of the release = {mm:.4f}")]
+
+    return _release_and_report(
+        args, stdout=stdout, stderr=stderr, budget=budget, plan=plan, evaluate=evaluate, show=_print_head
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# top-k
+# --------------------------------------------------------------------------------------------------------
+_TOP_K_DESCRIPTION = """\
+Release a ranked list of at most K items held by the most users, over an unknown item domain, calibrated to
+a per-user budget: (ε, δ)-DP with --epsilon (default ε = 1), or approximate (ρ, δ)-zCDP with --rho.
+Neighbouring datasets differ by all rows of one user (add/remove).
+
+--mechanism wgm (default; the paper's WGM-then-top-k): the WGM releases candidate items with --split of the
+budget (σ and T calibrated as by `opendp-wgm discover`), then K rounds of exponential-mechanism peeling pick
+the candidates held by the most users (exact, unclipped user counts) with the rest of the budget.
+
+--mechanism limited-domain (Durfee & Rogers 2019, the paper's baseline; (ε, δ)-DP only): the --k-bar items
+of largest Δ0-bounded count compete, with Gumbel noise, against a threshold that pays for the rest of the
+domain; the items ranked above the threshold are released, at most K.
+"""
+
+_TOP_K_EPILOG = """\
+The release (item, rank; rank 1 = the first pick) goes to --output or stdout, in rank order. A summary goes to
+stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and each stage's loss at one user),
+the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows; in the
+demo also the top-K missing mass of the release). Those counts are not differentially private: they are for
+the data owner and must not be published with the release.
+
+This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
+opendp-wgm's privacy maps, whose proofs are in the package docs (docs/top_k.md, docs/privacy.md).
+
+examples:
+  opendp-wgm top-k --k 10                                    # synthetic Zipf demo
+  opendp-wgm top-k ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o top100.csv
+  opendp-wgm top-k words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
+  opendp-wgm top-k words.csv --k 20 --mechanism limited-domain --k-bar 200
+"""
+
+_WGM_ONLY = "; --mechanism wgm only"
+
+
+def _add_top_k(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "top-k",
+        help="release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
+        description=_TOP_K_DESCRIPTION,
+        epilog=_TOP_K_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_data_arguments(parser)
+    group = parser.add_argument_group("top-k")
+    _add_k_argument(group, "number of items to release, >= 1 (required)")
+    group.add_argument(
+        "--mechanism",
+        choices=("wgm", "limited-domain"),
+        default="wgm",
+        help="WGM, then peeling on its candidates; or the limited-domain baseline (default: %(default)s)",
+    )
+    group.add_argument(
+        "--k-bar",
+        type=int,
+        metavar="KBAR",
+        help=f"size of the limited domain, >= K (default: {_K_BAR_PER_K}·K; --mechanism limited-domain only)",
+    )
+    _add_split_argument(group, _WGM_ONLY)
+    _add_budget_arguments(parser, noise_delta_fraction=False, wgm_only=_WGM_ONLY)
+    _add_output_arguments(parser, "item, rank")
+    parser.set_defaults(run=_run_top_k)
+
+
+def _run_top_k(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
+    import opendp.prelude as dp
+
+    from opendp_wgm import metrics
+    from opendp_wgm.accounting import calibrate_wgm_top_k
+    from opendp_wgm.domains import user_items_space
+    from opendp_wgm.measurements import (
+        make_limited_domain_top_k,
+        make_peeling_top_k,
+        make_wgm,
+        make_wgm_top_k_from_budget,
+    )
+
+    budget = _budget(args)
+    wgm = args.mechanism == "wgm"
+    if wgm and args.k_bar is not None:
+        raise CLIError("--k-bar applies only to --mechanism limited-domain")
+    if not wgm:
+        if budget.rho is not None:
+            raise CLIError("--mechanism limited-domain is (ε, δ)-DP only: give --epsilon, not --rho")
+        for option in ("split", "noise"):
+            if getattr(args, option) is not None:
+                raise CLIError(f"--{option} applies only to --mechanism wgm")
+    noise = _noise(args)
+    split = _DEFAULT_SPLIT if args.split is None else args.split
+
+    def plan_wgm() -> _Plan:
+        space = user_items_space(args.user, args.item)
+        cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.kwargs())
+        measurement = make_wgm_top_k_from_budget(*space, k=args.k, split=split, noise=noise, **budget.kwargs())
+        # each stage's loss is the map, at one user, of that stage as a measurement on its own (the composed
+        # map is their sum); the peeling is charged k rounds, as in the composition
+        approx_dp = budget.epsilon is not None
+        measure = dp.approximate(dp.max_divergence()) if approx_dp else None
+        stage_1 = make_wgm(
+            *space,
+            max_contributions=cal.max_contributions,
+            scale=cal.wgm.scale,
+            threshold=cal.wgm.threshold,
+            output_measure=measure,
+            epsilon=cal.wgm.epsilon,
         )
-    if args.output is not None:
-        lines.append(f"  output        {args.output}")
-    timing = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in stages.times.items())
-    lines.append(f"  run time      {stages.total:.2f} s ({timing})")
-    print("\n".join(lines), file=stderr)
-    return 0
+        stage_2 = make_peeling_top_k(
+            *space,
+            candidates=list(range(cal.k)),
+            k=cal.k,
+            scale=cal.peel_scale,
+            output_measure=measure,
+            delta=cal.peel_delta if approx_dp else None,
+        )
+        peeling = f"{cal.k} rounds, ε' = {cal.peel_local_epsilon:.6g} per round (Gumbel scale {cal.peel_scale:.6g})"
+        lines = _two_stage_lines(
+            cal.wgm,
+            split=split,
+            noise=noise,
+            peeling=peeling,
+            first="ε" if approx_dp else "ρ",
+            losses=(stage_1.map(1), stage_2.map(1)),
+        )
+        return _Plan("WGM-then-top-k", measurement, lines)
+
+    def plan_limited_domain() -> _Plan:
+        k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar
+        measurement = make_limited_domain_top_k(
+            *user_items_space(args.user, args.item),
+            k=args.k,
+            k_bar=k_bar,
+            max_contributions=budget.max_contributions,
+            epsilon=budget.epsilon,
+            delta=budget.delta,
+        )
+        return _Plan(
+            "limited-domain top-k",
+            measurement,
+            [f"  calibration   k̄ = {k_bar}, Δ0 = {budget.max_contributions}"],
+        )
+
+    def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
+        mm = metrics.top_k_missing_mass(data, released, args.k, user=args.user, item=args.item)
+        return [_not_private("demo data", f"top-{args.k} missing mass of the release = {mm:.4f}")]
+
+    return _release_and_report(
+        args,
+        stdout=stdout,
+        stderr=stderr,
+        budget=budget,
+        plan=plan_wgm if wgm else plan_limited_domain,
+        evaluate=evaluate,
+        show=_print_ranked,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# hitting-set
+# --------------------------------------------------------------------------------------------------------
+_HITTING_SET_DESCRIPTION = """\
+Release at most K items that together cover many users (a k-hitting set: as many users as possible hold at
+least one of them), over an unknown item domain, calibrated to a per-user budget: (ε, δ)-DP with --epsilon
+(default ε = 1), or approximate (ρ, δ)-zCDP with --rho. Neighbouring datasets differ by all rows of one user
+(add/remove).
+
+The paper's WGM-then-peeling: the WGM releases candidate items with --split of the budget, then K rounds of
+the exponential mechanism each pick a candidate held by many users not covered by the earlier picks
+(user peeling, on the unclipped data) with the rest of the budget.
+"""
+
+_HITTING_SET_EPILOG = """\
+The release (item, rank; rank = the round that picked the item) goes to --output or stdout. A summary
+goes to stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and each stage's loss at one
+user), the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows;
+in the demo also the users the release misses, its coverage, and the users that the non-private greedy
+algorithm misses). Those counts are not differentially private: they are for the data owner and must not
+be published with the release.
+
+This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
+opendp-wgm's privacy maps, whose proofs are in the package docs (docs/hitting_set.md, docs/privacy.md).
+
+examples:
+  opendp-wgm hitting-set --k 10                              # synthetic Zipf demo
+  opendp-wgm hitting-set ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o picks.csv
+  opendp-wgm hitting-set words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
+"""
+
+
+def _add_hitting_set(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "hitting-set",
+        help="release K items that together cover many users (WGM, then user peeling)",
+        description=_HITTING_SET_DESCRIPTION,
+        epilog=_HITTING_SET_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_data_arguments(parser)
+    group = parser.add_argument_group("hitting set")
+    _add_k_argument(group, "number of items (peeling rounds), >= 1 (required)")
+    _add_split_argument(group)
+    _add_budget_arguments(parser)
+    _add_output_arguments(parser, "item, rank")
+    parser.set_defaults(run=_run_hitting_set)
+
+
+def _run_hitting_set(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
+    from opendp_wgm import metrics
+    from opendp_wgm.domains import user_items_space
+    from opendp_wgm.measurements import (
+        calibrate_wgm_hitting_set,
+        greedy_hitting_set,
+        make_wgm_hitting_set_from_budget,
+    )
+
+    budget = _budget(args)
+    noise = _noise(args)
+    split = _DEFAULT_SPLIT if args.split is None else args.split
+
+    def plan() -> _Plan:
+        cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs())
+        measurement = make_wgm_hitting_set_from_budget(
+            *user_items_space(args.user, args.item), k=args.k, split=split, noise=noise, **budget.kwargs()
+        )
+        lines = _two_stage_lines(
+            cal.wgm,
+            split=split,
+            noise=noise,
+            peeling=f"{cal.k} rounds, ε' = {cal.peel_round_epsilon:.6g} per round",
+            first="ε" if budget.epsilon is not None else "ρ",
+            losses=(cal.wgm_loss, cal.peel_loss),
+        )
+        return _Plan("WGM-then-peeling", measurement, lines)
+
+    def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
+        columns = {"user": args.user, "item": args.item}
+        missed = metrics.missed_users(data, released, **columns)
+        share = metrics.coverage(data, released, **columns)
+        greedy = metrics.missed_users(data, greedy_hitting_set(data, args.k, **columns), **columns)
+        users = data.get_column(args.user).n_unique()
+        return [
+            _not_private("demo data", f"{users:,} users; the release misses {missed:,} (coverage {share:.4f})"),
+            _not_private("", f"the non-private greedy {args.k}-set misses {greedy:,}"),
+        ]
+
+    return _release_and_report(
+        args, stdout=stdout, stderr=stderr, budget=budget, plan=plan, evaluate=evaluate, show=_print_ranked
+    )
 
 
 # --------------------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------------------
-_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_discover,)
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_discover, _add_top_k, _add_hitting_set)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``opendp-wgm`` parser with one subparser per command."""
     parser = _Parser(
         prog=PROG,
-        description="Differentially private domain discovery (Weighted Gaussian Mechanism) on Polars, "
-        "built on OpenDP.",
+        description="Differentially private domain discovery (Weighted Gaussian Mechanism), top-k and k-hitting "
+        "sets over an unknown item domain, on Polars, built on OpenDP.",
         epilog='This command enables OpenDP\'s "contrib" and "honest-but-curious" features in its own '
         "process (it trusts opendp-wgm's privacy maps; proofs in docs/privacy.md). The library does not.",
     )

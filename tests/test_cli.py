@@ -223,3 +223,161 @@ def test_console_script_help() -> None:
     assert result.returncode == 0, result.stderr
     assert "usage: opendp-wgm discover" in result.stdout
     assert "honest-but-curious" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------------------
+# top-k and hitting-set
+# --------------------------------------------------------------------------------------------------------
+def _run_command(capsys: pytest.CaptureFixture[str], command: str, *argv: object) -> tuple[int, str, str]:
+    code = main([command, *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def ranked_csv(tmp_path: Path) -> Path:
+    """400 users hold "a", 50 others hold "b". At ε = 1, δ = 1e-5 (WGM at ε/2: σ ≈ 7.7, T ≈ 42) "a" is
+    released and then picked first with overwhelming probability (its score beats b's by 350 users, and a
+    round's ε' is ≥ 0.2); so is it by limited-domain top-k (ε' ≈ 1, threshold ≈ 15)."""
+    path = tmp_path / "ranked.csv"
+    users = list(range(450))
+    pl.DataFrame({"uid": users, "thing": ["a"] * 400 + ["b"] * 50}).write_csv(path)
+    return path
+
+
+def test_top_k_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_command(capsys, "top-k", "--k", 5, "--demo-users", 2000, "--seed", 0)
+    assert code == 0, err
+    assert "items released; the first 5 by rank" in out and "rank" in out
+    assert "opendp-wgm top-k: WGM-then-top-k released 5 items" in err
+    for part in ("σ = ", "T = ", "Δ0 = 100", "5 rounds, ε' = ", "stage loss    WGM ε = ", "; peeling ε = ",
+                 "budget spent  ε = ", "requested ε = 1, δ = 1e-05", "40,000 rows", "run time"):
+        assert part in err, (part, err)
+    assert "top-5 missing mass of the release = 0." in err and "(not private)" in err
+
+
+def test_top_k_limited_domain_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_command(
+        capsys, "top-k", "--k", 3, "--mechanism", "limited-domain", "--demo-users", 1000, "--seed", 1
+    )
+    assert code == 0, err
+    assert "rank" in out
+    assert "limited-domain top-k released" in err
+    assert "k̄ = 15, Δ0 = 100" in err  # the default k̄ = 5k
+    assert "max_divergence" in err and "top-3 missing mass of the release = " in err
+
+
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--rho", "0.5", "--split", "0.3"], ["--mechanism", "limited-domain", "--k-bar", "2"]],
+    ids=["wgm-epsilon", "wgm-rho", "limited-domain"],
+)
+def test_top_k_ranks_the_common_item_first(
+    capsys: pytest.CaptureFixture[str], ranked_csv: Path, tmp_path: Path, options: list[str]
+) -> None:
+    output = tmp_path / "top.csv"
+    code, out, err = _run_command(
+        capsys, "top-k", ranked_csv, "--user", "uid", "--item", "thing", "--k", 1, "-o", output, *options
+    )
+    assert code == 0, err
+    assert out == ""
+    released = pl.read_csv(output)
+    assert released.columns == ["thing", "rank"]
+    assert released.rows() == [("a", 1)]
+    assert "450 rows (not private)" in err and "missing mass" not in err  # only the demo evaluates
+    assert f"output        {output}" in err
+
+
+def test_top_k_prints_the_ranking_without_output(capsys: pytest.CaptureFixture[str], ranked_csv: Path) -> None:
+    code, out, err = _run_command(capsys, "top-k", ranked_csv, "--user", "uid", "--item", "thing", "--k", 1)
+    assert code == 0, err
+    assert "1 items released; the first 1 by rank" in out
+    assert any(line.startswith("│ a ") for line in out.splitlines()), out
+
+
+def test_hitting_set_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run_command(capsys, "hitting-set", "--k", 4, "--demo-users", 1500, "--seed", 2, "--rho", 0.3)
+    assert code == 0, err
+    assert "items released; the first 4 by rank" in out
+    assert "opendp-wgm hitting-set: WGM-then-peeling released 4 items" in err
+    for part in ("σ = ", "T = ", "4 rounds, ε' = ", "stage loss    WGM ρ = ", "; peeling ρ = ",
+                 "requested ρ = 0.3", "zero_concentrated_divergence"):
+        assert part in err, (part, err)
+    assert "1,500 users; the release misses " in err and "(coverage " in err
+    assert "the non-private greedy 4-set misses " in err
+    assert err.count("(not private)") == 3  # the input, the release's and greedy's missed users
+
+
+def test_hitting_set_picks_the_common_item(
+    capsys: pytest.CaptureFixture[str], ranked_csv: Path, tmp_path: Path
+) -> None:
+    source, output = tmp_path / "ranked.parquet", tmp_path / "picks.parquet"
+    pl.read_csv(ranked_csv).with_columns(pl.col("thing").cast(pl.Categorical)).write_parquet(source)
+    code, out, err = _run_command(
+        capsys, "hitting-set", source, "--user", "uid", "--item", "thing", "--k", 1, "-o", output,
+        "--noise-delta-fraction", 0.4,
+    )
+    assert code == 0, err
+    released = pl.read_parquet(output)
+    assert released.columns == ["thing", "rank"]
+    assert released.schema["thing"] == pl.Categorical and released.schema["rank"] == pl.UInt32
+    assert released["thing"].cast(pl.String).to_list() == ["a"]
+    assert "misses" not in err
+
+
+@pytest.mark.parametrize("command", ["top-k", "hitting-set"])
+def test_new_commands_help(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert f"usage: opendp-wgm {command}" in out
+    assert "--k K" in out and "--split S" in out and "honest-but-curious" in out and "(item, rank)" in out
+    assert ("--k-bar" in out) == (command == "top-k")
+    assert ("--noise-delta-fraction" in out) == (command == "hitting-set")
+    assert main(["--help"]) == 0
+    assert command in capsys.readouterr().out
+
+
+NEW_ERROR_CASES = {
+    "top-k k zero": (["top-k", "--k", "0"], "--k must be an integer >= 1 (found 0)"),
+    "top-k k negative, limited domain": (["top-k", "--k", "-1", "--mechanism", "limited-domain"],
+                                         "--k must be an integer >= 1 (found -1)"),
+    "top-k without k": (["top-k"], "the following arguments are required: --k"),
+    "top-k k-bar with wgm": (["top-k", "--k", "2", "--k-bar", "10"], "--k-bar applies only to --mechanism limited-domain"),
+    "top-k k-bar below k": (["top-k", "--k", "5", "--mechanism", "limited-domain", "--k-bar", "4"],
+                            "--k (5) must be <= --k-bar (4)"),
+    "top-k split one": (["top-k", "--k", "2", "--split", "1"], "--split must be in (0.0, 1.0) (found 1.0)"),
+    "top-k split zero": (["top-k", "--k", "2", "--split", "0"], "--split must be in (0.0, 1.0) (found 0.0)"),
+    "top-k split negative": (["top-k", "--k", "2", "--split", "-0.5"], "--split must be in (0.0, 1.0) (found -0.5)"),
+    "top-k limited domain with rho": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--rho", "0.5"],
+                                      "--mechanism limited-domain is (ε, δ)-DP only"),
+    "top-k limited domain with split": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--split", "0.5"],
+                                        "--split applies only to --mechanism wgm"),
+    "top-k limited domain with noise": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--noise", "opendp"],
+                                        "--noise applies only to --mechanism wgm"),
+    "top-k bad mechanism": (["top-k", "--k", "2", "--mechanism", "greedy"], "argument --mechanism: invalid choice"),
+    "top-k noise delta fraction": (["top-k", "--k", "2", "--noise-delta-fraction", "0.3"], "unrecognized arguments"),
+    "top-k delta one": (["top-k", "--k", "2", "--delta", "1"], "--delta must be in (0.0, 1.0)"),
+    "hitting-set k zero": (["hitting-set", "--k", "0"], "--k must be an integer >= 1 (found 0)"),
+    "hitting-set split one": (["hitting-set", "--k", "2", "--split", "1"], "--split must be in (0.0, 1.0) (found 1.0)"),
+    "hitting-set split above one": (["hitting-set", "--k", "2", "--split", "1.5"], "--split must be in (0.0, 1.0)"),
+    "hitting-set fraction with rho": (["hitting-set", "--k", "2", "--rho", "1", "--noise-delta-fraction", "0.3"],
+                                      "--noise-delta-fraction applies only"),
+    "hitting-set k-bar": (["hitting-set", "--k", "2", "--k-bar", "4"], "unrecognized arguments: --k-bar"),
+    "hitting-set missing column": (["hitting-set", "{csv}", "--k", "2", "--item", "nope", "--user", "uid"],
+                                   "column 'nope' not found"),
+    "top-k output suffix": (["top-k", "{csv}", "--k", "2", "--user", "uid", "--item", "thing", "-o", "{tmp}/o.json"],
+                            "unsupported output type"),
+}
+
+
+@pytest.mark.parametrize("case", list(NEW_ERROR_CASES))
+def test_new_command_errors_exit_2_with_one_line(
+    case: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, csv_path: Path
+) -> None:
+    argv, expected = NEW_ERROR_CASES[case]
+    code, out, err = _run_command(capsys, *(a.format(tmp=tmp_path, csv=csv_path) for a in argv))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("opendp-wgm: error: "), err
+    assert expected in err, err
+    assert "Traceback" not in err
