@@ -232,3 +232,26 @@ def test_from_budget_rejects_bad_budgets() -> None:
         wgm.make_wgm_from_budget(*space, max_contributions=10, epsilon=1.0, delta=2.0)
     with pytest.raises(ValueError, match="`rho` must be in"):
         wgm.make_wgm_from_budget(*space, max_contributions=10, rho=-1.0, delta=1e-5)
+
+
+@pytest.mark.parametrize(("passes", "engine"), [(1, "streaming"), (3, "in-memory"), (4, "streaming")])
+def test_passes_and_engines_give_the_same_release(passes: int, engine: str, tmp_path) -> None:
+    """Bucketed passes and the streaming engine compute the same histogram (here on a Parquet scan)."""
+    rng = np.random.default_rng(3)
+    data = pl.DataFrame({"user": rng.integers(0, 300, 3000), "item": rng.integers(0, 40, 3000)})
+    path = tmp_path / "data.parquet"
+    data.write_parquet(path)
+    space = wgm.user_items_space()
+    expected = wgm.make_wgm(*space, max_contributions=50, scale=1e-7, threshold=1.0)(data)
+    m = wgm.make_wgm(*space, max_contributions=50, scale=1e-7, threshold=1.0, passes=passes, engine=engine)
+    out = m(pl.scan_parquet(path))
+    assert out["item"].to_list() == expected["item"].to_list()
+    assert out["noisy_weight"].to_list() == pytest.approx(expected["noisy_weight"].to_list(), abs=1e-5)
+
+
+def test_execution_options_are_checked() -> None:
+    space = wgm.user_items_space()
+    with pytest.raises(ValueError, match="`passes` must be an integer >= 1"):
+        wgm.make_wgm(*space, max_contributions=1, scale=1.0, threshold=1.0, passes=0)
+    with pytest.raises(ValueError, match="`engine` must be one of"):
+        wgm.make_wgm(*space, max_contributions=1, scale=1.0, threshold=1.0, engine="gpu")

@@ -15,6 +15,7 @@ Steps 2–4 run on the lattice :math:`2^{-20}\mathbb{Z}` with exact discrete Gau
 from __future__ import annotations
 
 import math
+import secrets
 from typing import Literal
 
 import numpy as np
@@ -31,8 +32,10 @@ from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _l
 __all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
 
 Noise = Literal["lattice", "opendp"]
-_MAX_SCALE = 2.0**LATTICE_BITS
+Engine = Literal["auto", "in-memory", "streaming"]
 _NOISE_METHODS = ("lattice", "opendp")
+_ENGINES = ("auto", "in-memory", "streaming")
+_MAX_SCALE = 2.0**LATTICE_BITS
 
 
 def _zcdp() -> dp.Measure:
@@ -70,10 +73,49 @@ def _release_above_threshold(
     )
 
 
-def _wgm_function(space: _Space, max_contributions: int, scale: float, threshold: float, noise: Noise):
+def _check_execution(passes: int, engine: str) -> tuple[int, Engine]:
+    passes = _check_int("passes", passes, minimum=1)
+    if engine not in _ENGINES:
+        msg = f"`engine` must be one of {_ENGINES}, got {engine!r}"
+        raise ValueError(msg)
+    return passes, engine  # type: ignore[return-value]
+
+
+def _lattice_histogram(
+    lf: pl.LazyFrame, space: _Space, max_contributions: int, *, passes: int = 1, engine: Engine = "auto"
+) -> pl.DataFrame:
+    """The lattice histogram (item, ``weight_lat``), computed over ``passes`` disjoint buckets of users.
+
+    Bounding is per user, so summing the buckets' histograms gives the same function of the data and the
+    seed; each pass holds about 1/``passes`` of the users in memory (``docs/engines.md``). The bucket hash
+    needs no secrecy: it only decides which pass handles a user.
+    """
+    if passes == 1:
+        lists = _bounded_lists_plan(lf, space, max_contributions)
+        return _lattice_histogram_plan(lists, space, max_contributions).collect(engine=engine)
+    bucket_seed = secrets.randbits(64)
+    parts = []
+    for bucket in range(passes):  # a loop over passes, not rows: each pass is one lazy plan
+        users = lf.filter(pl.col(space.user).hash(bucket_seed) % passes == bucket)
+        lists = _bounded_lists_plan(users, space, max_contributions)
+        parts.append(_lattice_histogram_plan(lists, space, max_contributions).collect(engine=engine))
+    return pl.concat(parts).group_by(space.item).agg(pl.col("weight_lat").sum())
+
+
+def _wgm_function(
+    space: _Space,
+    max_contributions: int,
+    scale: float,
+    threshold: float,
+    noise: Noise,
+    *,
+    passes: int = 1,
+    engine: Engine = "auto",
+):
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lists = _bounded_lists_plan(_prepare_frame(frame, space), space, max_contributions)
-        histogram = _lattice_histogram_plan(lists, space, max_contributions).collect()
+        histogram = _lattice_histogram(
+            _prepare_frame(frame, space), space, max_contributions, passes=passes, engine=engine
+        )
         return _release_above_threshold(
             histogram, space.item, scale=scale, threshold=threshold, noise=noise
         )
@@ -92,6 +134,8 @@ def make_wgm(
     epsilon: float | None = None,
     noise: Noise = "lattice",
     item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
 ) -> dp.Measurement:
     r"""Release the items whose weighted, noised user count exceeds a threshold (WGM set union).
 
@@ -117,6 +161,12 @@ def make_wgm(
         exact sampler (slow: ~20–90 µs per item). Both draw the same distribution.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
+    passes
+        Process the users in this many disjoint hash buckets, one lazy plan each, and add up the
+        histograms: the same release, with peak memory about 1/``passes`` of one pass (for inputs larger
+        than memory, e.g. ``pl.scan_parquet``; ``docs/engines.md``).
+    engine
+        Polars engine that collects each pass: ``"auto"``, ``"in-memory"`` or ``"streaming"``.
 
     Returns
     -------
@@ -166,6 +216,7 @@ def make_wgm(
         raise ValueError(msg)
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
+    passes, engine = _check_execution(passes, engine)
     output_measure = _zcdp() if output_measure is None else output_measure
     if output_measure == _zcdp():
         if epsilon is not None:
@@ -200,7 +251,7 @@ def make_wgm(
         input_domain,
         input_metric,
         output_measure,
-        _wgm_function(space, max_contributions, scale, threshold, noise),
+        _wgm_function(space, max_contributions, scale, threshold, noise, passes=passes, engine=engine),
         privacy_map,
     )
 
@@ -216,6 +267,8 @@ def make_wgm_from_budget(
     noise_delta_fraction: float = 0.5,
     noise: Noise = "lattice",
     item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
 ) -> dp.Measurement:
     r"""The WGM calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -238,7 +291,7 @@ def make_wgm_from_budget(
         Exactly one of them, > 0, for one user.
     noise_delta_fraction
         Share of δ spent on the noise under (ε, δ)-DP, in (0, 1).
-    noise, item
+    noise, item, passes, engine
         As for :func:`make_wgm`.
 
     Returns
@@ -272,6 +325,8 @@ def make_wgm_from_budget(
         epsilon=calibration.epsilon,
         noise=noise,
         item=item,
+        passes=passes,
+        engine=engine,
     )
 
 
