@@ -1,0 +1,366 @@
+"""The Spark engine (``opendp_wgm.spark``): the same histogram, release and map as the Polars engine.
+
+The tests start one local Spark session for the module (``local[2]``, 1 GB driver) and skip, with the reason,
+when pyspark or Java is missing; the "pyspark not installed" error is tested everywhere.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import os
+import shutil
+import sys
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+import pytest
+from scipy.special import ndtr
+
+import opendp_wgm as wgm
+from opendp_wgm.domains import _Space
+from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
+
+pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
+
+ZCDP = dp.approximate(dp.zero_concentrated_divergence())
+APPROX_DP = dp.approximate(dp.max_divergence())
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    dp.enable_features("contrib", "honest-but-curious")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
+    pytest.importorskip("pyarrow", reason='pyarrow is not installed: pip install "opendp-wgm[spark]"')
+    pytest.importorskip("pandas", reason='pandas is not installed: pip install "opendp-wgm[spark]"')
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (17): none on PATH and JAVA_HOME is unset")
+    from pyspark.sql import SparkSession
+
+    # executors must run this interpreter (and so see this environment's opendp_wgm)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("opendp-wgm-tests")
+        .config("spark.driver.memory", "1g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def ws(spark):
+    from opendp_wgm import spark as module
+
+    return module
+
+
+def to_spark(spark, frame: pl.DataFrame, ddl: str):
+    return spark.createDataFrame(frame.rows(), ddl)
+
+
+def polars_histogram(frame: pl.DataFrame, max_contributions: int) -> dict:
+    space = _Space("user", "item", None, False)
+    plan = _lattice_histogram_plan(_bounded_lists_plan(frame.lazy().drop_nulls(), space, max_contributions), space, max_contributions)
+    return dict(plan.collect().iter_rows())
+
+
+def small_users_frame() -> pl.DataFrame:
+    """Users with duplicates, nulls and string items, none with more than 8 distinct items."""
+    rng = np.random.default_rng(1)
+    users, items = [], []
+    for u in range(300):
+        n = int(rng.integers(1, 9))
+        users += [u] * n
+        items += [f"x{int(v)}" for v in rng.zipf(1.5, size=n) % 50]
+    frame = pl.DataFrame({"user": users, "item": items})
+    nulls = pl.DataFrame({"user": [None, 5, None], "item": ["x1", None, None]}, schema=frame.schema)
+    return pl.concat([frame, nulls])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# no noise: the distributed plan computes the Polars plan's function
+
+
+def test_histogram_equals_polars_when_no_user_is_subsampled(spark, ws) -> None:
+    frame = small_users_frame()
+    assert frame.drop_nulls().unique().group_by("user").len()["len"].max() <= 8
+    sdf = to_spark(spark, frame, "user long, item string")
+    spark_hist = dict(ws._lattice_histogram(sdf, ws.SparkUserItemsDescriptor(), 8).collect())
+    assert spark_hist == polars_histogram(frame, 8)
+
+
+def test_bound_rows_keep_a_subset_of_at_most_max_contributions(spark, ws) -> None:
+    frame = wgm.datasets.synthetic_zipf(n_users=200, items_per_user=30, seed=2)
+    sdf = to_spark(spark, frame, "user long, item long")
+    bounded = pl.DataFrame(ws._bound_rows(sdf, ws.SparkUserItemsDescriptor(), 5).collect(), schema=["user", "item"], orient="row")
+    assert bounded.is_duplicated().sum() == 0
+    assert bounded.join(frame.unique(), on=["user", "item"], how="anti").height == 0  # only the users' own items
+    expected = frame.unique().group_by("user").agg(n=pl.len().clip(upper_bound=5))
+    kept = bounded.group_by("user").agg(k=pl.len())
+    assert expected.join(kept, on="user").select((pl.col("n") == pl.col("k")).all()).item()
+    # the total lattice mass, sum_u t_u w(t_u), does not depend on which items are kept
+    spark_hist = ws._lattice_histogram(sdf, ws.SparkUserItemsDescriptor(), 5).collect()
+    assert sum(r[1] for r in spark_hist) == sum(polars_histogram(frame, 5).values())
+
+
+@pytest.mark.parametrize(("ddl", "dtype"), [("user long, item string", pl.String), ("user string, item int", pl.Int32)])
+def test_no_noise_release_equals_polars(spark, ws, ddl, dtype) -> None:
+    frame = small_users_frame()
+    if dtype == pl.Int32:
+        frame = frame.select(pl.col("user").cast(pl.String), pl.col("item").str.slice(1).cast(pl.Int32))
+    sdf = to_spark(spark, frame, ddl)
+    params = dict(max_contributions=8, scale=1e-7, threshold=2.5)
+    released = ws.make_wgm(*ws.spark_user_items_space(), **params)(sdf)
+    expected = wgm.make_wgm(*wgm.user_items_space(), **params)(frame)
+    assert released.schema == pl.Schema({"item": dtype, "noisy_weight": pl.Float64})
+    assert released["item"].to_list() == expected["item"].to_list() and released["item"].is_sorted()
+    assert released["noisy_weight"].to_numpy() == pytest.approx(expected["noisy_weight"].to_numpy(), abs=1e-5)
+
+
+ITEM_TYPES = {
+    "date": ([datetime.date(2020, 1, 1), datetime.date(2021, 5, 3)], pl.Date),
+    "timestamp": ([datetime.datetime(2020, 1, 1, 10), datetime.datetime(2021, 5, 3, 1, 2, 3)], pl.Datetime("us")),
+    "binary": ([b"ab", b"\x00\x01"], pl.Binary),
+    "decimal(10,2)": ([decimal.Decimal("1.50"), decimal.Decimal("2.25")], pl.Decimal(10, 2)),
+    "boolean": ([True, False], pl.Boolean),
+    "smallint": ([3, 4], pl.Int16),
+}
+
+
+@pytest.mark.parametrize("ddl", list(ITEM_TYPES))
+def test_item_types_round_trip(spark, ws, ddl) -> None:
+    values, dtype = ITEM_TYPES[ddl]
+    sdf = spark.createDataFrame([(u, values[u % 2]) for u in range(10)], f"user int, item {ddl}")
+    out = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=2, scale=1e-7, threshold=0.5)(sdf)
+    assert out.schema["item"] == dtype
+    assert out["item"].to_list() == sorted(values)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# with noise: release frequencies and the noise law
+
+
+def counts_frame(levels: tuple[int, ...], per_level: int) -> pl.DataFrame:
+    """Item (c, j) held by exactly c single-item users, so its weight is exactly c (t = 1)."""
+    users, items, u = [], [], 0
+    for c in levels:
+        for j in range(per_level):
+            users += list(range(u, u + c))
+            items += [c * 10_000 + j] * c
+            u += c
+    return pl.DataFrame({"user": users, "item": items})
+
+
+def test_release_frequencies_agree_with_the_exact_law_and_polars(spark, ws) -> None:
+    levels, per_level, runs, sigma, threshold = (3, 4, 5, 6, 7), 300, 2, 1.0, 5.0
+    frame = counts_frame(levels, per_level)
+    sdf = to_spark(spark, frame, "user long, item long").cache()
+    spark_m = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=1, scale=sigma, threshold=threshold)
+    polars_m = wgm.make_wgm(*wgm.user_items_space(), max_contributions=1, scale=sigma, threshold=threshold)
+    n = per_level * runs
+    spark_hits = np.zeros(len(levels))
+    polars_hits = np.zeros(len(levels))
+    for _ in range(runs):
+        for hits, out in ((spark_hits, spark_m(sdf)), (polars_hits, polars_m(frame))):
+            level = (out["item"] // 10_000).to_numpy()
+            hits += [np.count_nonzero(level == c) for c in levels]
+    for i, c in enumerate(levels):
+        # released iff c 2^20 + Z > T 2^20, Z ~ N_Z(0, (σ 2^20)^2): P ≈ Φ̄((T - c)/σ) (lattice error < 1e-6)
+        p = float(ndtr((c - threshold) / sigma))
+        tolerance = 5 * math.sqrt(p * (1 - p) / n) + 1e-6
+        assert abs(spark_hits[i] / n - p) <= tolerance, (c, spark_hits[i] / n, p)
+        assert abs(spark_hits[i] / n - polars_hits[i] / n) <= math.sqrt(2) * tolerance, c
+
+
+def ks_statistic(sample: np.ndarray, sigma: float) -> float:
+    x = np.sort(sample) / sigma
+    cdf = ndtr(x)
+    n = x.size
+    return float(max(np.max(np.arange(1, n + 1) / n - cdf), np.max(cdf - np.arange(n) / n)))
+
+
+def test_noise_is_gaussian_with_the_claimed_scale(spark, ws) -> None:
+    """All items released (T far below): noisy - exact weight passes a KS test at σ and fails at σ(1 ± 20%)."""
+    n, sigma = 8000, 2.0
+    frame = counts_frame((1,), n)  # n items of weight exactly 1
+    sdf = to_spark(spark, frame, "user long, item long")
+    out = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=1, scale=sigma, threshold=-1e3)(sdf)
+    assert out.height == n
+    noise = out["noisy_weight"].to_numpy() - 1.0
+    bound = 2.3 / math.sqrt(n)  # P[D > bound] < 1e-4 under the null
+    assert ks_statistic(noise, sigma) < bound
+    assert ks_statistic(noise, sigma * 0.8) > bound
+    assert ks_statistic(noise, sigma * 1.2) > bound
+
+
+# --------------------------------------------------------------------------------------------------------------
+# privacy maps: the Polars measurement's
+
+
+def test_map_is_the_polars_map(ws) -> None:
+    params = dict(max_contributions=64, scale=3.884141, threshold=20.4975)
+    for measure, extra in ((ZCDP, {}), (APPROX_DP, {"epsilon": 1.0})):
+        m = ws.make_wgm(*ws.spark_user_items_space(), output_measure=measure, **extra, **params)
+        reference = wgm.make_wgm(*wgm.user_items_space(), output_measure=measure, **extra, **params)
+        assert m.output_measure == reference.output_measure
+        for d_in in range(4):
+            assert m.map(d_in) == reference.map(d_in)
+
+
+def test_from_budget_matches_the_polars_calibration(ws) -> None:
+    m = ws.make_wgm_from_budget(*ws.spark_user_items_space(), max_contributions=100, epsilon=1.0, delta=1e-5)
+    assert m.check(1, (1.0, 1e-5))
+    reference = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=100, epsilon=1.0, delta=1e-5)
+    assert m.map(2) == reference.map(2)
+    z = ws.make_wgm_from_budget(*ws.spark_user_items_space(), max_contributions=10, rho=0.5, delta=1e-6)
+    assert z.output_measure == ZCDP and z.check(1, (0.5, 1e-6))
+
+
+def test_then_partial_chains(ws) -> None:
+    m = ws.spark_user_items_space() >> ws.then_wgm(max_contributions=3, scale=1.0, threshold=5.0)
+    assert m.map(1)[0] == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# two-stage mechanisms: stage 1 on Spark, stage 2 on the driver
+
+
+def coverage_frame() -> pl.DataFrame:
+    """Items with distinct user counts and greedy gains: A 30 users, B 25 (inside A's), C 20, D 10, E 5."""
+    holders = {"A": range(0, 30), "B": range(0, 25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
+    rows = [(u, item) for item, users in holders.items() for u in users]
+    return pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
+
+
+TWO_STAGE = dict(k=3, max_contributions=3, wgm_scale=1e-6, wgm_threshold=1.5, peel_scale=1e-3)
+
+
+def test_top_k_on_spark_equals_polars(spark, ws) -> None:
+    from opendp_wgm.measurements.top_k import make_wgm_top_k
+
+    frame = coverage_frame()
+    released = ws.make_wgm_top_k(*ws.spark_user_items_space(), **TWO_STAGE)(to_spark(spark, frame, "user long, item string"))
+    expected = make_wgm_top_k(*wgm.user_items_space(), **TWO_STAGE)(frame)
+    assert released.equals(expected)
+    assert released["item"].to_list() == ["A", "B", "C"] and released["rank"].to_list() == [1, 2, 3]
+
+
+def test_hitting_set_on_spark_equals_polars(spark, ws) -> None:
+    from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set
+
+    frame = coverage_frame()
+    released = ws.make_wgm_hitting_set(*ws.spark_user_items_space(), **TWO_STAGE)(to_spark(spark, frame, "user long, item string"))
+    expected = make_wgm_hitting_set(*wgm.user_items_space(), **TWO_STAGE)(frame)
+    assert released.equals(expected)
+    assert released["item"].to_list() == ["A", "C", "D"]  # B covers nobody new after A
+
+
+def test_two_stage_with_no_candidates(spark, ws) -> None:
+    sdf = to_spark(spark, coverage_frame(), "user long, item string")
+    params = {**TWO_STAGE, "wgm_threshold": 1e3}
+    for make in (ws.make_wgm_top_k, ws.make_wgm_hitting_set):
+        out = make(*ws.spark_user_items_space(), **params)(sdf)
+        assert out.height == 0 and out.schema["item"] == pl.String
+
+
+def test_two_stage_maps_are_the_polars_maps(ws) -> None:
+    from opendp_wgm.measurements import hitting_set, top_k
+
+    space, polars_space = ws.spark_user_items_space(), wgm.user_items_space()
+    for spark_make, polars_make in ((ws.make_wgm_top_k, top_k.make_wgm_top_k), (ws.make_wgm_hitting_set, hitting_set.make_wgm_hitting_set)):
+        for extra in ({}, {"output_measure": APPROX_DP, "wgm_epsilon": 1.0, "peel_delta": 1e-6}):
+            params = {**TWO_STAGE, "wgm_scale": 4.0, "wgm_threshold": 25.0, "peel_scale": 10.0, **extra}
+            m, reference = spark_make(*space, **params), polars_make(*polars_space, **params)
+            assert m.output_measure == reference.output_measure
+            assert [m.map(d) for d in range(3)] == [reference.map(d) for d in range(3)]
+    budget = dict(k=10, max_contributions=50, epsilon=1.0, delta=1e-5)
+    for spark_make, polars_make in (
+        (ws.make_wgm_top_k_from_budget, top_k.make_wgm_top_k_from_budget),
+        (ws.make_wgm_hitting_set_from_budget, hitting_set.make_wgm_hitting_set_from_budget),
+    ):
+        m, reference = spark_make(*space, **budget), polars_make(*polars_space, **budget)
+        assert m.map(1) == reference.map(1) and m.check(1, (1.0, 1e-5))
+    with pytest.raises(ValueError, match=r"`k` must be an integer >= 1 \(found 0\)"):
+        ws.make_wgm_top_k(*space, **{**TWO_STAGE, "k": 0})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_frames(spark, ws) -> None:
+    m = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
+    # OpenDP wraps errors raised inside a release in an OpenDPException that carries the original message
+    with pytest.raises(dp.OpenDPException, match="TypeError: expected a pyspark.sql.DataFrame.*use opendp_wgm.make_wgm"):
+        m(pl.DataFrame({"user": [1], "item": [2]}))
+    with pytest.raises(dp.OpenDPException, match=r"ValueError: column\(s\) \['item'\] not found in the data \(columns: \['user', 'thing'\]\)"):
+        m(spark.createDataFrame([(1, "a")], "user long, thing string"))
+    with pytest.raises(dp.OpenDPException, match="TypeError: column 'item' has Spark type double, which is not supported"):
+        m(spark.createDataFrame([(1, 0.5)], "user long, item double"))
+    with pytest.raises(dp.OpenDPException, match="column 'user' has Spark type array<int>"):
+        m(spark.createDataFrame([([1], "a")], "user array<int>, item string"))
+
+
+def test_stopped_session(spark, ws, monkeypatch) -> None:
+    m = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
+    sdf = spark.createDataFrame([(1, "a")], "user long, item string")
+    monkeypatch.setattr(spark.sparkContext, "_jsc", None)  # what SparkContext.stop() leaves behind
+    with pytest.raises(dp.OpenDPException, match="RuntimeError: the Spark session of this DataFrame is not running"):
+        m(sdf)
+
+
+def test_bad_spaces_and_parameters(ws) -> None:
+    with pytest.raises(ValueError, match="must come from opendp_wgm.spark.spark_user_items_space"):
+        ws.make_wgm(*wgm.user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
+    domain, _ = ws.spark_user_items_space(user="u")
+    with pytest.raises(ValueError, match="identifies users by 'user' but `input_domain` by 'u'"):
+        ws.make_wgm(domain, dp.symmetric_id_distance(pl.col("user")), max_contributions=2, scale=1.0, threshold=5.0)
+    with pytest.raises(ValueError, match="must be dp.symmetric_id_distance"):
+        ws.make_wgm(domain, dp.symmetric_distance(), max_contributions=2, scale=1.0, threshold=5.0)
+    space = ws.spark_user_items_space()
+    with pytest.raises(ValueError, match=r"`max_contributions` must be an integer >= 1 \(found 0\)"):
+        ws.make_wgm(*space, max_contributions=0, scale=1.0, threshold=5.0)
+    with pytest.raises(ValueError, match="needs `epsilon`"):
+        ws.make_wgm(*space, max_contributions=2, scale=1.0, threshold=5.0, output_measure=APPROX_DP)
+    with pytest.raises(ValueError, match="`user` and `item` must be different columns"):
+        ws.spark_user_items_space(user="a", item="a")
+
+
+def test_features_must_be_enabled(ws) -> None:
+    dp.disable_features("honest-but-curious")
+    try:
+        with pytest.raises(dp.OpenDPException, match="enable_features"):
+            ws.make_wgm(*ws.spark_user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
+    finally:
+        dp.enable_features("honest-but-curious")
+
+
+def test_missing_pyspark_names_the_extra(monkeypatch) -> None:
+    """Runs everywhere: with pyspark hidden (or absent), every entry point says what to install."""
+    from opendp_wgm import spark as module
+
+    for name in [m for m in sys.modules if m == "pyspark" or m.startswith("pyspark.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # makes `import pyspark` raise ImportError
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[spark\]"'):
+        module.spark_user_items_space()
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[spark\]"'):
+        module.make_wgm(object(), object(), max_contributions=1, scale=1.0, threshold=1.0)

@@ -1,0 +1,310 @@
+"""The Tumult Core adapter (``opendp_wgm.tumult``): contract, privacy function, release, and composition.
+
+Needs ``tmlt.core`` 0.20 and pyspark (``pip install "opendp-wgm[tumult]"``, in an environment with
+``numpy < 2``: see docs/engines.md); every test that needs them skips with the reason when they are missing.
+The "not installed" error is tested everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+
+import opendp.prelude as dp
+import polars as pl
+import pytest
+
+import opendp_wgm as wgm
+from opendp_wgm.accounting import calibrate_wgm, wgm_privacy_loss
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),
+    # raised by Tumult's own GeometricPartitionSelection (a pandas_udf with a functionType), not by us
+    pytest.mark.filterwarnings("ignore:In Python 3.6\\+ and Spark 3.0\\+:UserWarning"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    dp.enable_features("contrib", "honest-but-curious")  # for the OpenDP measurements compared against
+
+
+@pytest.fixture(scope="module")
+def tmlt():
+    pytest.importorskip("tmlt.core", reason='Tumult Core is not installed: pip install "opendp-wgm[tumult]"')
+    from opendp_wgm import tumult
+
+    return tumult
+
+
+@pytest.fixture(scope="module")
+def spark(tmlt, tmp_path_factory):
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java (17): none on PATH and JAVA_HOME is unset")
+    from pyspark.sql import SparkSession
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("opendp-wgm-tumult-tests")
+        .config("spark.driver.memory", "1g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # Tumult materialises releases as tables: keep its warehouse out of the working tree
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def core(tmlt):
+    """The tmlt.core names the tests use."""
+    import sympy as sp
+    from tmlt.core.domains.spark_domains import (
+        SparkDataFrameDomain,
+        SparkFloatColumnDescriptor,
+        SparkIntegerColumnDescriptor,
+        SparkStringColumnDescriptor,
+    )
+    from tmlt.core.measurements.chaining import ChainTM
+    from tmlt.core.measurements.interactive_measurements import PrivacyAccountant, SequentialComposition
+    from tmlt.core.measurements.spark_measurements import GeometricPartitionSelection
+    from tmlt.core.measures import ApproxDP, InsufficientBudgetError, RhoZCDP
+    from tmlt.core.metrics import IfGroupedBy, SymmetricDifference
+    from tmlt.core.transformations.chaining import ChainTT
+    from tmlt.core.transformations.spark_transformations.select import Select
+    from tmlt.core.transformations.spark_transformations.truncation import LimitRowsPerID
+    from tmlt.core.utils.exact_number import ExactNumber
+
+    return dict(locals())
+
+
+def domain(core, item_descriptor=None):
+    return core["SparkDataFrameDomain"](
+        {"user": core["SparkIntegerColumnDescriptor"](), "item": item_descriptor or core["SparkStringColumnDescriptor"]()}
+    )
+
+
+def spark_frame(spark, frame: pl.DataFrame):
+    from pyspark.sql import types
+
+    schema = types.StructType(
+        [types.StructField("user", types.LongType(), False), types.StructField("item", types.StringType(), False)]
+    )
+    return spark.createDataFrame(frame.rows(), schema)
+
+
+PARAMS = dict(max_contributions=64, scale=3.884141, threshold=20.4975, epsilon=1)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# contract and privacy function
+
+
+def test_contract(tmlt, core) -> None:
+    m = tmlt.WGMMeasurement(domain(core), "user", "item", **PARAMS)
+    assert m.input_domain == domain(core)
+    assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
+    assert m.output_measure == core["ApproxDP"]()
+    assert not m.is_interactive
+    assert (m.user, m.item, m.max_contributions, m.scale, m.threshold, m.epsilon) == ("user", "item", 64, 3.884141, 20.4975, 1.0)
+
+
+def test_privacy_function_is_the_package_map_exactly(tmlt, core) -> None:
+    m = tmlt.WGMMeasurement(domain(core), "user", "item", **PARAMS)
+    exact = core["ExactNumber"]
+    kwargs = {k: v for k, v in PARAMS.items() if k != "epsilon"}
+    for d_in in (1, 2, 3):
+        eps, delta = wgm_privacy_loss(d_in, epsilon=1.0, **kwargs)
+        assert m.privacy_function(d_in) == (exact.from_float(eps, round_up=True), exact.from_float(delta, round_up=True))
+        assert m.privacy_function(d_in)[1].to_float(round_up=False) == delta  # no rounding on the way
+    # and it is the OpenDP measurement's map under the (ε, δ) measure
+    reference = wgm.make_wgm(
+        *wgm.user_items_space(), output_measure=dp.approximate(dp.max_divergence()), epsilon=1.0, **kwargs
+    )
+    assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
+    assert m.privacy_function(0) == (exact(0), exact(0))
+    assert m.privacy_function("1/2") == (exact(0), exact(0))  # datasets are an integer number of users apart
+    assert m.privacy_function("3/2") == m.privacy_function(1)
+    assert m.privacy_function(float("inf")) == (exact(float("inf")), exact(1))
+    with pytest.raises(ValueError, match="Invalid value for IfGroupedBy metric"):
+        m.privacy_function(-1)
+
+
+def test_relation_and_calibrated_factory(tmlt, core) -> None:
+    sp = core["sp"]
+    budget = (1, sp.Rational(1, 10**5))
+    m = tmlt.create_wgm_measurement(domain(core), "user", "item", epsilon=budget[0], delta=budget[1], max_contributions=100)
+    calibration = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5)
+    assert (m.scale, m.threshold) == (calibration.scale, calibration.threshold)
+    assert math.isclose(m.scale, 3.88414, rel_tol=1e-5) and math.isclose(m.threshold, 20.7898, rel_tol=1e-5)
+    assert m.privacy_relation(1, budget)  # exact comparison against the exact budget
+    eps, delta = m.privacy_function(1)
+    assert eps == 1 and delta <= budget[1]
+    assert not m.privacy_relation(1, (1, sp.Rational(1, 10**6)))
+    assert not m.privacy_relation(2, budget)
+
+
+def test_bad_parameters(tmlt, core) -> None:
+    with pytest.raises(ValueError, match="not rho-zCDP.*RhoZCDPToApproxDP"):
+        tmlt.WGMMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), **PARAMS)
+    with pytest.raises(ValueError, match="item column 'thing' not found in `input_domain`"):
+        tmlt.WGMMeasurement(domain(core), "user", "thing", **PARAMS)
+    with pytest.raises(ValueError, match="item column 'item' must not be floating point"):
+        tmlt.WGMMeasurement(domain(core, core["SparkFloatColumnDescriptor"]()), "user", "item", **PARAMS)
+    with pytest.raises(TypeError, match="must be a tmlt.core SparkDataFrameDomain"):
+        tmlt.WGMMeasurement(wgm.user_items_space()[0], "user", "item", **PARAMS)
+    with pytest.raises(ValueError, match=r"`max_contributions` must be an integer >= 1 \(found 0\)"):
+        tmlt.WGMMeasurement(domain(core), "user", "item", **{**PARAMS, "max_contributions": 0})
+    with pytest.raises(ValueError, match="`epsilon` must be in"):
+        tmlt.WGMMeasurement(domain(core), "user", "item", **{**PARAMS, "epsilon": 0})
+    with pytest.raises(ValueError, match="`delta` must be in"):
+        tmlt.create_wgm_measurement(domain(core), "user", "item", epsilon=1, delta=1, max_contributions=10)
+
+
+def test_missing_tumult_names_the_extra(monkeypatch) -> None:
+    """Runs everywhere: without tmlt.core, constructing says what to install."""
+    from opendp_wgm import tumult
+
+    monkeypatch.setattr(tumult, "_IMPORT_ERROR", ImportError("No module named 'tmlt'"))
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+        tumult.WGMMeasurement(None, "user", "item", **PARAMS)
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+        tumult.create_wgm_measurement(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# release and composition
+
+
+def test_no_noise_release_equals_polars(tmlt, core, spark) -> None:
+    frame = wgm.datasets.synthetic_zipf(n_users=300, items_per_user=6, seed=3).with_columns(pl.col("item").cast(pl.String))
+    m = tmlt.WGMMeasurement(domain(core), "user", "item", max_contributions=8, scale=1e-7, threshold=2.5, epsilon=1)
+    out = m(spark_frame(spark, frame))
+    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [("item", "string"), ("noisy_weight", "double")]
+    rows = out.collect()
+    expected = wgm.make_wgm(*wgm.user_items_space(), max_contributions=8, scale=1e-7, threshold=2.5)(frame)
+    assert [r[0] for r in rows] == expected["item"].to_list()
+    assert [r[1] for r in rows] == pytest.approx(expected["noisy_weight"].to_list(), abs=1e-5)
+    assert out.collect() == rows  # materialised: collecting again draws no new noise
+
+
+def test_composes_in_a_privacy_accountant_that_enforces_the_budget(tmlt, core, spark) -> None:
+    sp, exact = core["sp"], core["ExactNumber"]
+    frame = wgm.datasets.synthetic_zipf(n_users=2000, items_per_user=10, seed=4).with_columns(pl.col("item").cast(pl.String))
+    data = spark_frame(spark, frame)
+    dom = domain(core)
+    budget = (exact(3), exact(sp.Rational(1, 10**4)))
+    accountant = core["PrivacyAccountant"].launch(
+        core["SequentialComposition"](
+            input_domain=dom,
+            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
+            output_measure=core["ApproxDP"](),
+            d_in=1,
+            privacy_budget=budget,
+        ),
+        data,
+    )
+    # ours: (1, ~1e-5)
+    ours = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10)
+    released = accountant.measure(ours)
+    assert released.count() > 0 and "1" in {r[0] for r in released.collect()}  # item 1 is held by most users
+    spent_ours = ours.privacy_function(1)
+    assert accountant.privacy_budget == (budget[0] - spent_ours[0], budget[1] - spent_ours[1])
+
+    # Tumult's built-in key release: <= 2 rows per user, keep the item column, geometric partition selection
+    truncate = core["LimitRowsPerID"](dom, core["SymmetricDifference"](), ["user"], 2)
+    select = core["Select"](dom, core["SymmetricDifference"](), ["item"])
+    item_domain = core["SparkDataFrameDomain"]({"item": core["SparkStringColumnDescriptor"]()})
+    builtin = core["ChainTM"](
+        core["ChainTT"](truncate, select), core["GeometricPartitionSelection"](item_domain, threshold=40, alpha=2)
+    )
+    assert builtin.input_metric == ours.input_metric and builtin.output_measure == ours.output_measure
+    spent_builtin = builtin.privacy_function(1)
+    assert spent_builtin[0] == 1  # 2 rows per user, alpha = 2: epsilon = 2 / 2
+    accountant.measure(builtin)
+    remaining = accountant.privacy_budget
+    assert remaining == (budget[0] - spent_ours[0] - spent_builtin[0], budget[1] - spent_ours[1] - spent_builtin[1])
+
+    # a WGM that asks for more epsilon than is left is refused, and nothing is spent
+    greedy = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=10)
+    with pytest.raises(core["InsufficientBudgetError"]):
+        accountant.measure(greedy)
+    assert accountant.privacy_budget == remaining
+    # one that fits is answered
+    fitting = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=remaining[0], delta=sp.Rational(1, 10**6), max_contributions=10)
+    accountant.measure(fitting)
+    assert accountant.privacy_budget[0] == 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# two-stage mechanisms
+
+
+def coverage_frame() -> pl.DataFrame:
+    """Items with distinct user counts and greedy gains: A 30 users, B 25 (inside A's), C 20, D 10, E 5."""
+    holders = {"A": range(0, 30), "B": range(0, 25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
+    rows = [(u, item) for item, users in holders.items() for u in users]
+    return pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
+
+
+def test_two_stage_measurements(tmlt, core, spark) -> None:
+    from opendp_wgm.measurements import hitting_set, top_k
+
+    dp.enable_features("contrib", "honest-but-curious")
+    approx_dp = dp.approximate(dp.max_divergence())
+    params = dict(k=3, max_contributions=3, wgm_scale=1e-6, wgm_threshold=1.5, peel_scale=1e-3, wgm_epsilon=1.0, peel_delta=1e-6)
+    data = spark_frame(spark, coverage_frame())
+    cases = (
+        (tmlt.WGMTopKMeasurement, top_k.make_wgm_top_k, ["A", "B", "C"]),
+        (tmlt.WGMHittingSetMeasurement, hitting_set.make_wgm_hitting_set, ["A", "C", "D"]),
+    )
+    for cls, polars_make, expected in cases:
+        m = cls(domain(core), "user", "item", **params)
+        assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
+        assert m.output_measure == core["ApproxDP"]()
+        reference = polars_make(*wgm.user_items_space(), output_measure=approx_dp, **params)
+        for d_in in (1, 2):
+            assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in)
+        assert m.privacy_function(0) == (core["ExactNumber"](0), core["ExactNumber"](0))
+        rows = m(data).collect()
+        assert [(r[0], r[1]) for r in rows] == list(zip(expected, [1, 2, 3]))
+    with pytest.raises(ValueError, match="not rho-zCDP"):
+        tmlt.WGMTopKMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), **params)
+
+
+def test_calibrated_two_stage_measurements_compose(tmlt, core, spark) -> None:
+    sp, exact = core["sp"], core["ExactNumber"]
+    dom = domain(core)
+    budget = (exact(2), exact(sp.Rational(1, 10**4)))
+    top = tmlt.create_wgm_top_k_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=3)
+    cover = tmlt.create_wgm_hitting_set_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=3)
+    for m in (top, cover):
+        assert m.privacy_relation(1, (1, sp.Rational(1, 10**5)))
+    accountant = core["PrivacyAccountant"].launch(
+        core["SequentialComposition"](
+            input_domain=dom,
+            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
+            output_measure=core["ApproxDP"](),
+            d_in=1,
+            privacy_budget=budget,
+        ),
+        spark_frame(spark, coverage_frame()),
+    )
+    accountant.measure(top)
+    accountant.measure(cover)
+    spent = [m.privacy_function(1) for m in (top, cover)]
+    assert accountant.privacy_budget == (budget[0] - spent[0][0] - spent[1][0], budget[1] - spent[0][1] - spent[1][1])
+    with pytest.raises(core["InsufficientBudgetError"]):
+        accountant.measure(top)
