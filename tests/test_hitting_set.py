@@ -534,6 +534,9 @@ def test_peeling_budget_errors(kwargs, error, message) -> None:
         (dict(output_measure=APPROX_DP, wgm_epsilon=1.0), ValueError, "needs `peel_delta`"),
         (dict(output_measure=APPROX_DP, wgm_epsilon=1.0, peel_delta=2.0), ValueError, "`peel_delta` must be in [0.0, 1.0) (found 2.0)"),
         (dict(output_measure=dp.max_divergence()), ValueError, "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or"),
+        (dict(passes=0), ValueError, "`passes` must be an integer >= 1 (found 0)"),
+        (dict(passes="2"), TypeError, "`passes` must be an integer >= 1 (found '2')"),
+        (dict(engine="gpu"), ValueError, "`engine` must be one of ('auto', 'in-memory', 'streaming'), got 'gpu'"),
     ],
 )
 def test_wgm_hitting_set_errors(kwargs, error, message) -> None:
@@ -565,6 +568,20 @@ def test_wgm_hitting_set_budget_errors(kwargs, error, message) -> None:
         with pytest.raises(error) as info:
             call()
         assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(passes=0), ValueError, "`passes` must be an integer >= 1 (found 0)"),
+        (dict(engine="Streaming"), ValueError, "`engine` must be one of ('auto', 'in-memory', 'streaming'), got 'Streaming'"),
+    ],
+)
+def test_wgm_hitting_set_budget_execution_errors(kwargs, error, message) -> None:
+    params = dict(k=2, max_contributions=5, epsilon=1.0, delta=1e-5) | kwargs
+    with pytest.raises(error) as info:
+        make_wgm_hitting_set_from_budget(*space(), **params)
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize(

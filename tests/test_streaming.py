@@ -16,6 +16,8 @@ import pytest
 
 import opendp_wgm as wgm
 from opendp_wgm.domains import _prepare_frame, _resolve_space
+from opendp_wgm.measurements import hitting_set, top_k
+from opendp_wgm.measurements import wgm as wgm_module
 from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
 
 MAX_CONTRIBUTIONS = 12
@@ -117,3 +119,68 @@ def test_subsampled_scan_keeps_the_total_mass(files) -> None:
     chain = wgm.user_items_space() >> wgm.then_bound_user_items(max_contributions=3) >> wgm.then_weighted_histogram()
     totals = {chain(lf).collect(engine=engine)["weight"].sum() for engine in ("auto", "streaming", "streaming")}
     assert len(totals) == 1
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the two-stage mechanisms on a scan: stage 1 in passes, stage 2 on the candidates' rows
+
+
+def _two_stage_data() -> pl.DataFrame:
+    """Disjoint groups of 3, 5, ..., 21 users holding item 0..9 (so distinct counts and uncovered counts), each
+    user with one item of its own too (weight 1/sqrt(2) < the threshold), and duplicate rows."""
+    groups = [(j, 3 + 2 * j) for j in range(10)]
+    users = np.concatenate([np.full(size, j) for j, size in groups]).astype(np.int64)
+    ids = np.arange(users.shape[0], dtype=np.int64)
+    frame = pl.DataFrame(
+        {"user": np.concatenate([ids, ids, ids]), "item": np.concatenate([users, 1000 + ids, users])}
+    )
+    return frame.sample(fraction=1.0, shuffle=True, seed=5)
+
+
+@pytest.fixture
+def stage_1_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the per-user bounding plans the WGM builds from now on: one per pass."""
+    plans: list[int] = []
+    bounded_lists_plan = wgm_module._bounded_lists_plan
+
+    def counted(*args):
+        plans.append(1)
+        return bounded_lists_plan(*args)
+
+    monkeypatch.setattr(wgm_module, "_bounded_lists_plan", counted)
+    return plans
+
+
+@pytest.mark.parametrize("mechanism", ["top_k", "hitting_set"])
+@pytest.mark.parametrize("engine", ["auto", "streaming"])
+def test_two_stage_on_a_scan_with_passes_gives_the_one_pass_release(mechanism, engine, tmp_path, stage_1_plans) -> None:
+    """passes=3 on a Parquet scan: stage 1 runs three bucketed plans and the release is the one-pass release."""
+    path = tmp_path / "two_stage.parquet"
+    _two_stage_data().write_parquet(path, row_group_size=40)
+    make = {"top_k": top_k.make_wgm_top_k, "hitting_set": hitting_set.make_wgm_hitting_set}[mechanism]
+    # no subsampling (2 distinct items per user <= Δ0); almost no noise: σ = 1e-7, and a peeling scale of 1e-3
+    # makes one user of difference a factor e^1000, so both stages are deterministic
+    params = dict(k=4, max_contributions=2, wgm_scale=1e-7, wgm_threshold=2.0, peel_scale=1e-3)
+    one_pass = make(*wgm.user_items_space(), **params)(pl.scan_parquet(path))
+    assert len(stage_1_plans) == 1
+
+    m = make(*wgm.user_items_space(), **params, passes=3, engine=engine)
+    released = m(pl.scan_parquet(path))
+    assert len(stage_1_plans) == 1 + 3  # stage 1 ran one plan per bucket
+    assert released.equals(one_pass)
+    assert released["item"].to_list() == [9, 8, 7, 6]
+    assert released.schema == pl.Schema({"item": pl.Int64, "rank": pl.UInt32})
+
+
+@pytest.mark.parametrize("mechanism", ["top_k", "hitting_set"])
+def test_two_stage_from_budget_passes_the_execution_options(mechanism, tmp_path, stage_1_plans) -> None:
+    path = tmp_path / "two_stage.parquet"
+    _two_stage_data().write_parquet(path)
+    make = {
+        "top_k": top_k.make_wgm_top_k_from_budget,
+        "hitting_set": hitting_set.make_wgm_hitting_set_from_budget,
+    }[mechanism]
+    m = make(*wgm.user_items_space(), k=3, max_contributions=2, epsilon=1.0, delta=1e-5, passes=2, engine="streaming")
+    released = m(pl.scan_parquet(path))
+    assert len(stage_1_plans) == 2
+    assert released.columns == ["item", "rank"] and released.height <= 3

@@ -30,7 +30,16 @@ import polars as pl
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability, _check_real
 from opendp_wgm.accounting import WGMCalibration, peeling_approx_epsilon, peeling_pure_epsilon, peeling_rho
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
-from opendp_wgm.measurements.wgm import Noise, _approx_dp, _check_noise, _wgm_function, _zcdp, make_wgm
+from opendp_wgm.measurements.wgm import (
+    Engine,
+    Noise,
+    _approx_dp,
+    _check_execution,
+    _check_noise,
+    _wgm_function,
+    _zcdp,
+    make_wgm,
+)
 
 __all__: list[str] = []
 
@@ -251,6 +260,8 @@ def _make_wgm_then_peeling(
     peel_delta: float | None,
     noise: Noise,
     item: str | None,
+    passes: int,
+    engine: Engine,
     stage_2: _Stage2,
     accounting: _Accounting,
 ) -> dp.Measurement:
@@ -260,6 +271,8 @@ def _make_wgm_then_peeling(
     The map is the sum of the stage maps, rounded up, with stage 2 charged ``k`` rounds whatever the number of
     candidates (adaptive composition: ``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The caller asserts
     the features and checks its own parameters first; this checks the shared ones, in signature order.
+    ``passes`` and ``engine`` are stage 1's, as in :func:`opendp_wgm.make_wgm`; stage 2 reads only the rows
+    of the candidates (its plans filter to them first).
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
@@ -270,6 +283,7 @@ def _make_wgm_then_peeling(
     output_measure, kind, wgm_epsilon, peel_delta_value = _two_stage_measure(
         output_measure, wgm_epsilon, peel_delta, accounting
     )
+    passes, engine = _check_execution(passes, engine)
     # stage 1 checks the rest (σ's range, the input space) and gives its map
     stage_1 = make_wgm(
         input_domain,
@@ -281,9 +295,13 @@ def _make_wgm_then_peeling(
         epsilon=wgm_epsilon,
         noise=noise,
         item=item,
+        passes=passes,
+        engine=engine,
     )
     space = _resolve_space(input_domain, input_metric, item)
-    release_candidates = _wgm_function(space, max_contributions, wgm_scale, wgm_threshold, noise)
+    release_candidates = _wgm_function(
+        space, max_contributions, wgm_scale, wgm_threshold, noise, passes=passes, engine=engine
+    )
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         lf = _prepare_frame(frame, space)
@@ -303,9 +321,19 @@ def _make_wgm_then_peeling(
 
 
 def _two_stage_arguments(
-    wgm: WGMCalibration, *, peel_scale: float, peel_delta: float, approx_dp: bool
+    wgm: WGMCalibration,
+    *,
+    peel_scale: float,
+    peel_delta: float,
+    approx_dp: bool,
+    noise: Noise,
+    item: str | None,
+    passes: int,
+    engine: Engine,
 ) -> dict[str, Any]:
-    """The keyword arguments of a two-stage constructor from a calibration: (ε, δ)-DP or approximate zCDP."""
+    """The keyword arguments of a two-stage constructor from a calibration, (ε, δ)-DP or approximate zCDP,
+    with the stage-1 options of the ``_from_budget`` constructor passed through unchanged (the explicit
+    constructor checks them)."""
     return {
         "max_contributions": wgm.max_contributions,
         "wgm_scale": wgm.scale,
@@ -314,4 +342,8 @@ def _two_stage_arguments(
         "output_measure": _approx_dp() if approx_dp else _zcdp(),
         "wgm_epsilon": wgm.epsilon if approx_dp else None,
         "peel_delta": peel_delta if approx_dp else None,
+        "noise": noise,
+        "item": item,
+        "passes": passes,
+        "engine": engine,
     }

@@ -54,7 +54,7 @@ from opendp_wgm.measurements._peeling import (
     _ranked_frame,
     _two_stage_arguments,
 )
-from opendp_wgm.measurements.wgm import Noise
+from opendp_wgm.measurements.wgm import Engine, Noise
 from opendp_wgm.transformations import _check_candidates
 
 __all__ = [
@@ -447,6 +447,8 @@ def make_wgm_hitting_set(
     peel_delta: float | None = None,
     noise: Noise = "lattice",
     item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
 ) -> dp.Measurement:
     r"""Private k-hitting set over an unknown domain: WGM candidates, then user peeling on them.
 
@@ -477,6 +479,12 @@ def make_wgm_hitting_set(
         The WGM's sampler, ``"lattice"`` (default) or ``"opendp"``.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
+    passes
+        Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
+        :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
+        Stage 2 reads only the candidates' rows.
+    engine : {'auto', 'in-memory', 'streaming'}
+        Polars engine that collects each stage-1 pass (``engine`` of :func:`opendp_wgm.make_wgm`).
 
     Returns
     -------
@@ -522,6 +530,8 @@ def make_wgm_hitting_set(
         peel_delta=peel_delta,
         noise=noise,
         item=item,
+        passes=passes,
+        engine=engine,
         stage_2=_peel,
         accounting=_USER_PEELING,
     )
@@ -673,12 +683,23 @@ def make_wgm_hitting_set_from_budget(
     noise_delta_fraction: float = 0.5,
     noise: Noise = "lattice",
     item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
 ) -> dp.Measurement:
     r"""WGM-then-user-peeling calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
     ``split`` (default 1/2, the reference's) is the share of the budget given to stage 1 (the WGM); see
     :func:`calibrate_wgm_hitting_set`, which shows every calibrated parameter. The result is
     :func:`make_wgm_hitting_set` with those parameters, so ``m.check(1, budget)`` holds.
+
+    Parameters
+    ----------
+    input_domain, input_metric, k, max_contributions
+        As for :func:`make_wgm_hitting_set`.
+    delta, epsilon, rho, split, noise_delta_fraction
+        The budget and its split, as for :func:`calibrate_wgm_hitting_set`.
+    noise, item, passes, engine
+        As for :func:`make_wgm_hitting_set`.
 
     Examples
     --------
@@ -705,10 +726,15 @@ def make_wgm_hitting_set_from_budget(
         input_metric,
         k=cal.k,
         **_two_stage_arguments(
-            cal.wgm, peel_scale=cal.peel_scale, peel_delta=cal.peel_delta, approx_dp=cal.epsilon is not None
+            cal.wgm,
+            peel_scale=cal.peel_scale,
+            peel_delta=cal.peel_delta,
+            approx_dp=cal.epsilon is not None,
+            noise=noise,
+            item=item,
+            passes=passes,
+            engine=engine,
         ),
-        noise=noise,
-        item=item,
     )
 
 

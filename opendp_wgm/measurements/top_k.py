@@ -46,7 +46,7 @@ from opendp_wgm.measurements._peeling import (
     _ranked_frame,
     _two_stage_arguments,
 )
-from opendp_wgm.measurements.wgm import Noise
+from opendp_wgm.measurements.wgm import Engine, Noise
 from opendp_wgm.transformations import (
     _assert_features,
     _bound_plan,
@@ -233,6 +233,8 @@ def make_wgm_top_k(
     noise: Noise = "lattice",
     method: SelectionMethod = "auto",
     item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
 ) -> dp.Measurement:
     r"""Private top-k over an unknown domain: WGM candidates, then exponential-mechanism peeling on them.
 
@@ -264,6 +266,12 @@ def make_wgm_top_k(
         The exact selection sampler.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
+    passes
+        Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
+        :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
+        Stage 2 reads only the candidates' rows.
+    engine : {'auto', 'in-memory', 'streaming'}
+        Polars engine that collects each stage-1 pass (``engine`` of :func:`opendp_wgm.make_wgm`).
 
     Returns
     -------
@@ -312,6 +320,8 @@ def make_wgm_top_k(
         peel_delta=peel_delta,
         noise=noise,
         item=item,
+        passes=passes,
+        engine=engine,
         stage_2=functools.partial(_peel_candidates, sampler="zcdp", method=method),
         accounting=_TOP_K,
     )
@@ -330,6 +340,8 @@ def make_wgm_top_k_from_budget(
     noise: Noise = "lattice",
     method: SelectionMethod = "auto",
     item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
 ) -> dp.Measurement:
     r"""WGM-then-top-k calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -341,6 +353,19 @@ def make_wgm_top_k_from_budget(
       reference), stage 2 ((1 − split)·ε, (1 − split)·δ)-DP with the reference's ε'
       (REFERENCE_SPEC §2.4, §7.3).
     - ``rho``: stage 1 gets (split·ρ, δ), stage 2 (1 − split)·ρ (the peeling needs no δ).
+
+    Parameters
+    ----------
+    input_domain, input_metric, k, max_contributions
+        As for :func:`make_wgm_top_k`.
+    delta
+        δ ∈ (0, 1), for one user.
+    epsilon, rho
+        Exactly one of them, > 0, for one user.
+    split
+        Share of the budget given to stage 1, in (0, 1).
+    noise, method, item, passes, engine
+        As for :func:`make_wgm_top_k`.
 
     Examples
     --------
@@ -365,10 +390,12 @@ def make_wgm_top_k_from_budget(
             peel_scale=calibration.peel_scale,
             peel_delta=calibration.peel_delta,
             approx_dp=calibration.epsilon is not None,
+            noise=noise,
+            item=item,
+            passes=passes,
+            engine=engine,
         ),
-        noise=noise,
         method=method,
-        item=item,
     )
 
 
