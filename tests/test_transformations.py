@@ -169,6 +169,18 @@ def test_candidate_counts_move_monotonically(users, extra) -> None:
     assert np.all((after - before >= 0) & (after - before <= 1))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 6), st.sampled_from("abcdef")), max_size=40),
+    candidates=st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8),
+)
+def test_candidate_counts_are_distinct_user_counts(rows, candidates) -> None:
+    """Each candidate's count is the number of distinct users holding it, duplicate rows included once."""
+    data = pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
+    t = wgm.make_candidate_counts(*wgm.user_items_space(), candidates=candidates)
+    assert t(data) == [len({u for u, x in rows if x == c}) for c in candidates]
+
+
 def test_candidate_counts_bad_input() -> None:
     space = wgm.user_items_space()
     with pytest.raises(ValueError, match="must be distinct"):
