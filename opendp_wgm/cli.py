@@ -10,9 +10,9 @@ r"""The ``opendp-wgm`` command: differentially private domain discovery from the
 The command owns its process, so it enables OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features at
 start (the library itself only asserts them; STYLE §5). Each subcommand is one ``_add_<name>`` function that
 registers its parser and a ``_run_<name>(args) -> int``; the argument groups shared by the paper's
-mechanisms (data, budget, output) are separate helpers, and :func:`_release_and_report` runs what every
-subcommand does after building its measurement (read, release, write, evaluate the demo, summarise), so
-``top-k`` and ``hitting-set`` are siblings of ``discover``.
+mechanisms (data, budget, execution, output) are separate helpers, and :func:`_release_and_report` runs what
+every subcommand does after building its measurement (read, release, write, evaluate the demo, summarise),
+so ``top-k`` and ``hitting-set`` are siblings of ``discover``.
 
 Errors a user can cause (a missing file or column, empty data, an invalid parameter) print one line
 ``opendp-wgm: error: ...`` on stderr and exit with status 2; they never print a traceback.
@@ -91,6 +91,8 @@ _OPTION_NAMES = {
     "`k`": "--k",
     "`k_bar`": "--k-bar",
     "`split`": "--split",
+    "`passes`": "--passes",
+    "`engine`": "--engine",
 }
 
 
@@ -234,6 +236,31 @@ def _add_budget_arguments(
     )
 
 
+_ENGINES = ("auto", "in-memory", "streaming")
+
+
+def _add_execution_arguments(
+    parser: argparse.ArgumentParser, *, two_stage: bool = False, wgm_only: str = ""
+) -> None:
+    """How the WGM runs on Polars: ``--passes`` and ``--engine`` (of the WGM stage, for a ``two_stage``
+    command; ``wgm_only`` marks them in the help when the command has another mechanism)."""
+    group = parser.add_argument_group("execution")
+    where = "the WGM stage processes" if two_stage else "process"
+    group.add_argument(
+        "--passes",
+        type=_positive_int,
+        metavar="N",
+        help=f"{where} the users in N disjoint hash buckets, one pass over the input each: the same release, "
+        f"with peak memory about 1/N of one pass, for inputs larger than memory (default: 1){wgm_only}",
+    )
+    group.add_argument(
+        "--engine",
+        choices=_ENGINES,
+        help=f"the Polars engine that collects each pass{' of the WGM stage' if two_stage else ''} "
+        f"(default: auto){wgm_only}",
+    )
+
+
 def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None:
     group = parser.add_argument_group("output")
     group.add_argument(
@@ -293,6 +320,25 @@ def _budget(args: argparse.Namespace) -> _Budget:
 
 def _noise(args: argparse.Namespace) -> str:
     return "lattice" if args.noise is None else args.noise
+
+
+@dataclass(frozen=True)
+class _Execution:
+    """The resolved ``--passes`` and ``--engine``: keyword arguments of the WGM constructors."""
+
+    passes: int
+    engine: str
+
+    def kwargs(self) -> dict[str, int | str]:
+        return {"passes": self.passes, "engine": self.engine}
+
+    def line(self) -> str:
+        passes = "1 pass" if self.passes == 1 else f"{self.passes} passes (disjoint user buckets)"
+        return f"  execution     {passes}, Polars engine {self.engine}"
+
+
+def _execution(args: argparse.Namespace) -> _Execution:
+    return _Execution(1 if args.passes is None else args.passes, "auto" if args.engine is None else args.engine)
 
 
 def _requested(budget: _Budget) -> str:
@@ -594,6 +640,7 @@ examples:
   opendp-wgm discover                                        # synthetic Zipf demo
   opendp-wgm discover ratings.parquet --user u --item x --epsilon 1 --delta 1e-5 -o released.parquet
   opendp-wgm discover words.csv.gz --rho 0.1 --delta 1e-6 --max-contributions 50
+  opendp-wgm discover events.parquet --passes 8 -o released.parquet    # input larger than memory
 """
 
 
@@ -607,6 +654,7 @@ def _add_discover(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_data_arguments(parser)
     _add_budget_arguments(parser)
+    _add_execution_arguments(parser)
     _add_output_arguments(parser, "item, noisy_weight")
     parser.set_defaults(run=_run_discover)
 
@@ -619,12 +667,15 @@ def _run_discover(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -
 
     budget = _budget(args)
     noise = _noise(args)
+    execution = _execution(args)
 
     def plan() -> _Plan:
         calibration = calibrate_wgm(**budget.kwargs())
-        measurement = make_wgm_from_budget(*user_items_space(args.user, args.item), noise=noise, **budget.kwargs())
+        measurement = make_wgm_from_budget(
+            *user_items_space(args.user, args.item), noise=noise, **budget.kwargs(), **execution.kwargs()
+        )
         line = _wgm_line(calibration.scale, calibration.threshold, calibration.max_contributions, noise)
-        return _Plan("WGM", measurement, [f"  calibration   {line}"])
+        return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()])
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         distinct = data.get_column(args.item).n_unique()
@@ -668,6 +719,7 @@ examples:
   opendp-wgm top-k ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o top100.csv
   opendp-wgm top-k words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
   opendp-wgm top-k words.csv --k 20 --mechanism limited-domain --k-bar 200
+  opendp-wgm top-k events.parquet --k 100 --passes 4 --engine streaming
 """
 
 _WGM_ONLY = "; --mechanism wgm only"
@@ -698,6 +750,7 @@ def _add_top_k(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_split_argument(group, _WGM_ONLY)
     _add_budget_arguments(parser, noise_delta_fraction=False, wgm_only=_WGM_ONLY)
+    _add_execution_arguments(parser, two_stage=True, wgm_only=_WGM_ONLY)
     _add_output_arguments(parser, "item, rank")
     parser.set_defaults(run=_run_top_k)
 
@@ -722,16 +775,19 @@ def _run_top_k(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> i
     if not wgm:
         if budget.rho is not None:
             raise CLIError("--mechanism limited-domain is (ε, δ)-DP only: give --epsilon, not --rho")
-        for option in ("split", "noise"):
+        for option in ("split", "noise", "passes", "engine"):
             if getattr(args, option) is not None:
                 raise CLIError(f"--{option} applies only to --mechanism wgm")
     noise = _noise(args)
+    execution = _execution(args)
     split = _DEFAULT_SPLIT if args.split is None else args.split
 
     def plan_wgm() -> _Plan:
         space = user_items_space(args.user, args.item)
         cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.kwargs())
-        measurement = make_wgm_top_k_from_budget(*space, k=args.k, split=split, noise=noise, **budget.kwargs())
+        measurement = make_wgm_top_k_from_budget(
+            *space, k=args.k, split=split, noise=noise, **budget.kwargs(), **execution.kwargs()
+        )
         # each stage's loss is the map, at one user, of that stage as a measurement on its own (the composed
         # map is their sum); the peeling is charged k rounds, as in the composition
         approx_dp = budget.epsilon is not None
@@ -761,7 +817,7 @@ def _run_top_k(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> i
             first="ε" if approx_dp else "ρ",
             losses=(stage_1.map(1), stage_2.map(1)),
         )
-        return _Plan("WGM-then-top-k", measurement, lines)
+        return _Plan("WGM-then-top-k", measurement, [*lines, execution.line()])
 
     def plan_limited_domain() -> _Plan:
         k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar
@@ -823,6 +879,7 @@ examples:
   opendp-wgm hitting-set --k 10                              # synthetic Zipf demo
   opendp-wgm hitting-set ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o picks.csv
   opendp-wgm hitting-set words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
+  opendp-wgm hitting-set events.parquet --k 100 --passes 4
 """
 
 
@@ -839,6 +896,7 @@ def _add_hitting_set(subparsers: argparse._SubParsersAction) -> None:
     _add_k_argument(group, "number of items (peeling rounds), >= 1 (required)")
     _add_split_argument(group)
     _add_budget_arguments(parser)
+    _add_execution_arguments(parser, two_stage=True)
     _add_output_arguments(parser, "item, rank")
     parser.set_defaults(run=_run_hitting_set)
 
@@ -854,12 +912,18 @@ def _run_hitting_set(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO
 
     budget = _budget(args)
     noise = _noise(args)
+    execution = _execution(args)
     split = _DEFAULT_SPLIT if args.split is None else args.split
 
     def plan() -> _Plan:
         cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs())
         measurement = make_wgm_hitting_set_from_budget(
-            *user_items_space(args.user, args.item), k=args.k, split=split, noise=noise, **budget.kwargs()
+            *user_items_space(args.user, args.item),
+            k=args.k,
+            split=split,
+            noise=noise,
+            **budget.kwargs(),
+            **execution.kwargs(),
         )
         lines = _two_stage_lines(
             cal.wgm,
@@ -869,7 +933,7 @@ def _run_hitting_set(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO
             first="ε" if budget.epsilon is not None else "ρ",
             losses=(cal.wgm_loss, cal.peel_loss),
         )
-        return _Plan("WGM-then-peeling", measurement, lines)
+        return _Plan("WGM-then-peeling", measurement, [*lines, execution.line()])
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         columns = {"user": args.user, "item": args.item}

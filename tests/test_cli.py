@@ -185,6 +185,9 @@ ERROR_CASES = {
     "output suffix": (["{csv}", "--user", "uid", "--item", "thing", "-o", "{tmp}/out.json"], "unsupported output type"),
     "seed with path": (["{csv}", "--seed", "1"], "--seed applies only to the demo"),
     "bad separator": (["{csv}", "--separator", ";;"], "--separator must be a single"),
+    "passes zero": (["--passes", "0"], "argument --passes: must be an integer >= 1 (found 0)"),
+    "passes not an integer": (["--passes", "two"], "argument --passes: invalid integer: 'two'"),
+    "bad engine": (["--engine", "gpu"], "argument --engine: invalid choice: 'gpu'"),
 }
 
 
@@ -325,6 +328,40 @@ def test_hitting_set_picks_the_common_item(
     assert "misses" not in err
 
 
+@pytest.mark.parametrize(
+    ("command", "options", "expected"),
+    [
+        ("discover", ["--passes", "2"], "2 passes (disjoint user buckets), Polars engine auto"),
+        ("top-k", ["--k", "1", "--passes", "2", "--engine", "streaming"],
+         "2 passes (disjoint user buckets), Polars engine streaming"),
+        ("hitting-set", ["--k", "1", "--passes", "2", "--engine", "in-memory"],
+         "2 passes (disjoint user buckets), Polars engine in-memory"),
+    ],
+)
+def test_passes_on_a_parquet_file(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, ranked_csv: Path, tmp_path: Path,
+    command: str, options: list[str], expected: str,
+) -> None:
+    """--passes 2: the WGM (stage 1 of top-k and hitting-set) builds one plan per user bucket, same release."""
+    from opendp_wgm.measurements import wgm as wgm_module
+
+    plans: list[int] = []
+    bounded_lists_plan = wgm_module._bounded_lists_plan
+
+    def counted(*args):
+        plans.append(1)
+        return bounded_lists_plan(*args)
+
+    monkeypatch.setattr(wgm_module, "_bounded_lists_plan", counted)
+    source = tmp_path / "ranked.parquet"
+    pl.read_csv(ranked_csv).write_parquet(source)
+    code, out, err = _run_command(capsys, command, source, "--user", "uid", "--item", "thing", *options)
+    assert code == 0, err
+    assert len(plans) == 2
+    assert any(line.startswith("│ a ") for line in out.splitlines()), out
+    assert f"  execution     {expected}" in err
+
+
 @pytest.mark.parametrize("command", ["top-k", "hitting-set"])
 def test_new_commands_help(capsys: pytest.CaptureFixture[str], command: str) -> None:
     assert main([command, "--help"]) == 0
@@ -333,6 +370,7 @@ def test_new_commands_help(capsys: pytest.CaptureFixture[str], command: str) -> 
     assert "--k K" in out and "--split S" in out and "honest-but-curious" in out and "(item, rank)" in out
     assert ("--k-bar" in out) == (command == "top-k")
     assert ("--noise-delta-fraction" in out) == (command == "hitting-set")
+    assert "--passes N" in out and "--engine {auto,in-memory,streaming}" in out
     assert main(["--help"]) == 0
     assert command in capsys.readouterr().out
 
@@ -357,12 +395,25 @@ NEW_ERROR_CASES = {
     "top-k bad mechanism": (["top-k", "--k", "2", "--mechanism", "greedy"], "argument --mechanism: invalid choice"),
     "top-k noise delta fraction": (["top-k", "--k", "2", "--noise-delta-fraction", "0.3"], "unrecognized arguments"),
     "top-k delta one": (["top-k", "--k", "2", "--delta", "1"], "--delta must be in (0.0, 1.0)"),
+    "top-k passes zero": (["top-k", "--k", "2", "--passes", "0"],
+                          "argument --passes: must be an integer >= 1 (found 0)"),
+    "top-k bad engine": (["top-k", "--k", "2", "--engine", "gpu"], "argument --engine: invalid choice: 'gpu'"),
+    "top-k limited domain with passes": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--passes", "2"],
+                                         "--passes applies only to --mechanism wgm"),
+    "top-k limited domain with engine": (
+        ["top-k", "--k", "2", "--mechanism", "limited-domain", "--engine", "streaming"],
+        "--engine applies only to --mechanism wgm",
+    ),
     "hitting-set k zero": (["hitting-set", "--k", "0"], "--k must be an integer >= 1 (found 0)"),
     "hitting-set split one": (["hitting-set", "--k", "2", "--split", "1"], "--split must be in (0.0, 1.0) (found 1.0)"),
     "hitting-set split above one": (["hitting-set", "--k", "2", "--split", "1.5"], "--split must be in (0.0, 1.0)"),
     "hitting-set fraction with rho": (["hitting-set", "--k", "2", "--rho", "1", "--noise-delta-fraction", "0.3"],
                                       "--noise-delta-fraction applies only"),
     "hitting-set k-bar": (["hitting-set", "--k", "2", "--k-bar", "4"], "unrecognized arguments: --k-bar"),
+    "hitting-set passes negative": (["hitting-set", "--k", "2", "--passes", "-3"],
+                                    "argument --passes: must be an integer >= 1 (found -3)"),
+    "hitting-set bad engine": (["hitting-set", "--k", "2", "--engine", "Streaming"],
+                               "argument --engine: invalid choice: 'Streaming'"),
     "hitting-set missing column": (["hitting-set", "{csv}", "--k", "2", "--item", "nope", "--user", "uid"],
                                    "column 'nope' not found"),
     "top-k output suffix": (["top-k", "{csv}", "--k", "2", "--user", "uid", "--item", "thing", "-o", "{tmp}/o.json"],
