@@ -35,6 +35,28 @@ def _assert_features() -> None:
         raise dp.OpenDPException("FailedFunction", msg) from err
 
 
+def _check_column_names(user: object, item: object) -> None:
+    """The user and item columns of a descriptor: non-empty names, and two different columns."""
+    for name, value in (("user", user), ("item", item)):
+        if not isinstance(value, str) or not value:
+            msg = f"`{name}` must be a non-empty column name (found {value!r})"
+            raise TypeError(msg)
+    if user == item:
+        msg = f"`user` and `item` must be different columns (both are {user!r})"
+        raise ValueError(msg)
+
+
+def _user_of_metric(input_metric: dp.Metric) -> str:
+    """The user column of a constructor's input metric, which must be user-level add/remove neighbours."""
+    if not isinstance(input_metric, dp.SymmetricIdDistance):
+        msg = (
+            "`input_metric` must be dp.symmetric_id_distance(pl.col(user)) (user-level add/remove "
+            f"neighbours), got {input_metric}"
+        )
+        raise ValueError(msg)
+    return input_metric.identifier.meta.output_name()
+
+
 @dataclass(frozen=True)
 class UserItemsDescriptor:
     """What a user-items domain promises about its frames.
@@ -53,14 +75,7 @@ class UserItemsDescriptor:
     max_contributions: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("user", "item"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                msg = f"`{name}` must be a non-empty column name (found {value!r})"
-                raise TypeError(msg)
-        if self.user == self.item:
-            msg = f"`user` and `item` must be different columns (both are {self.user!r})"
-            raise ValueError(msg)
+        _check_column_names(self.user, self.item)
 
 
 def _is_member(descriptor: UserItemsDescriptor):
@@ -133,13 +148,7 @@ def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str |
     ``dp.lazyframe_domain`` with ``dp.symmetric_id_distance`` (``item`` names the item column; it may be
     omitted when the frame has exactly one column besides the user).
     """
-    if not isinstance(input_metric, dp.SymmetricIdDistance):
-        msg = (
-            "`input_metric` must be dp.symmetric_id_distance(pl.col(user)) (user-level add/remove "
-            f"neighbours), got {input_metric}"
-        )
-        raise ValueError(msg)
-    user = input_metric.identifier.meta.output_name()
+    user = _user_of_metric(input_metric)
 
     descriptor = getattr(input_domain, "descriptor", None)
     if isinstance(descriptor, UserItemsDescriptor):

@@ -20,15 +20,17 @@ Polars path (``docs/privacy.md``): the measurement's privacy map *is* the map of
 :func:`opendp_wgm.make_wgm`, which is built first (so parameters are validated by the same code) and whose
 ``map`` this measurement calls. See ``docs/engines.md``.
 
-The executors import :mod:`opendp_wgm.noise`: on a cluster, install this package on every executor (or ship
-it with ``SparkContext.addPyFile``).
+The executors import this package (step 4 is the Polars engine's ``_noisy_above_threshold`` and its sampler,
+:mod:`opendp_wgm.noise`): on a cluster, install it on every executor (or ship it with
+``SparkContext.addPyFile``).
 """
 
 from __future__ import annotations
 
-import math
+import functools
 import secrets
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,10 +38,15 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.accounting import LATTICE_BITS, calibrate_wgm, lattice_weights
-from opendp_wgm.domains import user_items_space
-from opendp_wgm.measurements.wgm import _approx_dp, _zcdp, make_wgm as _make_polars_wgm
-from opendp_wgm.domains import _assert_features
+from opendp_wgm.accounting import calibrate_wgm, calibrate_wgm_top_k, lattice_weights
+from opendp_wgm.domains import _assert_features, _check_column_names, _Space, _user_of_metric, user_items_space
+from opendp_wgm.measurements._peeling import _two_stage_arguments, _two_stage_function
+from opendp_wgm.measurements.hitting_set import _peel, calibrate_wgm_hitting_set
+from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set as _make_polars_wgm_hitting_set
+from opendp_wgm.measurements.top_k import _WGM_TOP_K_SAMPLER, _top_k_of_counts
+from opendp_wgm.measurements.top_k import make_wgm_top_k as _make_polars_wgm_top_k
+from opendp_wgm.measurements.wgm import _noisy_above_threshold, _weights_frame, _wgm_arguments
+from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
@@ -105,14 +112,7 @@ class SparkUserItemsDescriptor:
     item: str = "item"
 
     def __post_init__(self) -> None:
-        for name in ("user", "item"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                msg = f"`{name}` must be a non-empty column name (found {value!r})"
-                raise TypeError(msg)
-        if self.user == self.item:
-            msg = f"`user` and `item` must be different columns (both are {self.user!r})"
-            raise ValueError(msg)
+        _check_column_names(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
 
 
 def spark_user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain, dp.Metric]:
@@ -156,13 +156,7 @@ def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> Sp
             f"opendp_wgm.make_wgm), got {input_domain}"
         )
         raise ValueError(msg)
-    if not isinstance(input_metric, dp.SymmetricIdDistance):
-        msg = (
-            "`input_metric` must be dp.symmetric_id_distance(pl.col(user)) (user-level add/remove "
-            f"neighbours), got {input_metric}"
-        )
-        raise ValueError(msg)
-    user = input_metric.identifier.meta.output_name()
+    user = _user_of_metric(input_metric)
     if user != descriptor.user:
         msg = f"`input_metric` identifies users by {user!r} but `input_domain` by {descriptor.user!r}"
         raise ValueError(msg)
@@ -301,20 +295,17 @@ def _lattice_histogram(frame: DataFrame, space: SparkUserItemsDescriptor, max_co
 
 
 def _noise_and_threshold(item: str, scale: float, threshold: float):
-    """Step 4, run in the executors by ``mapInArrow``: noise every sum, keep those above the threshold."""
-    scale_lat = scale * 2.0**LATTICE_BITS  # exact: a power-of-two multiple
-    floor_threshold = math.floor(threshold * 2.0**LATTICE_BITS)
+    """Step 4, run in the executors by ``mapInArrow``: noise every sum, keep those above the threshold, with the
+    Polars engine's code (``measurements.wgm._noisy_above_threshold``, which the executors import)."""
 
     def apply(batches):
         import pyarrow as pa
 
-        from opendp_wgm.noise import sample_discrete_gaussian
-
         for batch in batches:
             weights = batch.column(1).to_numpy(zero_copy_only=False)
-            # a fresh AES-CTR generator keyed from this executor's OS entropy on every call
-            noisy = weights + sample_discrete_gaussian(scale_lat, len(weights))
-            keep = noisy > floor_threshold  # noisy weight > T, in exact integers
+            # noisy weight > T, in exact integers; a fresh AES-CTR generator keyed from this executor's OS
+            # entropy on every call
+            noisy, keep = _noisy_above_threshold(weights, scale=scale, threshold=threshold)
             if keep.any():
                 items = batch.column(0).filter(pa.array(keep))
                 yield pa.RecordBatch.from_arrays([items, pa.array(noisy[keep], type=pa.int64())], names=[item, _NOISY_LAT])
@@ -342,30 +333,47 @@ def _value(value: Any) -> Any:
 
 def _to_polars(rows: list, item: str, item_dtype: pl.DataType) -> pl.DataFrame:
     """The release as the Polars engine returns it: item (input dtype) and ``noisy_weight``, sorted by item."""
-    unit = 2.0**LATTICE_BITS
-    return (
-        pl.DataFrame(
-            {item: [_value(r[0]) for r in rows], _NOISY_LAT: [r[1] for r in rows]},
-            schema={item: item_dtype, _NOISY_LAT: pl.Int64},
-        )
-        .select(item, noisy_weight=pl.col(_NOISY_LAT).cast(pl.Float64) / unit)
-        .sort(item)  # the group-by's order is arbitrary: sort so that order carries nothing
-    )
+    items = pl.Series(item, [_value(r[0]) for r in rows], dtype=item_dtype)
+    return _weights_frame(items, pl.Series(_NOISY_LAT, [r[1] for r in rows], dtype=pl.Int64))
+
+
+def _spark_wgm_release(
+    frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float
+) -> pl.DataFrame:
+    """Steps 1–4 on a checked frame: the release as a Polars frame (item, ``noisy_weight``)."""
+    item_type = frame.schema[space.item].dataType
+    histogram = _lattice_histogram(frame, space, max_contributions)
+    rows = _release_rows(histogram, space.item, item_type, scale=scale, threshold=threshold)
+    return _to_polars(rows, space.item, _polars_dtype(item_type))
 
 
 def _spark_wgm_function(space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float):
     def function(frame: DataFrame) -> pl.DataFrame:
-        frame = _check_frame(frame, space)
-        item_type = frame.schema[space.item].dataType
-        histogram = _lattice_histogram(frame, space, max_contributions)
-        rows = _release_rows(histogram, space.item, item_type, scale=scale, threshold=threshold)
-        return _to_polars(rows, space.item, _polars_dtype(item_type))
+        return _spark_wgm_release(_check_frame(frame, space), space, max_contributions, scale, threshold)
 
     return function
 
 
 # --------------------------------------------------------------------------------------------------------------
 # constructors
+
+
+def _twin_measurement(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    make_polars: Callable[..., dp.Measurement],
+    release: Callable[[SparkUserItemsDescriptor], Callable[[DataFrame], pl.DataFrame]],
+    parameters: dict[str, Any],
+) -> dp.Measurement:
+    """A Spark measurement whose Polars twin, ``make_polars(*user_items_space(user, item), **parameters)``, is
+    built first: it validates the parameters (with the same messages) and owns the output measure and the
+    privacy map, so both engines have one map. ``release(space)`` is the Spark release function."""
+    _assert_features()
+    _pyspark()
+    space = _resolve_spark_space(input_domain, input_metric)
+    reference = make_polars(*user_items_space(space.user, space.item), **parameters)
+    function = release(space)
+    return dp.m.make_user_measurement(input_domain, input_metric, reference.output_measure, function, reference.map)
 
 
 def make_wgm(
@@ -426,24 +434,19 @@ def make_wgm(
 
     Required features: ``contrib``, ``honest-but-curious``.
     """
-    _assert_features()
-    _pyspark()
-    space = _resolve_spark_space(input_domain, input_metric)
-    # The Polars measurement validates the parameters and owns the privacy map: one map for both engines.
-    reference = _make_polars_wgm(
-        *user_items_space(space.user, space.item),
+    parameters = dict(
         max_contributions=max_contributions,
         scale=scale,
         threshold=threshold,
         output_measure=output_measure,
         epsilon=epsilon,
     )
-    return dp.m.make_user_measurement(
+    return _twin_measurement(
         input_domain,
         input_metric,
-        reference.output_measure,
-        _spark_wgm_function(space, int(max_contributions), float(scale), float(threshold)),
-        reference.map,
+        _make_polars_wgm,
+        lambda space: _spark_wgm_function(space, int(max_contributions), float(scale), float(threshold)),
+        parameters,
     )
 
 
@@ -470,29 +473,15 @@ def make_wgm_from_budget(
         rho=rho,
         noise_delta_fraction=noise_delta_fraction,
     )
-    return make_wgm(
-        input_domain,
-        input_metric,
-        max_contributions=calibration.max_contributions,
-        scale=calibration.scale,
-        threshold=calibration.threshold,
-        output_measure=_approx_dp() if epsilon is not None else _zcdp(),
-        epsilon=calibration.epsilon,
-    )
+    return make_wgm(input_domain, input_metric, **_wgm_arguments(calibration))
 
 
 # --------------------------------------------------------------------------------------------------------------
 # two-stage mechanisms: stage 1 is the WGM above; stage 2 runs on the driver over the released candidates,
-# with the candidates' exact statistics computed by Spark. Each constructor builds the equivalent Polars
-# measurement (opendp_wgm.measurements.top_k / hitting_set), which validates the parameters and owns the map.
-
-
-def _candidates(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float):
-    """Stage 1: the WGM release's items, as a Polars Series of the item's Polars dtype (sorted)."""
-    item_type = frame.schema[space.item].dataType
-    histogram = _lattice_histogram(frame, space, max_contributions)
-    rows = _release_rows(histogram, space.item, item_type, scale=scale, threshold=threshold)
-    return _to_polars(rows, space.item, _polars_dtype(item_type)).get_column(space.item)
+# with the candidates' exact statistics computed by Spark, and selects with the Polars engine's code. Each
+# constructor builds the equivalent Polars measurement (opendp_wgm.measurements.top_k / hitting_set), which
+# validates the parameters and owns the map; the stages are composed by the Polars engine's
+# `_two_stage_function`.
 
 
 def _candidate_pairs(
@@ -530,13 +519,59 @@ def _candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candida
     return counts
 
 
-def _two_stage(space: SparkUserItemsDescriptor, max_contributions: int, wgm_scale: float, wgm_threshold: float, stage_2):
-    def function(frame: DataFrame) -> pl.DataFrame:
-        frame = _check_frame(frame, space)
-        candidates = _candidates(frame, space, max_contributions, wgm_scale, wgm_threshold)  # stage 1
-        return stage_2(frame, candidates)  # stage 2 (the stage-1 noisy weights are discarded)
+def _top_k_stage_2(
+    frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series, k: int, scale: float, method: str
+) -> pl.DataFrame:
+    """Top-k's stage 2: Spark counts the distinct users holding each candidate (unclipped); only the counts reach
+    the driver, which selects as the Polars engine does (``top_k._top_k_of_counts``)."""
+    counts = _candidate_counts(frame, space, candidates)  # no job for an empty list
+    return _top_k_of_counts(candidates, counts, k, scale, _WGM_TOP_K_SAMPLER, method, space.item)
 
-    return function
+
+def _hitting_set_stage_2(
+    frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series, k: int, scale: float
+) -> pl.DataFrame:
+    """The hitting set's stage 2: Spark selects the distinct (user, candidate) pairs, which are collected to the
+    driver, where the Polars engine's user peeling (``hitting_set._peel``) runs on them unchanged."""
+    user_dtype = _polars_dtype(frame.schema[space.user].dataType)
+    if candidates.len() == 0:
+        rows: list = []
+    else:
+        pairs, _ = _candidate_pairs(frame, space, candidates)
+        rows = pairs.select(space.user, space.item).collect()
+    lf = pl.DataFrame(
+        {space.user: [_value(r[0]) for r in rows], space.item: [_value(r[1]) for r in rows]},
+        schema={space.user: user_dtype, space.item: candidates.dtype},
+    ).lazy()
+    return _peel(lf, _Space(space.user, space.item, None, lazyframe_domain=False), candidates, k, scale)
+
+
+def _make_two_stage(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    make_polars: Callable[..., dp.Measurement],
+    stage_2: Callable[[DataFrame, SparkUserItemsDescriptor, pl.Series, int, float], pl.DataFrame],
+    parameters: dict[str, Any],
+) -> dp.Measurement:
+    """WGM-then-peeling on Spark: the Spark WGM's candidates (stage 1), then ``stage_2``, composed as on Polars;
+    ``make_polars`` is the Polars twin (:func:`_twin_measurement`)."""
+
+    def release(space: SparkUserItemsDescriptor) -> Callable[[DataFrame], pl.DataFrame]:
+        stage_1 = (
+            int(parameters["max_contributions"]),
+            float(parameters["wgm_scale"]),
+            float(parameters["wgm_threshold"]),
+        )
+        return _two_stage_function(
+            lambda frame: _check_frame(frame, space),
+            lambda frame: _spark_wgm_release(frame, space, *stage_1).get_column(space.item),
+            stage_2,
+            space,
+            int(parameters["k"]),
+            float(parameters["peel_scale"]),
+        )
+
+    return _twin_measurement(input_domain, input_metric, make_polars, release, parameters)
 
 
 def make_wgm_top_k(
@@ -567,15 +602,7 @@ def make_wgm_top_k(
         Maps a ``pyspark.sql.DataFrame`` to a Polars frame: the item column and ``rank`` (UInt32), at most ``k``
         rows in rank order.
     """
-    from opendp_wgm._selection import noisy_top_k
-    from opendp_wgm.measurements.top_k import _ranked_frame
-    from opendp_wgm.measurements.top_k import make_wgm_top_k as _polars
-
-    _assert_features()
-    _pyspark()
-    space = _resolve_spark_space(input_domain, input_metric)
-    reference = _polars(
-        *user_items_space(space.user, space.item),
+    parameters = dict(
         k=k,
         max_contributions=max_contributions,
         wgm_scale=wgm_scale,
@@ -586,20 +613,8 @@ def make_wgm_top_k(
         peel_delta=peel_delta,
         method=method,
     )
-    k, peel_scale = int(k), float(peel_scale)
-
-    def stage_2(frame: DataFrame, candidates: pl.Series) -> pl.DataFrame:
-        import numpy as np
-
-        if candidates.len() == 0:
-            return _ranked_frame(candidates, np.zeros(0, dtype=np.int64), space.item)
-        counts = _candidate_counts(frame, space, candidates)
-        # as the Polars engine's stage 2 (top_k._peel_candidates): exact peeling on the exact counts
-        chosen = noisy_top_k(counts, k, peel_scale, measure="zcdp", method=method)
-        return _ranked_frame(candidates, chosen, space.item)
-
-    function = _two_stage(space, int(max_contributions), float(wgm_scale), float(wgm_threshold), stage_2)
-    return dp.m.make_user_measurement(input_domain, input_metric, reference.output_measure, function, reference.map)
+    stage_2 = functools.partial(_top_k_stage_2, method=method)
+    return _make_two_stage(input_domain, input_metric, _make_polars_wgm_top_k, stage_2, parameters)
 
 
 def make_wgm_top_k_from_budget(
@@ -615,25 +630,11 @@ def make_wgm_top_k_from_budget(
     method: str = "auto",
 ) -> dp.Measurement:
     """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.accounting.calibrate_wgm_top_k` (as on Polars)."""
-    from opendp_wgm.accounting import calibrate_wgm_top_k
-
     _assert_features()
     calibration = calibrate_wgm_top_k(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
     )
-    return make_wgm_top_k(
-        input_domain,
-        input_metric,
-        k=calibration.k,
-        max_contributions=calibration.max_contributions,
-        wgm_scale=calibration.wgm.scale,
-        wgm_threshold=calibration.wgm.threshold,
-        peel_scale=calibration.peel_scale,
-        output_measure=_approx_dp() if epsilon is not None else _zcdp(),
-        wgm_epsilon=calibration.wgm.epsilon,
-        peel_delta=calibration.peel_delta if epsilon is not None else None,
-        method=method,
-    )
+    return make_wgm_top_k(input_domain, input_metric, **_two_stage_arguments(calibration, method=method))
 
 
 def make_wgm_hitting_set(
@@ -663,15 +664,7 @@ def make_wgm_hitting_set(
         Maps a ``pyspark.sql.DataFrame`` to a Polars frame: the item column and ``rank`` (UInt32), at most ``k``
         rows in selection order.
     """
-    from opendp_wgm.domains import _Space
-    from opendp_wgm.measurements.hitting_set import _peel
-    from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set as _polars
-
-    _assert_features()
-    _pyspark()
-    space = _resolve_spark_space(input_domain, input_metric)
-    reference = _polars(
-        *user_items_space(space.user, space.item),
+    parameters = dict(
         k=k,
         max_contributions=max_contributions,
         wgm_scale=wgm_scale,
@@ -681,24 +674,8 @@ def make_wgm_hitting_set(
         wgm_epsilon=wgm_epsilon,
         peel_delta=peel_delta,
     )
-    k, peel_scale = int(k), float(peel_scale)
-    polars_space = _Space(space.user, space.item, None, lazyframe_domain=False)
-
-    def stage_2(frame: DataFrame, candidates: pl.Series) -> pl.DataFrame:
-        user_dtype = _polars_dtype(frame.schema[space.user].dataType)
-        if candidates.len() == 0:
-            rows: list = []
-        else:
-            pairs, _ = _candidate_pairs(frame, space, candidates)
-            rows = pairs.select(space.user, space.item).collect()
-        lf = pl.DataFrame(
-            {space.user: [_value(r[0]) for r in rows], space.item: [_value(r[1]) for r in rows]},
-            schema={space.user: user_dtype, space.item: candidates.dtype},
-        ).lazy()
-        return _peel(lf, polars_space, candidates, k, peel_scale)
-
-    function = _two_stage(space, int(max_contributions), float(wgm_scale), float(wgm_threshold), stage_2)
-    return dp.m.make_user_measurement(input_domain, input_metric, reference.output_measure, function, reference.map)
+    stage_2 = _hitting_set_stage_2
+    return _make_two_stage(input_domain, input_metric, _make_polars_wgm_hitting_set, stage_2, parameters)
 
 
 def make_wgm_hitting_set_from_budget(
@@ -714,10 +691,8 @@ def make_wgm_hitting_set_from_budget(
     noise_delta_fraction: float = 0.5,
 ) -> dp.Measurement:
     """:func:`make_wgm_hitting_set` calibrated by ``hitting_set.calibrate_wgm_hitting_set`` (as on Polars)."""
-    from opendp_wgm.measurements.hitting_set import calibrate_wgm_hitting_set
-
     _assert_features()
-    cal = calibrate_wgm_hitting_set(
+    calibration = calibrate_wgm_hitting_set(
         k=k,
         max_contributions=max_contributions,
         delta=delta,
@@ -726,19 +701,7 @@ def make_wgm_hitting_set_from_budget(
         split=split,
         noise_delta_fraction=noise_delta_fraction,
     )
-    approx_dp = cal.epsilon is not None
-    return make_wgm_hitting_set(
-        input_domain,
-        input_metric,
-        k=cal.k,
-        max_contributions=cal.wgm.max_contributions,
-        wgm_scale=cal.wgm.scale,
-        wgm_threshold=cal.wgm.threshold,
-        peel_scale=cal.peel_scale,
-        output_measure=_approx_dp() if approx_dp else _zcdp(),
-        wgm_epsilon=cal.wgm.epsilon if approx_dp else None,
-        peel_delta=cal.peel_delta if approx_dp else None,
-    )
+    return make_wgm_hitting_set(input_domain, input_metric, **_two_stage_arguments(calibration))
 
 
 then_wgm = _to_then(make_wgm)

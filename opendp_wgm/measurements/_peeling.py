@@ -7,7 +7,8 @@ compose such a stage adaptively after a WGM that discovers the candidates (``doc
 
 - the output measures of a peeling stage (:data:`_PeelingKind`, :func:`_measures`, :func:`_peeling_kind`);
 - the map of ``k`` rounds (:func:`_peeling_loss`) and the rounded-up sum of two stage maps (:func:`_add_up`);
-- the two-stage constructor (:func:`_make_wgm_then_peeling`) and its calibrated arguments
+- the two-stage constructor (:func:`_make_wgm_then_peeling`), its release on either engine
+  (:func:`_two_stage_function`, also used by :mod:`opendp_wgm.spark`) and its calibrated arguments
   (:func:`_two_stage_arguments`);
 - the released frame, item column and ``rank`` (:func:`_ranked_frame`).
 
@@ -21,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import opendp.prelude as dp
@@ -49,6 +50,21 @@ _PeelingKind = Literal["approx_zcdp", "zcdp", "approx_dp", "pure_dp"]
 
 #: The stage-2 release of a two-stage measurement: ``(lf, space, candidates, k, scale) -> frame``.
 _Stage2 = Callable[[pl.LazyFrame, _Space, pl.Series, int, float], pl.DataFrame]
+
+
+class _TwoStageCalibration(Protocol):
+    """What a two-stage calibration gives (``WGMTopKCalibration``, ``HittingSetCalibration``)."""
+
+    @property
+    def k(self) -> int: ...
+    @property
+    def wgm(self) -> WGMCalibration: ...
+    @property
+    def peel_scale(self) -> float: ...
+    @property
+    def peel_delta(self) -> float: ...
+    @property
+    def epsilon(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -299,14 +315,15 @@ def _make_wgm_then_peeling(
         engine=engine,
     )
     space = _resolve_space(input_domain, input_metric, item)
-    release_candidates = _wgm_function(
-        space, max_contributions, wgm_scale, wgm_threshold, noise, passes=passes, engine=engine
+    release = _wgm_function(space, max_contributions, wgm_scale, wgm_threshold, noise, passes=passes, engine=engine)
+    function = _two_stage_function(
+        lambda frame: _prepare_frame(frame, space),
+        lambda lf: release(lf).get_column(space.item),
+        stage_2,
+        space,
+        k,
+        peel_scale,
     )
-
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lf = _prepare_frame(frame, space)
-        candidates = release_candidates(lf).get_column(space.item)  # stage 1: the noisy weights are discarded
-        return stage_2(lf, space, candidates, k, peel_scale)  # stage 2, on the unclipped data
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         d_in = _check_d_in(d_in)
@@ -320,30 +337,39 @@ def _make_wgm_then_peeling(
     return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
 
 
-def _two_stage_arguments(
-    wgm: WGMCalibration,
-    *,
+def _two_stage_function(
+    prepare: Callable[[Any], Any],
+    release_candidates: Callable[[Any], pl.Series],
+    stage_2: Callable[[Any, Any, pl.Series, int, float], pl.DataFrame],
+    space: Any,
+    k: int,
     peel_scale: float,
-    peel_delta: float,
-    approx_dp: bool,
-    noise: Noise,
-    item: str | None,
-    passes: int,
-    engine: Engine,
-) -> dict[str, Any]:
-    """The keyword arguments of a two-stage constructor from a calibration, (ε, δ)-DP or approximate zCDP,
-    with the stage-1 options of the ``_from_budget`` constructor passed through unchanged (the explicit
-    constructor checks them)."""
+) -> Callable[[Any], pl.DataFrame]:
+    """The release of WGM-then-peeling on any engine: ``prepare`` the input, release the candidates with the
+    WGM (their noisy weights are discarded), and return ``stage_2``'s frame only, computed on the prepared,
+    *unclipped* data. :mod:`opendp_wgm.spark` composes its stages with it too."""
+
+    def function(frame: Any) -> pl.DataFrame:
+        data = prepare(frame)
+        candidates = release_candidates(data)  # stage 1: the released items only
+        return stage_2(data, space, candidates, k, peel_scale)  # stage 2, on the unclipped data
+
+    return function
+
+
+def _two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> dict[str, Any]:
+    """The keyword arguments of a two-stage constructor from its calibration, (ε, δ)-DP or approximate zCDP,
+    with ``options`` (the ``_from_budget`` constructor's own: noise, method, item, passes, engine) passed
+    through unchanged; the explicit constructor checks them."""
+    approx_dp = calibration.epsilon is not None
     return {
-        "max_contributions": wgm.max_contributions,
-        "wgm_scale": wgm.scale,
-        "wgm_threshold": wgm.threshold,
-        "peel_scale": peel_scale,
+        "k": calibration.k,
+        "max_contributions": calibration.wgm.max_contributions,
+        "wgm_scale": calibration.wgm.scale,
+        "wgm_threshold": calibration.wgm.threshold,
+        "peel_scale": calibration.peel_scale,
         "output_measure": _approx_dp() if approx_dp else _zcdp(),
-        "wgm_epsilon": wgm.epsilon if approx_dp else None,
-        "peel_delta": peel_delta if approx_dp else None,
-        "noise": noise,
-        "item": item,
-        "passes": passes,
-        "engine": engine,
+        "wgm_epsilon": calibration.wgm.epsilon if approx_dp else None,
+        "peel_delta": calibration.peel_delta if approx_dp else None,
+        **options,
     }

@@ -724,17 +724,7 @@ def make_wgm_hitting_set_from_budget(
     return make_wgm_hitting_set(
         input_domain,
         input_metric,
-        k=cal.k,
-        **_two_stage_arguments(
-            cal.wgm,
-            peel_scale=cal.peel_scale,
-            peel_delta=cal.peel_delta,
-            approx_dp=cal.epsilon is not None,
-            noise=noise,
-            item=item,
-            passes=passes,
-            engine=engine,
-        ),
+        **_two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
     )
 
 

@@ -88,17 +88,29 @@ def _item_dtype(lf: pl.LazyFrame, space: _Space) -> pl.DataType:
     return lf.collect_schema()[space.item]
 
 
+#: The sampler of WGM-then-top-k's stage 2: both of its output measures (approximate zCDP and (ε, δ)) select
+#: with the exponential mechanism's Gumbel form (:func:`_selection_sampler`).
+_WGM_TOP_K_SAMPLER: Literal["zcdp"] = "zcdp"
+
+
+def _top_k_of_counts(
+    items: pl.Series, counts: np.ndarray, k: int, scale: float, sampler: str, method: str, name: str
+) -> pl.DataFrame:
+    """A private top-k of ``items`` by their exact ``counts`` (same order), as the released frame (column
+    ``name``, then ``rank``). The Polars and the Spark engine (:mod:`opendp_wgm.spark`) both select with it."""
+    if items.len() == 0:
+        return _ranked_frame(items, np.zeros(0, dtype=np.int64), name)
+    chosen = noisy_top_k(counts, k, scale, measure=sampler, method=method)  # type: ignore[arg-type]
+    return _ranked_frame(items, chosen, name)
+
+
 def _peel_candidates(
     lf: pl.LazyFrame, space: _Space, candidates: pl.Series, k: int, scale: float, sampler: str, method: str
 ) -> pl.DataFrame:
     """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
-    dtype = _item_dtype(lf, space)
-    items = candidates.cast(dtype, strict=True)
-    if items.len() == 0:
-        return _ranked_frame(items, np.zeros(0, dtype=np.int64), space.item)
-    counts = _candidate_counts(lf, space, items)
-    chosen = noisy_top_k(counts, k, scale, measure=sampler, method=method)  # type: ignore[arg-type]
-    return _ranked_frame(items, chosen, space.item)
+    items = candidates.cast(_item_dtype(lf, space), strict=True)
+    counts = _candidate_counts(lf, space, items)  # no query for an empty list
+    return _top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -322,7 +334,7 @@ def make_wgm_top_k(
         item=item,
         passes=passes,
         engine=engine,
-        stage_2=functools.partial(_peel_candidates, sampler="zcdp", method=method),
+        stage_2=functools.partial(_peel_candidates, sampler=_WGM_TOP_K_SAMPLER, method=method),
         accounting=_TOP_K,
     )
 
@@ -384,18 +396,7 @@ def make_wgm_top_k_from_budget(
     return make_wgm_top_k(
         input_domain,
         input_metric,
-        k=calibration.k,
-        **_two_stage_arguments(
-            calibration.wgm,
-            peel_scale=calibration.peel_scale,
-            peel_delta=calibration.peel_delta,
-            approx_dp=calibration.epsilon is not None,
-            noise=noise,
-            item=item,
-            passes=passes,
-            engine=engine,
-        ),
-        method=method,
+        **_two_stage_arguments(calibration, noise=noise, method=method, item=item, passes=passes, engine=engine),
     )
 
 

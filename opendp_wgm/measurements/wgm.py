@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import opendp.prelude as dp
@@ -24,7 +24,7 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.accounting import LATTICE_BITS, WGMCalibration, calibrate_wgm, wgm_privacy_loss
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.noise import sample_discrete_gaussian
 from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _lattice_histogram_plan
@@ -53,24 +53,37 @@ def _check_noise(noise: str) -> str:
     return noise
 
 
+def _noisy_above_threshold(
+    weights_lat: np.ndarray, *, scale: float, threshold: float, noise: Noise = "lattice"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 3–4 on the lattice: the integer sums (units 2^-k) plus discrete Gaussian noise, and which exceed T.
+
+    ``noisy_lat > floor(T 2^k)`` is exactly ``noisy > T`` on the lattice; integers only. The Polars release
+    and the Spark executors (:mod:`opendp_wgm.spark`) both call this.
+    """
+    unit = 2.0**LATTICE_BITS
+    noisy = weights_lat + sample_discrete_gaussian(scale * unit, weights_lat.shape[0], method=noise)
+    return noisy, noisy > math.floor(threshold * unit)
+
+
+def _weights_frame(items: pl.Series, noisy_lat: pl.Series) -> pl.DataFrame:
+    """The released frame: ``items`` and ``noisy_weight`` (Float64, the noisy lattice sums ``noisy_lat`` times
+    2^-k, exactly), sorted by item."""
+    return (
+        items.to_frame()
+        .with_columns(noisy_weight=noisy_lat.cast(pl.Float64) / 2.0**LATTICE_BITS)
+        .sort(items.name)  # the group-by's row order is arbitrary: sort so that order carries nothing
+    )
+
+
 def _release_above_threshold(
     histogram: pl.DataFrame, item: str, *, scale: float, threshold: float, noise: Noise
 ) -> pl.DataFrame:
-    """Noise the lattice sums (column ``weight_lat``) and keep the items above the threshold.
-
-    ``noisy_lat > floor(T 2^k)`` is exactly ``noisy > T`` on the lattice; integers only until the output.
-    """
-    unit = 2.0**LATTICE_BITS
-    noisy = histogram["weight_lat"].to_numpy() + sample_discrete_gaussian(
-        scale * unit, histogram.height, method=noise
+    """Noise the lattice sums (column ``weight_lat``) and keep the items above the threshold."""
+    noisy, keep = _noisy_above_threshold(
+        histogram["weight_lat"].to_numpy(), scale=scale, threshold=threshold, noise=noise
     )
-    keep = noisy > math.floor(threshold * unit)
-    return (
-        histogram.select(item)
-        .filter(pl.Series(keep))
-        .with_columns(noisy_weight=pl.Series(noisy[keep], dtype=pl.Int64).cast(pl.Float64) / unit)
-        .sort(item)  # the group-by's row order is arbitrary: sort so that order carries nothing
-    )
+    return _weights_frame(histogram.get_column(item).filter(pl.Series(keep)), pl.Series(noisy[keep], dtype=pl.Int64))
 
 
 def _check_execution(passes: int, engine: str) -> tuple[int, Engine]:
@@ -121,6 +134,19 @@ def _wgm_function(
         )
 
     return function
+
+
+def _wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`make_wgm` from a calibration, (ε, δ)-DP or approximate zCDP, with
+    ``options`` passed through unchanged (``make_wgm_from_budget`` here and in :mod:`opendp_wgm.spark`)."""
+    return {
+        "max_contributions": calibration.max_contributions,
+        "scale": calibration.scale,
+        "threshold": calibration.threshold,
+        "output_measure": _approx_dp() if calibration.epsilon is not None else _zcdp(),
+        "epsilon": calibration.epsilon,
+        **options,
+    }
 
 
 def make_wgm(
@@ -318,15 +344,7 @@ def make_wgm_from_budget(
     return make_wgm(
         input_domain,
         input_metric,
-        max_contributions=calibration.max_contributions,
-        scale=calibration.scale,
-        threshold=calibration.threshold,
-        output_measure=_approx_dp() if epsilon is not None else _zcdp(),
-        epsilon=calibration.epsilon,
-        noise=noise,
-        item=item,
-        passes=passes,
-        engine=engine,
+        **_wgm_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
     )
 
 
