@@ -1,0 +1,962 @@
+r"""Set-union baselines: the policy mechanisms of the paper's experiments and OpenDP's own key release.
+
+- :func:`make_policy_gaussian` — Gopi et al. (2020) Policy Gaussian: users, in a random order, move the
+  weights of their (Δ0-bounded) items toward a cap Γ = T + ασ by a step of ℓ2 length at most 1; Gaussian
+  noise and the WGM's threshold T are then applied. Default update: Gopi's ℓ2 descent.
+  ``descent="reference_l1"`` is the paper reference's key-ordered "max-sum" rule, kept for comparison only.
+- :func:`make_policy_greedy` — Carvalho et al. (2022) Policy Greedy: no Δ0, each user spends an ℓ1
+  budget of 1 greedily on its most frequent items; Laplace noise and threshold. The reference's privacy bug
+  (noising and releasing items that no user gave weight to, REFERENCE_SPEC §5, §14 P1) is fixed.
+- :func:`make_opendp_key_release` — what OpenDP 0.16 offers alone: a Polars plan with
+  ``truncate_per_group(1)``, ``truncate_num_groups(Δ0)`` and ``group_by(item).agg(dp.len())``.
+
+Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (integers in code) and is noised
+by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
+nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
+applies a vectorised NumPy update to an ``int64`` weight vector. The privacy arguments, and the places where
+they are *not* complete, are in ``docs/baselines.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+
+from opendp_wgm._partial import _to_then
+from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
+from opendp_wgm.accounting import LATTICE_BITS, _prepare_budget, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
+from opendp_wgm.measurements.wgm import (
+    Noise,
+    _approx_dp,
+    _check_noise,
+    _release_above_threshold,
+    _zcdp,
+)
+from opendp_wgm.transformations import _assert_features, _bound_plan
+
+__all__ = [
+    "make_opendp_key_release",
+    "make_policy_gaussian",
+    "make_policy_gaussian_from_budget",
+    "make_policy_greedy",
+    "make_policy_greedy_from_budget",
+    "then_opendp_key_release",
+    "then_policy_gaussian",
+    "then_policy_gaussian_from_budget",
+    "then_policy_greedy",
+    "then_policy_greedy_from_budget",
+]
+
+Descent = Literal["l2", "reference_l1"]
+_DESCENTS = ("l2", "reference_l1")
+
+#: One unit of weight on the lattice 2^-k Z, and its square (a user's squared-ℓ2 budget in lattice units).
+_UNIT = 1 << LATTICE_BITS
+_UNIT_SQ = 1 << (2 * LATTICE_BITS)
+
+
+def _assert_idealized() -> None:
+    """The policy mechanisms' maps rest on published proofs that our implementation meets only ideally."""
+    _assert_features()
+    try:
+        dp.assert_features("idealized-numerics")
+    except dp.OpenDPException as err:
+        msg = (
+            'the policy baselines need dp.enable_features("idealized-numerics") as well: their privacy maps '
+            "are the published ones (Gopi et al. 2020; Carvalho et al. 2022), which assume exact arithmetic "
+            "(the ℓ2 contraction of the policy update) or leave a gap (support changes of Policy Greedy); "
+            "see docs/baselines.md. Use them to compare, not to publish."
+        )
+        raise dp.OpenDPException("FailedFunction", msg) from err
+
+
+def _check_descent(descent: str) -> str:
+    if descent not in _DESCENTS:
+        msg = f"`descent` must be one of {_DESCENTS}, got {descent!r}"
+        raise ValueError(msg)
+    return descent
+
+
+# ----------------------------------------------------------------------------------------------------------
+# per-user update rules: pure functions of one user's current lattice weights (int64 arrays)
+# ----------------------------------------------------------------------------------------------------------
+def _fit_l2(increment: np.ndarray) -> np.ndarray:
+    """Shrink nonnegative lattice increments until their ℓ2 norm is <= 1 (one unit), in exact integers.
+
+    Subtracting one unit from every positive entry keeps equal entries equal (the threshold argument of
+    ``docs/baselines.md`` §2 needs that). The float computations upstream already floor every entry, so
+    this loop runs only if float rounding pushed a vector over the unit sphere by a few ulp.
+    """
+    while int(increment @ increment) > _UNIT_SQ:
+        increment = np.maximum(increment - 1, 0)
+    return increment
+
+
+def _l2_increment(weights: np.ndarray, cap: int) -> np.ndarray:
+    r"""Gopi et al.'s ℓ2-descent step for one user, on the lattice.
+
+    With candidates :math:`S = \{x : H_x < \Gamma\}`, gaps :math:`d_x = \Gamma - H_x` and :math:`z = \|d\|_2`
+    (all in lattice units), each candidate gets :math:`\lfloor \min(1, z)\, d_x / z \rfloor`: a step of
+    ℓ2 length at most one unit toward the cap, rounded *down* (toward zero) onto the lattice.
+
+    Parameters
+    ----------
+    weights
+        ``int64`` lattice weights :math:`H_x` of the user's distinct items.
+    cap
+        :math:`\Gamma` in lattice units.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int64`` increments, 0 on non-candidates; their ℓ2 norm is at most one unit.
+    """
+    increment = np.zeros(weights.shape[0], dtype=np.int64)
+    candidates = weights < cap
+    if not candidates.any():
+        return increment
+    increment[candidates] = _l2_candidates(weights[candidates], cap)
+    return increment
+
+
+def _l2_candidates(weights: np.ndarray, cap: int) -> np.ndarray:
+    """The ℓ2-descent increments of candidates only (all ``weights < cap``)."""
+    gap = (cap - weights).astype(np.float64)
+    z = math.sqrt(float(gap @ gap))
+    if z <= _UNIT:  # the whole gap fits in the unit ball: every candidate reaches the cap
+        increment = cap - weights
+    else:
+        increment = np.floor(gap * (_UNIT / z)).astype(np.int64)
+    return _fit_l2(increment)
+
+
+def _reference_l1_increment(weights: np.ndarray, cap: int) -> np.ndarray:
+    r"""The reference's default "L1" (heyyjudes max-sum) step for one user, on the lattice.
+
+    ``weights`` are the user's distinct items *in ascending item-key order* (the reference orders candidates
+    by key, not by gap). With candidates :math:`x_0, \dots, x_{r-1}`, gaps :math:`g_i` and a squared budget
+    :math:`b = 1`: while :math:`g_i^2 (r - i) < b`, fill :math:`x_i` to the cap and set :math:`b \leftarrow b -
+    g_i^2`; at the first :math:`i` where this fails, add :math:`b / \sqrt{r - i}` to *every* remaining candidate
+    and stop (REFERENCE_SPEC §4, quirks included: it under-spends, and it can overshoot the cap). The spread
+    increment is rounded down onto the lattice; the user's squared ℓ2 is :math:`(1 - b) + b^2 \le 1`.
+    No proof that this rule is contractive is known.
+    """
+    increment = np.zeros(weights.shape[0], dtype=np.int64)
+    candidates = np.flatnonzero(weights < cap)
+    r = candidates.shape[0]
+    if r == 0:
+        return increment
+    gap = cap - weights[candidates]
+    gap_f = gap.astype(np.float64)
+    square = gap_f * gap_f
+    # budget left before position i, in squared lattice units (float64: entries are < 2^53 wherever it matters)
+    budget = _UNIT_SQ - np.concatenate(([0.0], np.cumsum(square[:-1])))
+    fill = square * (r - np.arange(r)) < budget
+    stop = int(np.argmin(fill)) if not fill.all() else r
+    increment[candidates[:stop]] = gap[:stop]
+    if stop < r:
+        spread = math.floor(budget[stop] / (_UNIT * math.sqrt(r - stop)))
+        increment[candidates[stop:]] = max(spread, 0)
+    return _fit_l2(increment)
+
+
+def _greedy_increment(weights: np.ndarray, cap: int) -> np.ndarray:
+    r"""Carvalho et al.'s greedy step for one user, on the lattice (exact integer arithmetic).
+
+    ``weights`` are the user's distinct items in priority order (multiplicity in the user's raw list,
+    descending; ties by first occurrence). With a budget :math:`b = 1`: for each candidate (:math:`H_x <
+    \Gamma`) in order, if its gap :math:`\Gamma - H_x < b` it is filled to the cap and :math:`b` decreases by the
+    gap; otherwise it gets :math:`b` and the user stops. The increments sum to at most one unit (ℓ1).
+    """
+    increment = np.zeros(weights.shape[0], dtype=np.int64)
+    candidates = np.flatnonzero(weights < cap)
+    if candidates.shape[0] == 0:
+        return increment
+    gap = cap - weights[candidates]
+    budget = _UNIT - np.concatenate(([0], np.cumsum(gap[:-1])))
+    fill = gap < budget
+    if fill.all():
+        increment[candidates] = gap
+    else:
+        stop = int(np.argmin(fill))
+        increment[candidates[:stop]] = gap[:stop]
+        increment[candidates[stop]] = budget[stop]
+    return increment
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CSR input: user -> item codes, users in a uniformly random order
+# ----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _UserItems:
+    """Users' item codes in CSR form, and the map back from codes to item values."""
+
+    codes: np.ndarray  # int64 item code of each (user, item) row, users contiguous
+    offsets: np.ndarray  # int64, n_users + 1
+    n_codes: int  # codes are in [0, n_codes)
+    decode: Callable[[np.ndarray], pl.Series]  # codes -> item values (input dtype)
+
+
+def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType) -> tuple[pl.LazyFrame, bool]:
+    """Integer codes ``_u`` (user) and ``_x`` (item), and the item itself as ``_value`` (to decode codes).
+
+    Strings are coded through Polars' categorical dictionary (hashing, not sorting millions of strings); those
+    codes are *not* in key order, and :func:`_csr` recovers the key order on the distinct items only when the
+    "L1" rule needs it. Other dtypes are coded by dense rank, whose codes increase with the key. Returns the
+    plan and whether its codes are in key order.
+    """
+    user, item = space.user, space.item
+    schema = lf.collect_schema()
+    u = pl.col(user)
+    u = u.cast(pl.Categorical).to_physical() if schema[user] == pl.String else u
+    if dtype == pl.String:
+        x, in_key_order = pl.col(item).cast(pl.Categorical).to_physical().cast(pl.Int64), False
+    else:
+        x, in_key_order = pl.col(item).rank("dense").cast(pl.Int64) - 1, True
+    return lf.select(_u=u, _x=x, _value=pl.col(item)), in_key_order
+
+
+def _csr(
+    frame: pl.DataFrame | pl.LazyFrame,
+    space: _Space,
+    *,
+    max_contributions: int | None,
+    key_order: bool,
+    priority_order: bool,
+) -> _UserItems:
+    """Build the CSR arrays of a release: users in a fresh random order, items coded.
+
+    - ``max_contributions``: dedup, then a uniform random subset of at most Δ0 items per user (WGM's
+      :func:`~opendp_wgm.transformations._bound_plan`); ``None`` keeps every row (Policy Greedy).
+    - ``key_order``: within a user, items by ascending key (the reference "L1" rule).
+    - ``priority_order``: distinct items by multiplicity in the user's rows, descending, ties by first
+      occurrence (Policy Greedy; needs ``max_contributions=None``).
+
+    The user order is the order of a keyed hash of the user under a secret 256-bit seed drawn here, i.e. a
+    uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user code so a
+    user's rows stay contiguous.
+    """
+    lf = _prepare_frame(frame, space)
+    coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item])
+    coded_space = _Space("_u", "_x", None, lazyframe_domain=False)
+    pairs = coded.select("_u", "_x")
+    if priority_order:
+        plan = pairs.with_row_index("_row").group_by("_u", "_x").agg(_m=pl.len(), _first=pl.col("_row").min())
+        sort_by, descending = ["_h", "_u", "_m", "_first"], [False, False, True, False]
+    else:
+        plan = pairs.unique() if max_contributions is None else _bound_plan(pairs, coded_space, max_contributions)
+        sort_by, descending = ["_h", "_u"] + (["_x"] if key_order and in_key_order else []), False
+    seeds = [secrets.randbits(64) for _ in range(4)]
+    rows_plan = plan.with_columns(_h=pl.col("_u").hash(*seeds)).sort(sort_by, descending=descending).select("_u", "_x")
+    dictionary_plan = coded.select("_x", "_value").unique(subset="_x")  # code -> item, on distinct codes only
+    rows, dictionary = pl.collect_all([rows_plan, dictionary_plan])
+    codes = rows["_x"].to_numpy().astype(np.int64, copy=False)
+    users = rows["_u"].to_numpy()
+    starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1]))) if users.size else np.zeros(0, np.int64)
+    offsets = np.concatenate((starts, [users.size])).astype(np.int64)
+    n_codes = int(codes.max()) + 1 if codes.size else 0
+    table = np.full(max(n_codes, 1), -1, dtype=np.int64)  # code -> its row of the dictionary
+    known = dictionary["_x"].to_numpy()
+    keep = known < n_codes
+    table[known[keep]] = np.flatnonzero(keep)
+    values = dictionary["_value"].rename(space.item)
+
+    def decode(selected: np.ndarray) -> pl.Series:
+        return values.gather(table[selected])
+
+    if key_order and not in_key_order and codes.size:
+        # dictionary codes are not in key order: sort each user's items by the rank of their key
+        present = np.unique(codes)
+        key_rank = np.zeros(n_codes, dtype=np.int64)
+        key_rank[present[decode(present).arg_sort().to_numpy()]] = np.arange(present.size)
+        segment = np.repeat(np.arange(starts.size), np.diff(offsets))
+        codes = codes[np.lexsort((key_rank[codes], segment))]
+
+    return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the sequential loops (one Python iteration per user; NumPy inside)
+# ----------------------------------------------------------------------------------------------------------
+def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
+    """Run the policy over the users in CSR order; return the ``int64`` lattice weight of every code."""
+    weights = np.zeros(data.n_codes, dtype=np.int64)
+    codes = data.codes
+    bounds = data.offsets.tolist()
+    if rule == "l2":
+        for start, end in zip(bounds[:-1], bounds[1:]):
+            idx = codes[start:end]
+            current = weights[idx]
+            candidates = current < cap
+            if not candidates.all():
+                if not candidates.any():
+                    continue  # every item already at the cap: nothing to do
+                idx, current = idx[candidates], current[candidates]
+            weights[idx] = current + _l2_candidates(current, cap)
+        return weights
+    step = _reference_l1_increment if rule == "reference_l1" else _greedy_increment
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        idx = codes[start:end]
+        current = weights[idx]
+        if (current >= cap).all():
+            continue
+        weights[idx] = current + step(current, cap)
+    return weights
+
+
+def _positive_histogram(data: _UserItems, weights: np.ndarray, item: str) -> pl.DataFrame:
+    """The items with positive weight (only these are ever noised or released) and their lattice weight."""
+    positive = np.flatnonzero(weights > 0)
+    return pl.DataFrame({item: data.decode(positive), "weight_lat": weights[positive]})
+
+
+def _cap_on_lattice(cap: float) -> int:
+    return math.floor(cap * _UNIT)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Policy Gaussian
+# ----------------------------------------------------------------------------------------------------------
+def make_policy_gaussian(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    scale: float,
+    threshold: float,
+    alpha: float = 3.0,
+    descent: Descent = "l2",
+    output_measure: dp.Measure | None = None,
+    epsilon: float | None = None,
+    noise: Noise = "lattice",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Policy Gaussian set union (Gopi et al. 2020): a sequential ℓ2 policy, then noise and the WGM threshold.
+
+    1. Each user keeps a uniform random subset of at most Δ0 distinct items (as in the WGM).
+    2. Users are processed in a uniformly random order drawn at call time. Each moves the weights of its
+       items that are below the cap :math:`\Gamma = T + \alpha\sigma` toward it, by a step of ℓ2 length at most
+       1 (``descent``), rounded down onto the lattice :math:`2^{-20}\mathbb{Z}`.
+    3. Every item with positive weight gets discrete Gaussian noise of scale σ and is released if its noisy
+       weight exceeds T.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    max_contributions
+        Δ0 ≥ 1, the most distinct items a user keeps.
+    scale
+        σ > 0 of the Gaussian noise.
+    threshold
+        T, the release threshold (the WGM's).
+    alpha
+        α ≥ 0: the cap is :math:`\Gamma = T + \alpha\sigma` (the paper: 3).
+    descent : {'l2', 'reference_l1'}
+        ``'l2'`` (default): Gopi et al.'s ℓ2 descent, which they prove contractive. ``'reference_l1'``: the
+        paper reference's default "L1" rule (heyyjudes' key-ordered max-sum), **for comparison only: no proof
+        that it is contractive is known**, so its map below is not established (needs Γ ≥ 1).
+    output_measure, epsilon
+        As in :func:`opendp_wgm.make_wgm`: approximate zCDP (default) or, with ``epsilon``, (ε, δ)-DP.
+    noise : {'lattice', 'opendp'}
+        Sampler of the discrete Gaussian, as in :func:`opendp_wgm.make_wgm`.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column (input dtype) and ``noisy_weight``, sorted
+        by item — the WGM's output shape.
+
+    Notes
+    -----
+    The map is the WGM's (:func:`opendp_wgm.accounting.wgm_privacy_loss`): for ``d_in = 1``,
+    :math:`\rho = 1/(2\sigma^2)` and :math:`\delta_T = \max_{t \le \Delta_0} 1 - (1 - q(w(t)))^t`; for
+    ``d_in > 1`` the WGM's group bound. Why the same map (``docs/baselines.md`` §2): (a) every user's increment
+    has ℓ2 ≤ 1 exactly (rounded down, checked in integers); (b) with a contractive update the histograms
+    of neighbours differ by at most 1 in ℓ2 (Gopi et al. 2020, §5, policy Gaussian theorem and the
+    contractivity of ℓ2 descent); (c) the items that only the extra user holds all receive the same
+    increment, at most :math:`\lfloor 2^{20}/\sqrt t\rfloor 2^{-20}` for ``t`` such items — the WGM's worst case.
+
+    **Caveat** — (b) is proved for exact real arithmetic. Rounding increments down keeps (a) and (c) exact but
+    does not preserve the ℓ2 contraction exactly (two histograms can round differently, by up to one lattice
+    step per coordinate and later user). Hence the ``"idealized-numerics"`` feature is required, as OpenDP
+    does for maps that assume exact arithmetic. This is a comparison baseline; publish with
+    :func:`opendp_wgm.make_wgm`.
+
+    Required features: ``contrib``, ``honest-but-curious``, ``idealized-numerics``.
+
+    References
+    ----------
+    Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin (2020), Differentially Private Set Union, arXiv 2002.09745.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.baselines import make_policy_gaussian
+    >>> dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
+    >>> m = make_policy_gaussian(*wgm.user_items_space(), max_contributions=100, scale=3.88414, threshold=20.7898)
+    >>> w = wgm.make_wgm(*wgm.user_items_space(), max_contributions=100, scale=3.88414, threshold=20.7898)
+    >>> m.map(1) == w.map(1)
+    True
+    """
+    _assert_idealized()
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    scale = _check_positive("scale", scale)
+    threshold = _check_real("threshold", threshold)
+    alpha = _check_real("alpha", alpha, minimum=0.0)
+    descent = _check_descent(descent)
+    noise = _check_noise(noise)
+    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
+    cap = _cap_on_lattice(threshold + alpha * scale)
+    if cap < 1:
+        msg = f"the cap `threshold + alpha * scale` must be > 0 (found {threshold + alpha * scale!r})"
+        raise ValueError(msg)
+    if descent == "reference_l1" and cap < _UNIT:
+        msg = (
+            "descent='reference_l1' needs a cap `threshold + alpha * scale` >= 1 (its threshold argument "
+            f"does; found {threshold + alpha * scale!r})"
+        )
+        raise ValueError(msg)
+    space = _resolve_space(input_domain, input_metric, item)
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        data = _csr(
+            frame, space, max_contributions=max_contributions, key_order=descent == "reference_l1", priority_order=False
+        )
+        weights = _policy_weights(data, cap, descent)
+        histogram = _positive_histogram(data, weights, space.item)
+        return _release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return wgm_privacy_loss(
+            _check_d_in(d_in), scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
+        )
+
+    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+
+
+def _check_gaussian_measure(output_measure: dp.Measure | None, epsilon: float | None):
+    output_measure = _zcdp() if output_measure is None else output_measure
+    if output_measure == _zcdp():
+        if epsilon is not None:
+            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
+            raise ValueError(msg)
+    elif output_measure == _approx_dp():
+        if epsilon is None:
+            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
+            raise ValueError(msg)
+        epsilon = _check_positive("epsilon", epsilon)
+    else:
+        msg = (
+            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
+            f"dp.approximate(dp.max_divergence()), got {output_measure}"
+        )
+        raise ValueError(msg)
+    return output_measure, epsilon
+
+
+def make_policy_gaussian_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    alpha: float = 3.0,
+    descent: Descent = "l2",
+    noise_delta_fraction: float = 0.5,
+    noise: Noise = "lattice",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Policy Gaussian with the WGM's σ and T for the same budget (:func:`opendp_wgm.calibrate_wgm`).
+
+    The two mechanisms share one map, so the WGM's calibration passes ``m.check(1, budget)`` here too and the
+    comparison is at equal noise and threshold, as in the paper. See :func:`make_policy_gaussian`.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.baselines import make_policy_gaussian_from_budget
+    >>> dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
+    >>> m = make_policy_gaussian_from_budget(*wgm.user_items_space(), max_contributions=100, epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    """
+    _assert_idealized()
+    calibration = calibrate_wgm(
+        max_contributions=max_contributions,
+        delta=delta,
+        epsilon=epsilon,
+        rho=rho,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return make_policy_gaussian(
+        input_domain,
+        input_metric,
+        max_contributions=calibration.max_contributions,
+        scale=calibration.scale,
+        threshold=calibration.threshold,
+        alpha=alpha,
+        descent=descent,
+        output_measure=_approx_dp() if epsilon is not None else _zcdp(),
+        epsilon=calibration.epsilon,
+        noise=noise,
+        item=item,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Policy Greedy
+# ----------------------------------------------------------------------------------------------------------
+def _laplace_tail(m: int, lattice_scale: float) -> float:
+    r""":math:`P[Z \ge m]` for the discrete Laplace :math:`P[Z = z] \propto e^{-|z|/s}` on the integers.
+
+    :math:`q^m/(1 + q)` for :math:`m \ge 1` with :math:`q = e^{-1/s}` (and :math:`1 - q^{1-m}/(1+q)` below),
+    evaluated in floats and inflated by a relative 1e-12 (exp is accurate to a few ulp).
+    """
+    q = math.exp(-1.0 / lattice_scale)
+    tail = math.exp(-m / lattice_scale) / (1.0 + q) if m >= 1 else 1.0 - math.exp(-(1 - m) / lattice_scale) / (1.0 + q)
+    return min(1.0, tail * (1.0 + 1e-12))
+
+
+def greedy_threshold_delta(*, scale: float, threshold: float, alpha: float = 3.0, d_in: int = 1) -> float:
+    r"""The probability that Policy Greedy releases an item only the larger neighbour's extra users hold.
+
+    With the fix (zero-weight items are never noised), each of ``d_in`` extra users gives positive weight to
+    at most one item nobody else holds, provided the cap is at least ``d_in`` (``docs/baselines.md`` §3).
+    Their total weight is at most ``d_in``; the release probability :math:`f(w) = P[Z \ge F + 1 - w]`
+    (:math:`F = \lfloor T 2^{20}\rfloor`) is convex in ``w``, so
+
+    .. math:: \delta_T(k) \le f(k) + (k - 1) f(0), \qquad \delta_T(1) = f(1).
+
+    Returns 1 when the cap :math:`\max(T + \alpha\lambda, 1)` is below ``d_in`` (no bound is claimed).
+    """
+    scale = _check_positive("scale", scale)
+    threshold = _check_real("threshold", threshold)
+    alpha = _check_real("alpha", alpha, minimum=0.0)
+    d_in = _check_d_in(d_in)
+    return _greedy_threshold_delta(scale, threshold, alpha, d_in)
+
+
+@lru_cache(maxsize=1024)
+def _greedy_threshold_delta(scale: float, threshold: float, alpha: float, d_in: int) -> float:
+    if d_in == 0:
+        return 0.0
+    if _greedy_cap(threshold, alpha, scale) < d_in * _UNIT:
+        return 1.0
+    floor_t = math.floor(threshold * _UNIT)
+    lattice_scale = scale * _UNIT
+    delta = _laplace_tail(floor_t + 1 - d_in * _UNIT, lattice_scale)
+    if d_in > 1:
+        delta += (d_in - 1) * _laplace_tail(floor_t + 1, lattice_scale)
+    return min(1.0, delta)
+
+
+def _greedy_cap(threshold: float, alpha: float, scale: float) -> int:
+    """Γ = max(T + αλ, 1) on the lattice (the reference's cap, REFERENCE_SPEC §5)."""
+    return max(_cap_on_lattice(threshold + alpha * scale), _UNIT)
+
+
+def _sample_discrete_laplace(lattice_scale: float, values: np.ndarray) -> np.ndarray:
+    """``values`` + exact discrete Laplace noise of scale ``lattice_scale``: OpenDP's ``make_laplace`` on i64."""
+    if values.size == 0:
+        return values.copy()
+    space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
+    return np.asarray(dp.m.make_laplace(*space, scale=lattice_scale)(values.tolist()), dtype=np.int64)
+
+
+def make_policy_greedy(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    scale: float,
+    threshold: float,
+    alpha: float = 3.0,
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Policy Greedy set union (Carvalho et al. 2022, "GW"), with the reference's privacy bug fixed.
+
+    1. No Δ0 and no dedup: each user's raw rows define its distinct items and their multiplicities.
+    2. Users are processed in a uniformly random order drawn at call time. Each spends an ℓ1 budget of 1 on
+       its items below the cap :math:`\Gamma = \max(T + \alpha\lambda, 1)`, most frequent first: an item whose gap
+       to the cap is below the remaining budget is filled; the first one that is not gets the rest.
+       Weights live on the lattice :math:`2^{-20}\mathbb{Z}` and the update is exact integer arithmetic.
+    3. **Only items with positive weight** get discrete Laplace noise (scale λ, OpenDP's exact sampler) and are
+       released if the noisy weight exceeds T. (The reference also noises and releases items that a user held
+       but gave no weight to: with no Δ0 a user can add unboundedly many, and its δ fails.)
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    scale
+        λ > 0, the Laplace scale in weight units (ε = 1/λ per user).
+    threshold
+        T. The paper: :math:`1 + \ln(1/(2\delta))/\varepsilon`; :func:`make_policy_greedy_from_budget`
+        computes the smallest lattice T for a δ.
+    alpha
+        α ≥ 0 of the cap.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column and ``noisy_weight``, sorted by item.
+
+    Notes
+    -----
+    Output measure ``dp.approximate(dp.max_divergence())``; ``m.map(d_in) = (d_in/λ, δ_T(d_in))`` with
+    :func:`greedy_threshold_delta`. The ε part rests on the ℓ1 contraction of the greedy policy, on which
+    Carvalho et al. (2022) build, following Gopi et al. (2020, §5): neighbouring histograms differ by at
+    most ``d_in`` in ℓ1, and the
+    discrete Laplace is ``d_in/λ``-DP for such shifts. The δ part covers the items only the extra users hold
+    (at most one positive item each). **Caveat** (``docs/baselines.md`` §3): an item held by others can have
+    zero weight in one neighbour and positive weight in the other (later users' greedy walks shift); it is
+    then noised in only one of them. The published argument does not cover these support changes and we
+    have no data-independent bound on their number, so the map is not established for this variant either;
+    the ``"idealized-numerics"`` feature is required as an explicit opt-in.
+
+    Required features: ``contrib``, ``honest-but-curious``, ``idealized-numerics``.
+
+    References
+    ----------
+    R. S. Carvalho et al. (2022), Incorporating Item Frequency for Differentially Private Set Union, AAAI.
+    Gopi et al. (2020), arXiv 2002.09745.
+    """
+    _assert_idealized()
+    scale = _check_positive("scale", scale)
+    threshold = _check_real("threshold", threshold)
+    alpha = _check_real("alpha", alpha, minimum=0.0)
+    space = _resolve_space(input_domain, input_metric, item)
+    cap = _greedy_cap(threshold, alpha, scale)
+    floor_t = math.floor(threshold * _UNIT)
+    lattice_scale = scale * _UNIT
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        data = _csr(frame, space, max_contributions=None, key_order=False, priority_order=True)
+        weights = _policy_weights(data, cap, "greedy")
+        histogram = _positive_histogram(data, weights, space.item)
+        noisy = _sample_discrete_laplace(lattice_scale, histogram["weight_lat"].to_numpy())
+        keep = noisy > floor_t
+        return (
+            histogram.select(space.item)
+            .filter(pl.Series(keep))
+            .with_columns(noisy_weight=pl.Series(noisy[keep], dtype=pl.Int64).cast(pl.Float64) / _UNIT)
+            .sort(space.item)
+        )
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        d_in = _check_d_in(d_in)
+        if d_in == 0:
+            return 0.0, 0.0
+        return d_in / scale, _greedy_threshold_delta(scale, threshold, alpha, d_in)
+
+    return dp.m.make_user_measurement(input_domain, input_metric, _approx_dp(), function, privacy_map)
+
+
+def make_policy_greedy_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    epsilon: float,
+    delta: float,
+    alpha: float = 3.0,
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Policy Greedy calibrated to (ε, δ): λ = 1/ε and the smallest lattice T with :math:`\delta_T(1) \le \delta`.
+
+    The paper's threshold is :math:`1 + \ln(1/(2\delta))/\varepsilon` (11.8198 at ε = 1, δ = 1e-5); the discrete
+    Laplace's tail :math:`q^m/(1+q)` moves it by about one lattice step.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> from opendp_wgm.measurements.baselines import make_policy_greedy_from_budget
+    >>> dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
+    >>> m = make_policy_greedy_from_budget(*wgm.user_items_space(), epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    """
+    _assert_idealized()
+    epsilon, _, delta = _prepare_budget(epsilon, None, delta)
+    alpha = _check_real("alpha", alpha, minimum=0.0)
+    scale = 1.0 / epsilon
+    while 1.0 / scale > epsilon:  # float rounding: never report more than ε
+        scale = math.nextafter(scale, math.inf)
+    lattice_scale = scale * _UNIT
+    # smallest F with P[Z >= F + 1 - 2^20] <= delta: closed form, then exact adjustment on the map
+    floor_t = _UNIT - 1 + max(1, math.ceil(-lattice_scale * math.log(delta * (1.0 + math.exp(-1.0 / lattice_scale)))))
+    while floor_t > _UNIT and _greedy_threshold_delta(scale, (floor_t - 1) / _UNIT, alpha, 1) <= delta:
+        floor_t -= 1
+    while _greedy_threshold_delta(scale, floor_t / _UNIT, alpha, 1) > delta:
+        floor_t += 1
+    return make_policy_greedy(
+        input_domain, input_metric, scale=scale, threshold=floor_t / _UNIT, alpha=alpha, item=item
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# OpenDP's built-in key release
+# ----------------------------------------------------------------------------------------------------------
+_KEY = "__opendp_wgm_key__"
+
+
+def _series_domain(name: str, dtype: pl.DataType) -> dp.Domain:
+    if dtype == pl.String:
+        return dp.series_domain(name, dp.atom_domain(T=dp.String))
+    if dtype == pl.UInt64:
+        return dp.series_domain(name, dp.atom_domain(T=dp.u64))
+    return dp.series_domain(name, dp.atom_domain(T=dp.i64))
+
+
+def _canonical_dtype(dtype: pl.DataType) -> pl.DataType:
+    """The dtype a column is cast to before it enters OpenDP: String or Int64."""
+    if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)) or dtype in (pl.Categorical, pl.Enum):
+        return pl.String
+    if dtype.is_integer() or dtype == pl.Boolean:
+        return pl.Int64
+    return pl.String
+
+
+def _key_release_plan(
+    user: str, item: str, user_dtype: pl.DataType, item_dtype: pl.DataType, groups: int
+) -> pl.LazyFrame:
+    """OpenDP's key release plan: one row per (user, item), ``groups - 1`` items per user, noisy counts.
+
+    The two filters are exactly what ``truncate_per_group(1, by=[key, item])`` and
+    ``truncate_num_groups(groups, by=[key, item], keep="first")`` of OpenDP's query builder emit.
+    """
+    return (
+        pl.LazyFrame(schema={user: user_dtype, item: item_dtype, _KEY: pl.UInt64})
+        .filter(pl.int_range(pl.len()).over(user, _KEY, item) < 1)
+        .filter(pl.struct(_KEY, item).rank("dense").over(user) < groups)
+        .group_by(_KEY, item)
+        .agg(dp.len(signed=True))
+    )
+
+
+def _opendp_measurement(
+    user: str, item: str, user_dtype: pl.DataType, item_dtype: pl.DataType, groups: int, measure_kind: str,
+    global_scale: float, threshold: int, total_delta: float,
+) -> dp.Measurement:
+    domain = dp.lazyframe_domain(
+        [_series_domain(user, user_dtype), _series_domain(item, item_dtype), _series_domain(_KEY, pl.UInt64)]
+    )
+    plan = _key_release_plan(user, item, user_dtype, item_dtype, groups)
+    metric = dp.symmetric_id_distance(pl.col(user))
+    inner = dp.m.make_private_lazyframe(
+        domain, metric, _zcdp(), plan, global_scale=global_scale, threshold=threshold
+    )
+    if measure_kind == "zcdp":
+        return inner
+    # make_fix_delta takes the *total* δ: the curve's share is what the threshold's δ leaves
+    return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(inner), total_delta)
+
+
+def make_opendp_key_release(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    noise_delta_fraction: float = 0.5,
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""OpenDP 0.16's own key release, calibrated to a budget, with the WGM's output shape.
+
+    The plan is OpenDP's Polars one (``make_private_lazyframe``): ``truncate_per_group(1, by=[item])`` (one row
+    per user and item), ``truncate_num_groups(Δ0, by=[item])`` (Δ0 items per user), ``group_by(item)
+    .agg(dp.len())`` with OpenDP's integer Gaussian noise and its threshold on the noisy counts. Two quirks of
+    OpenDP 0.16 with Polars 1.36 are worked around openly (``docs/baselines.md`` §4):
+
+    - ``keep="sample"`` fails at collect ("multiple fields with name ... found"). It would rank each user's
+      groups by an (unseeded) hash of the group key. We do the same with ``keep="first"`` on the groups
+      ``(key, item)``, where ``key`` is a keyed hash of the item under a secret seed drawn per call (a column
+      added before the data enter OpenDP; a row-wise map, stable): every user keeps its Δ0 items that come
+      first in one random order of all items. Each user's kept set is a uniformly random subset of its items,
+      but users' choices are correlated (users with the same items keep the same ones), unlike the WGM's
+      independent per-user subsample.
+    - ``keep="first"`` keeps ranks ``< k`` of a 1-based dense rank, i.e. only ``k − 1`` groups, while the map
+      charges ``k``. We pass ``k = Δ0 + 1``, so each user keeps Δ0 items and OpenDP charges Δ0 + 1 of them
+      (ℓ2 sensitivity :math:`\sqrt{\Delta_0 + 1}`): the price of the quirk, paid by this baseline.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
+        ``dp.symmetric_id_distance``.
+    max_contributions
+        Δ0 ≥ 1, items kept per user.
+    delta
+        δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one. With ε: OpenDP's zCDP → (ε, δ) conversion (``make_zCDP_to_approxDP`` then
+        ``make_fix_delta`` at ``noise_delta_fraction · δ``), output measure
+        ``dp.approximate(dp.max_divergence())``; with ρ: ``dp.approximate(dp.zero_concentrated_divergence())``.
+    noise_delta_fraction
+        Share of δ spent by the noise under (ε, δ); the rest pays for OpenDP's threshold.
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column (input dtype) and ``noisy_count`` (Int64),
+        sorted by item. The map is OpenDP's own, evaluated on the same plan; under (ε, δ) and ``d_in > 1``
+        it is :math:`(d_{in}\varepsilon_1,\ \delta_{profile}(d_{in}\varepsilon_1) + \delta_T(d_{in}))` from OpenDP's
+        privacy profile at ``d_in`` (``make_fix_delta`` refuses once the threshold's δ exceeds the fixed δ).
+
+    Notes
+    -----
+    The global scale and the (integer) threshold are the smallest that pass OpenDP's map at ``d_in = 1``
+    (bisection on the map). Data enter OpenDP through ``dp.lazyframe_domain``: the user and item columns are
+    cast to Int64 (integers) or String (anything else) first, and the item column is cast back on output.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+    """
+    _assert_features()
+    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
+    fraction = _check_real(
+        "noise_delta_fraction",
+        noise_delta_fraction,
+        minimum=0.0,
+        maximum=1.0,
+        minimum_inclusive=False,
+        maximum_inclusive=False,
+    )
+    space = _resolve_space(input_domain, input_metric, item)
+    groups = max_contributions + 1
+    kind = "approx" if epsilon is not None else "zcdp"
+    noise_delta = fraction * delta if epsilon is not None else 0.0
+    budget = (epsilon, delta) if epsilon is not None else (rho, delta)
+    global_scale, threshold = _calibrate_key_release(groups, kind, noise_delta, budget)
+    user_name, item_name = "user", "item"
+
+    @lru_cache(maxsize=8)
+    def measurement_for(user_dtype: pl.DataType, item_dtype: pl.DataType) -> dp.Measurement:
+        return _opendp_measurement(
+            user_name, item_name, user_dtype, item_dtype, groups, kind, global_scale, threshold, delta
+        )
+
+    reference = measurement_for(pl.Int64, pl.Int64)
+    inner_reference = _opendp_measurement(
+        user_name, item_name, pl.Int64, pl.Int64, groups, "zcdp", global_scale, threshold, delta
+    )
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        lf = _prepare_frame(frame, space)
+        schema = lf.collect_schema()
+        user_dtype, item_dtype = _canonical_dtype(schema[space.user]), _canonical_dtype(schema[space.item])
+        seeds = [secrets.randbits(64) for _ in range(4)]
+        lf = lf.select(
+            pl.col(space.user).cast(user_dtype).alias(user_name),
+            pl.col(space.item).cast(item_dtype).alias(item_name),
+        ).with_columns(pl.col(item_name).hash(*seeds).alias(_KEY))
+        released = measurement_for(user_dtype, item_dtype)(lf)
+        released = released.collect()  # OpenDP returns a OnceFrame: collect it exactly once
+        return (
+            released.select(
+                pl.col(item_name).cast(schema[space.item]).alias(space.item),
+                pl.col("len").cast(pl.Int64).alias("noisy_count"),
+            ).sort(space.item)
+        )
+
+    epsilon_1 = float(reference.map(1)[0]) if epsilon is not None else None
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        d_in = _check_d_in(d_in)
+        if d_in == 0:
+            return 0.0, 0.0
+        if epsilon is None or d_in == 1:
+            return tuple(float(v) for v in reference.map(d_in))
+        # make_fix_delta's map fails once the threshold's δ at d_in exceeds the fixed δ: report the pair at
+        # ε' = d_in·ε₁ from OpenDP's own privacy profile plus its threshold δ instead
+        profile, threshold_delta = dp.c.make_zCDP_to_approxDP(inner_reference).map(d_in)
+        return d_in * epsilon_1, min(1.0, float(profile.delta(d_in * epsilon_1)) + float(threshold_delta))
+
+    output_measure = _approx_dp() if epsilon is not None else _zcdp()
+    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+
+
+@lru_cache(maxsize=256)
+def _calibrate_key_release(
+    groups: int, kind: str, noise_delta: float, budget: tuple[float, float]
+) -> tuple[float, int]:
+    """Smallest global scale (and, for it, smallest threshold) whose OpenDP map at d_in = 1 meets ``budget``.
+
+    The threshold's δ gets ``budget δ − noise_delta`` (all of δ under zCDP); under (ε, δ) the noise's δ is
+    what ``make_fix_delta`` leaves after the threshold's, so ε is searched with the threshold set for each scale.
+    """
+    threshold_budget = budget[1] - noise_delta
+
+    def inner_delta(scale: float, threshold: int) -> float:
+        inner = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, "zcdp", scale, threshold, 0.0)
+        return float(inner.map(1)[1])
+
+    hint = [2]
+
+    def threshold_for(scale: float) -> int:
+        """Smallest integer threshold > 1 whose δ fits, by exponential search from the last answer."""
+        lo, hi = max(1, hint[0] - 1), hint[0]
+        if inner_delta(scale, hi) <= threshold_budget:
+            step = 1
+            while lo > 1 and inner_delta(scale, lo) <= threshold_budget:  # the answer is lower
+                hi, lo = lo, max(1, lo - step)
+                step *= 2
+        else:
+            step = 1
+            while inner_delta(scale, hi) > threshold_budget:
+                lo, hi = hi, hi + step
+                step *= 2
+                if hi > 2**31:
+                    raise ValueError("calibration failed: no threshold meets the budget")
+        while hi - lo > 1:  # invariant: lo fails (or is 1, which OpenDP refuses), hi fits
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if inner_delta(scale, mid) <= threshold_budget else (mid, hi)
+        hint[0] = hi
+        return hi
+
+    def fits(scale: float) -> bool:
+        try:
+            threshold = threshold_for(scale)
+            d_out = _opendp_measurement(
+                "user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1]
+            ).map(1)
+        except (dp.OpenDPException, ValueError):
+            return False
+        return float(d_out[0]) <= budget[0] and float(d_out[1]) <= budget[1]
+
+    lo, hi = 0.0, 1.0
+    while not fits(hi):
+        lo, hi = hi, hi * 2.0
+        if hi > 1e12:
+            raise ValueError("calibration failed: no noise scale meets the budget")
+    while hi - lo > 1e-5 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi, threshold_for(hi)
+
+
+then_policy_gaussian = _to_then(make_policy_gaussian)
+then_policy_gaussian_from_budget = _to_then(make_policy_gaussian_from_budget)
+then_policy_greedy = _to_then(make_policy_greedy)
+then_policy_greedy_from_budget = _to_then(make_policy_greedy_from_budget)
+then_opendp_key_release = _to_then(make_opendp_key_release)
