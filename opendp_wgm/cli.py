@@ -951,10 +951,47 @@ def _run_hitting_set(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO
     )
 
 
+def _add_reproduce(subparsers: argparse._SubParsersAction) -> None:
+    from opendp_wgm.experiments import (
+        REPRODUCE_DESCRIPTION,
+        REPRODUCE_EPILOG,
+        REPRODUCE_HELP,
+        add_reproduce_arguments,
+    )
+
+    parser = subparsers.add_parser(
+        "reproduce",
+        help=REPRODUCE_HELP,
+        description=REPRODUCE_DESCRIPTION,
+        epilog=REPRODUCE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_reproduce_arguments(parser)
+    parser.set_defaults(run=_run_reproduce)
+
+
+def _run_reproduce(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
+    import opendp.prelude as dp
+
+    from opendp_wgm.experiments import run_reproduce
+
+    # the policy baselines' maps assume exact arithmetic in their contraction step (docs/baselines.md)
+    dp.enable_features("idealized-numerics")
+    try:
+        return run_reproduce(args, stdout=stdout, stderr=stderr)
+    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, ImportError) as err:
+        raise CLIError(str(err)) from err
+
+
 # --------------------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------------------
-_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_discover, _add_top_k, _add_hitting_set)
+_COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_discover,
+    _add_top_k,
+    _add_hitting_set,
+    _add_reproduce,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

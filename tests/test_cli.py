@@ -432,3 +432,14 @@ def test_new_command_errors_exit_2_with_one_line(
     assert err.count("\n") == 1 and err.startswith("opendp-wgm: error: "), err
     assert expected in err, err
     assert "Traceback" not in err
+
+
+def test_reproduce_is_a_subcommand(tmp_path, capsys) -> None:
+    """`opendp-wgm reproduce` reaches the experiment runner; bad input is a one-line error before any work."""
+    from opendp_wgm.cli import main
+
+    assert main(["reproduce", "set-union", "--data", str(tmp_path / "absent"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("opendp-wgm: error:") and "absent" in err[0]
+    assert main(["reproduce", "set-union", "--data", str(tmp_path), "--out", str(tmp_path), "--l0", "1,x"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -1,5 +1,18 @@
 """Measurements: the paper's mechanisms, their known-domain stages and the baselines."""
 
+from opendp_wgm.measurements.baselines import (
+    greedy_threshold_delta,
+    make_opendp_key_release,
+    make_policy_gaussian,
+    make_policy_gaussian_from_budget,
+    make_policy_greedy,
+    make_policy_greedy_from_budget,
+    then_opendp_key_release,
+    then_policy_gaussian,
+    then_policy_gaussian_from_budget,
+    then_policy_greedy,
+    then_policy_greedy_from_budget,
+)
 from opendp_wgm.measurements.hitting_set import (
     HittingSetCalibration,
     calibrate_user_peeling,
@@ -32,6 +45,17 @@ __all__ = [
     "calibrate_user_peeling",
     "calibrate_wgm_hitting_set",
     "greedy_hitting_set",
+    "greedy_threshold_delta",
+    "make_opendp_key_release",
+    "make_policy_gaussian",
+    "make_policy_gaussian_from_budget",
+    "make_policy_greedy",
+    "make_policy_greedy_from_budget",
+    "then_opendp_key_release",
+    "then_policy_gaussian",
+    "then_policy_gaussian_from_budget",
+    "then_policy_greedy",
+    "then_policy_greedy_from_budget",
     "make_limited_domain_top_k",
     "make_peeling_top_k",
     "make_user_peeling",

@@ -1,0 +1,144 @@
+"""The methods of each experiment: how to build them for one setting, and what a run records.
+
+A method is built once per (setting, budget) — calibration is not timed — and then called once per trial on
+the loaded frame; the recorded run time is that call only (REFERENCE_SPEC §9: the mechanism call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import polars as pl
+
+from opendp_wgm.domains import user_items_space
+
+__all__: list[str] = []
+
+Run = Callable[[pl.DataFrame], pl.DataFrame]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One line of a plot: a method at fixed extra parameters (e.g. limited domain at k̄ = 5k)."""
+
+    method: str
+    label: str
+    build: Callable[[int], Run]  # x (Δ0 or k) -> run
+    x_independent: bool = False  # the same release law at every x: run once per trial (Policy Greedy)
+    private: bool = True
+    k_bar_multiplier: int | None = None
+
+
+LABELS = {
+    "wgm": "WGM",
+    "policy_gaussian_l2": "Policy Gaussian (ℓ2 descent)",
+    "policy_gaussian_reference_l1": "Policy Gaussian (reference \"L1\")",
+    "policy_greedy": "Policy Greedy (fixed)",
+    "opendp_key_release": "OpenDP key release",
+    "wgm_top_k": "WGM-then-top-k",
+    "limited_domain": "Limited domain",
+    "wgm_hitting_set": "WGM-then-hitting-set",
+    "greedy": "Greedy (non-private)",
+    "peeling_true_domain": "Peeling on the true domain (domain not private)",
+}
+
+
+def variants(config) -> list[Variant]:
+    """The variants of ``config.methods`` for ``config.experiment``, in order.
+
+    Nothing is built here (the input space is created when a variant is built), so listing variants needs no
+    OpenDP feature: the report can be rewritten from ``trials.csv`` alone.
+    """
+    eps, delta, alpha = config.epsilon, config.delta, config.alpha
+    out: list[Variant] = []
+    for method in config.methods:
+        if config.experiment == "set-union":
+            out.append(_set_union(method, eps, delta, alpha))
+        elif config.experiment == "top-k":
+            if method == "limited_domain":
+                out.extend(_limited_domain(eps, delta, m) for m in config.k_bar_multipliers)
+            else:
+                out.append(_wgm_top_k(eps, delta, config.max_contributions))
+        else:
+            out.append(_hitting_set(method, eps, delta, config.max_contributions))
+    return out
+
+
+def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
+    from opendp_wgm.measurements import baselines
+    from opendp_wgm.measurements.wgm import make_wgm_from_budget
+
+    budget = {"epsilon": eps, "delta": delta}
+    if method == "wgm":
+        return Variant(
+            method, LABELS[method], lambda d0: make_wgm_from_budget(*user_items_space(), max_contributions=d0, **budget)
+        )
+    if method in ("policy_gaussian_l2", "policy_gaussian_reference_l1"):
+        descent = "l2" if method.endswith("l2") else "reference_l1"
+        return Variant(
+            method,
+            LABELS[method],
+            lambda d0: baselines.make_policy_gaussian_from_budget(
+                *user_items_space(), max_contributions=d0, alpha=alpha, descent=descent, **budget
+            ),
+        )
+    if method == "policy_greedy":
+        return Variant(
+            method,
+            LABELS[method],
+            lambda _d0: baselines.make_policy_greedy_from_budget(*user_items_space(), alpha=alpha, **budget),
+            x_independent=True,
+        )
+    return Variant(
+        method,
+        LABELS[method],
+        lambda d0: baselines.make_opendp_key_release(*user_items_space(), max_contributions=d0, **budget),
+    )
+
+
+def _wgm_top_k(eps: float, delta: float, max_contributions: int) -> Variant:
+    from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
+
+    return Variant(
+        "wgm_top_k",
+        f"{LABELS['wgm_top_k']} (Δ0 = {max_contributions})",
+        lambda k: make_wgm_top_k_from_budget(
+            *user_items_space(), k=k, max_contributions=max_contributions, epsilon=eps, delta=delta
+        ),
+    )
+
+
+def _limited_domain(eps: float, delta: float, multiplier: int) -> Variant:
+    from opendp_wgm.measurements.top_k import make_limited_domain_top_k
+
+    label = "k̄ = k" if multiplier == 1 else f"k̄ = {multiplier}k"
+    return Variant(
+        "limited_domain",
+        f"{LABELS['limited_domain']} ({label}, Δ0 = ∞)",
+        lambda k: make_limited_domain_top_k(
+            *user_items_space(), k=k, k_bar=multiplier * k, max_contributions=None, epsilon=eps, delta=delta
+        ),
+        k_bar_multiplier=multiplier,
+    )
+
+
+def _hitting_set(method: str, eps: float, delta: float, max_contributions: int) -> Variant:
+    from opendp_wgm.measurements import hitting_set as hs
+
+    if method == "wgm_hitting_set":
+        return Variant(
+            method,
+            f"{LABELS[method]} (Δ0 = {max_contributions})",
+            lambda k: hs.make_wgm_hitting_set_from_budget(
+                *user_items_space(), k=k, max_contributions=max_contributions, epsilon=eps, delta=delta
+            ),
+        )
+    if method == "greedy":
+        return Variant(method, LABELS[method], lambda k: (lambda frame: hs.greedy_hitting_set(frame, k)), private=False)
+    return Variant(
+        method,
+        LABELS[method],
+        lambda k: (lambda frame: hs.user_peeling_on_true_domain(frame, k, epsilon=eps, delta=delta)),
+        private=False,
+    )

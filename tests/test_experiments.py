@@ -1,0 +1,226 @@
+"""The experiment runner: end to end on a tiny synthetic data set, metrics, bad input, interruption, CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+import pytest
+
+from opendp_wgm import metrics
+from opendp_wgm.datasets import synthetic_zipf
+from opendp_wgm.experiments import main_reproduce, reproduce
+from opendp_wgm.experiments import _runner
+from opendp_wgm.experiments._config import parse_grid
+from opendp_wgm.experiments._truth import Truth
+
+HAS_TOP_K = importlib.util.find_spec("opendp_wgm.measurements.top_k") is not None
+HAS_HITTING_SET = importlib.util.find_spec("opendp_wgm.measurements.hitting_set") is not None
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    """A data folder holding one tiny data set in MovieLens 100K's raw format (u.data, tab-separated)."""
+    root = tmp_path_factory.mktemp("data")
+    (root / "movielens_100k").mkdir()
+    df = synthetic_zipf(300, 12, exponent=1.4, seed=7)
+    raw = df.with_columns(rating=pl.lit(5), ts=pl.lit(0))
+    raw.write_csv(root / "movielens_100k" / "u.data", separator="\t", include_header=False)
+    return root
+
+
+def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
+    result = reproduce(
+        "set-union",
+        data_dir=data_dir,
+        out_dir=tmp_path,
+        datasets=["movielens_100k"],
+        trials=2,
+        l0=(1, 5),
+        progress=False,
+    )
+    rows = result.rows
+    # 4 methods x 2 settings x 2 trials + Policy Greedy (Δ0-free) x 2 trials
+    assert rows.height == 18
+    assert set(rows["variant"]) == {
+        "wgm", "policy_gaussian_l2", "policy_gaussian_reference_l1", "policy_greedy", "opendp_key_release"
+    }
+    assert rows.filter(pl.col("variant") == "policy_greedy")["x"].null_count() == 2
+    assert rows["missing_mass"].is_between(0, 1).all() and (rows["runtime_s"] > 0).all()
+    assert (rows["missing_mass"] + rows["captured_mass"] - 1).abs().max() < 1e-12
+    text = result.summary_md.read_text(encoding="utf-8")
+    assert "| WGM |" in text and "Δ0 = 5" in text and "OpenDP key release" in text
+    assert {p.name for p in result.plots} == {
+        "set-union_missing_mass.png",
+        "set-union_linf_missing_mass.png",
+        "set-union_cardinality.png",
+        "set-union_runtime.png",
+    }
+    assert all(p.stat().st_size > 1000 for p in result.plots)
+    assert pl.read_csv(result.summary_csv).height == 9  # 4 methods x 2 + greedy
+
+
+@pytest.mark.skipif(not HAS_TOP_K, reason="top_k module not available")
+def test_top_k_end_to_end(data_dir: Path, tmp_path: Path) -> None:
+    result = reproduce(
+        "top-k", data_dir=data_dir, out_dir=tmp_path, datasets="movielens_100k", trials=1, k="2,4",
+        k_bar_multipliers=(1, 5), max_contributions=5, progress=False,
+    )
+    assert result.rows.height == 6  # (WGM-then-top-k + 2 limited-domain variants) x 2 k
+    assert set(result.rows["variant"]) == {"wgm_top_k", "limited_domain_k", "limited_domain_5k"}
+    ld = result.rows.filter(pl.col("variant") == "limited_domain_5k")
+    assert ld["k_bar"].to_list() == [10, 20]
+    assert (result.rows["cardinality"] <= result.rows["k"]).all()
+    assert (result.rows["top_k_missing_mass"] >= 0).all()
+    assert len(result.plots) == 4
+
+
+@pytest.mark.skipif(not HAS_HITTING_SET, reason="hitting_set module not available")
+def test_hitting_set_end_to_end(data_dir: Path, tmp_path: Path) -> None:
+    result = reproduce(
+        "hitting-set", data_dir=data_dir, out_dir=tmp_path, datasets=["movielens_100k"], trials=1, k=(3,),
+        max_contributions=5, progress=False,
+    )
+    rows = result.rows
+    assert rows.height == 3
+    greedy = rows.filter(pl.col("variant") == "greedy")["missed_users"][0]
+    assert greedy <= rows["missed_users"].min()  # the non-private greedy covers best (up to ties)
+    assert {p.name for p in result.plots} == {"hitting-set_missed_users.png", "hitting-set_runtime.png"}
+
+
+def test_truth_metrics_agree_with_the_metrics_module() -> None:
+    rng = np.random.default_rng(3)
+    df = synthetic_zipf(200, 8, exponent=1.2, seed=11)
+    truth = Truth.of(df)
+    items = df["item"].unique().to_numpy()
+    for size in (0, 1, 5, 30):
+        released = pl.DataFrame({"item": rng.choice(np.concatenate((items, [10**9])), size, replace=False)})
+        su = truth.set_union(released)
+        assert su["missing_mass"] == pytest.approx(metrics.missing_mass(df, released))
+        assert su["linf_missing_mass"] == pytest.approx(metrics.linf_missing_mass(df, released))
+        assert truth.hitting_set(released)["missed_users"] == metrics.missed_users(df, released)
+        k = max(size, 1)
+        tk = truth.top_k(released, k)
+        assert tk["top_k_missing_mass"] == pytest.approx(metrics.top_k_missing_mass(df, released, k))
+        assert tk["top_k_l1_loss"] == pytest.approx(metrics.top_k_l1_loss(df, released, k))
+
+
+# ------------------------------------------------------------------------------------------------------
+# bad input: clear errors, before any data is read
+# ------------------------------------------------------------------------------------------------------
+@pytest.fixture
+def no_loading(monkeypatch):
+    def fail(*args, **kwargs):  # pragma: no cover - reached only if validation is late
+        raise AssertionError("data were read before the input was validated")
+
+    monkeypatch.setattr(_runner, "_load", fail)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"experiment": "set_union"}, ValueError, "unknown experiment 'set_union'"),
+        ({"methods": ["wgm", "magic"]}, ValueError, r"unknown method\(s\) \['magic'\]"),
+        ({"methods": []}, ValueError, "`methods` must not be empty"),
+        ({"datasets": ["no_such_set"]}, ValueError, r"unknown data set\(s\) \['no_such_set'\]"),
+        ({"datasets": ["steam_200k"]}, FileNotFoundError, r"data set folder\(s\) \['steam_200k'\] not found"),
+        ({"l0": []}, ValueError, "`l0` grid is empty"),
+        ({"l0": "1,abc"}, ValueError, "non-numeric 'abc'"),
+        ({"l0": [1, 2.5]}, ValueError, "must be integers >= 1"),
+        ({"l0": [0]}, ValueError, "must be integers >= 1"),
+        ({"l0": [5, 5]}, ValueError, "duplicates"),
+        ({"experiment": "top-k", "k": ""}, ValueError, "`k` grid is empty"),
+        ({"trials": 0}, ValueError, "`trials` must be an integer >= 1"),
+        ({"epsilon": -1.0}, ValueError, "`epsilon` must be in"),
+        ({"delta": 1.0}, ValueError, "`delta` must be in"),
+    ],
+)
+def test_bad_input_fails_before_any_work(data_dir, tmp_path, no_loading, kwargs, error, match) -> None:
+    params = {"experiment": "set-union", "data_dir": data_dir, "out_dir": tmp_path, "datasets": ["movielens_100k"]}
+    params |= kwargs
+    experiment = params.pop("experiment")
+    with pytest.raises(error, match=match):
+        reproduce(experiment, **params, progress=False)
+    assert not (tmp_path / "set-union").exists()
+
+
+def test_missing_data_folder(tmp_path, no_loading) -> None:
+    with pytest.raises(FileNotFoundError, match="data folder .* does not exist"):
+        reproduce("set-union", data_dir=tmp_path / "nowhere", out_dir=tmp_path, progress=False)
+
+
+def test_parse_grid_accepts_integral_floats_and_strings() -> None:
+    assert parse_grid("l0", "1, 50,100") == (1, 50, 100)
+    assert parse_grid("l0", [100.0, 7]) == (100, 7)
+    assert parse_grid("k", 5) == (5,)
+
+
+# ------------------------------------------------------------------------------------------------------
+# an interrupted run keeps its rows; --resume finishes it
+# ------------------------------------------------------------------------------------------------------
+def test_interrupted_run_keeps_rows_and_resumes(data_dir, tmp_path, monkeypatch) -> None:
+    calls = {"n": 0}
+    original = _runner._metrics
+
+    def interrupt_after_three(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_runner, "_metrics", interrupt_after_three)
+    params = {
+        "data_dir": data_dir,
+        "out_dir": tmp_path,
+        "datasets": ["movielens_100k"],
+        "methods": ["wgm"],
+        "trials": 3,
+        "l0": (1, 2),
+        "progress": False,
+    }
+    with pytest.raises(KeyboardInterrupt):
+        reproduce("set-union", **params)
+    assert pl.read_csv(tmp_path / "set-union" / "trials.csv").height == 3
+    monkeypatch.setattr(_runner, "_metrics", original)
+    result = reproduce("set-union", **params, resume=True)
+    assert result.rows.height == 6
+    assert result.rows.select("x", "trial").n_unique() == 6
+
+
+# ------------------------------------------------------------------------------------------------------
+# the command-line entry point
+# ------------------------------------------------------------------------------------------------------
+def test_main_reproduce(data_dir, tmp_path, capsys) -> None:
+    assert main_reproduce(["--help"]) == 0
+    assert "set-union" in capsys.readouterr().out
+    code = main_reproduce(["set-union", "--data", str(data_dir), "--out", str(tmp_path), "--l0", "1,x"])
+    assert code == 2
+    assert "non-numeric 'x'" in capsys.readouterr().err
+    code = main_reproduce(["set-union", "--data", str(tmp_path / "nowhere"), "--out", str(tmp_path)])
+    assert code == 2 and "does not exist" in capsys.readouterr().err
+    code = main_reproduce(
+        ["set-union", "--data", str(data_dir), "--out", str(tmp_path), "--datasets", "movielens_100k",
+         "--methods", "wgm,policy_greedy", "--trials", "1", "--l0", "3", "--no-progress", "--no-plots"]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "2 trial rows" in out and "summary.md" in out and "plot:" not in out
+    assert not list((tmp_path / "set-union").glob("*.png"))
+
+
+def test_missing_matplotlib_fails_before_any_work(data_dir, tmp_path, no_loading, monkeypatch) -> None:
+    real = importlib.util.find_spec
+    def find_spec(name, *args):
+        return None if name == "matplotlib" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(ImportError, match=r"pip install 'opendp-wgm\[plot\]'"):
+        reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, datasets=["movielens_100k"], progress=False)
