@@ -287,8 +287,8 @@ def _make_wgm_then_peeling(
     The map is the sum of the stage maps, rounded up, with stage 2 charged ``k`` rounds whatever the number of
     candidates (adaptive composition: ``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The caller asserts
     the features and checks its own parameters first; this checks the shared ones, in signature order.
-    ``passes`` and ``engine`` are stage 1's, as in :func:`opendp_wgm.make_wgm`; stage 2 reads only the rows
-    of the candidates (its plans filter to them first).
+    ``passes`` and ``engine`` are stage 1's, as in :func:`opendp_wgm.make_wgm`; stage 2 is one more pass, and
+    keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
