@@ -32,13 +32,16 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, _prepare_budget, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.accounting import LATTICE_BITS, _prepare_budget, calibrate_wgm
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.measurements.wgm import (
     Noise,
     _approx_dp,
+    _check_gaussian_measure,
     _check_noise,
     _release_above_threshold,
+    _wgm_arguments,
+    _wgm_privacy_map,
     _zcdp,
 )
 from opendp_wgm.transformations import _assert_features, _bound_plan
@@ -439,32 +442,10 @@ def make_policy_gaussian(
         histogram = _positive_histogram(data, weights, space.item)
         return _release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
 
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        return wgm_privacy_loss(
-            _check_d_in(d_in), scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
-        )
-
+    privacy_map = _wgm_privacy_map(
+        scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
+    )
     return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
-
-
-def _check_gaussian_measure(output_measure: dp.Measure | None, epsilon: float | None):
-    output_measure = _zcdp() if output_measure is None else output_measure
-    if output_measure == _zcdp():
-        if epsilon is not None:
-            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
-            raise ValueError(msg)
-    elif output_measure == _approx_dp():
-        if epsilon is None:
-            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
-            raise ValueError(msg)
-        epsilon = _check_positive("epsilon", epsilon)
-    else:
-        msg = (
-            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
-            f"dp.approximate(dp.max_divergence()), got {output_measure}"
-        )
-        raise ValueError(msg)
-    return output_measure, epsilon
 
 
 def make_policy_gaussian_from_budget(
@@ -506,15 +487,7 @@ def make_policy_gaussian_from_budget(
     return make_policy_gaussian(
         input_domain,
         input_metric,
-        max_contributions=calibration.max_contributions,
-        scale=calibration.scale,
-        threshold=calibration.threshold,
-        alpha=alpha,
-        descent=descent,
-        output_measure=_approx_dp() if epsilon is not None else _zcdp(),
-        epsilon=calibration.epsilon,
-        noise=noise,
-        item=item,
+        **_wgm_arguments(calibration, alpha=alpha, descent=descent, noise=noise, item=item),
     )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -51,6 +52,48 @@ def _check_noise(noise: str) -> str:
         msg = f"`noise` must be one of {_NOISE_METHODS}, got {noise!r}"
         raise ValueError(msg)
     return noise
+
+
+def _check_gaussian_measure(
+    output_measure: dp.Measure | None, epsilon: float | None
+) -> tuple[dp.Measure, float | None]:
+    """The output measure (approximate zCDP by default, or (ε, δ)-DP, which needs ``epsilon``) and ``epsilon``
+    checked: the WGM and the baselines that share its map (:mod:`opendp_wgm.measurements.baselines`)."""
+    output_measure = _zcdp() if output_measure is None else output_measure
+    if output_measure == _zcdp():
+        if epsilon is not None:
+            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
+            raise ValueError(msg)
+    elif output_measure == _approx_dp():
+        if epsilon is None:
+            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
+            raise ValueError(msg)
+        epsilon = _check_positive("epsilon", epsilon)
+    else:
+        msg = (
+            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
+            f"dp.approximate(dp.max_divergence()), got {output_measure}"
+        )
+        raise ValueError(msg)
+    return output_measure, epsilon
+
+
+def _wgm_privacy_map(
+    *, scale: float, threshold: float, max_contributions: int, epsilon: float | None
+) -> Callable[[int], tuple[float, float]]:
+    """The WGM's privacy map (:func:`opendp_wgm.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a checked
+    ``d_in``: the WGM and the baselines that share its map."""
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return wgm_privacy_loss(
+            _check_d_in(d_in),
+            scale=scale,
+            threshold=threshold,
+            max_contributions=max_contributions,
+            epsilon=epsilon,
+        )
+
+    return privacy_map
 
 
 def _noisy_above_threshold(
@@ -243,42 +286,18 @@ def make_wgm(
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
     passes, engine = _check_execution(passes, engine)
-    output_measure = _zcdp() if output_measure is None else output_measure
-    if output_measure == _zcdp():
-        if epsilon is not None:
-            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
-            raise ValueError(msg)
-    elif output_measure == _approx_dp():
-        if epsilon is None:
-            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
-            raise ValueError(msg)
-        epsilon = _check_positive("epsilon", epsilon)
-        if scale < 1.0 / _MAX_SCALE:  # docs/privacy.md Lemma 3 needs at least one lattice step of noise
-            msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
-            raise ValueError(msg)
-    else:
-        msg = (
-            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
-            f"dp.approximate(dp.max_divergence()), got {output_measure}"
-        )
+    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
+    # docs/privacy.md Lemma 3: the (ε, δ) map needs at least one lattice step of noise
+    if output_measure == _approx_dp() and scale < 1.0 / _MAX_SCALE:
+        msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
         raise ValueError(msg)
     space = _resolve_space(input_domain, input_metric, item)
-
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        return wgm_privacy_loss(
-            _check_d_in(d_in),
-            scale=scale,
-            threshold=threshold,
-            max_contributions=max_contributions,
-            epsilon=epsilon,
-        )
-
     return dp.m.make_user_measurement(
         input_domain,
         input_metric,
         output_measure,
         _wgm_function(space, max_contributions, scale, threshold, noise, passes=passes, engine=engine),
-        privacy_map,
+        _wgm_privacy_map(scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon),
     )
 
 
