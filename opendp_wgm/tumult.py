@@ -128,7 +128,68 @@ def _users(distance: ExactNumber) -> int:
     return users
 
 
-class WGMMeasurement(_TumultMeasurement):
+def _epsilon_down(epsilon: Any) -> float:
+    """ε > 0 as a float, rounded down (a smaller ε reports, or calibrates to, a larger δ)."""
+    return _check_positive("epsilon", _to_float("epsilon", epsilon, round_up=False))
+
+
+def _delta_down(delta: Any) -> float:
+    """δ in (0, 1) as a float, rounded down (a calibration to it stays within the exact budget)."""
+    return _check_probability("delta", _to_float("delta", delta, round_up=False))
+
+
+def _driver_frame(session: Any, rows: Any, item: str, item_type: Any, column: str, column_type: Any) -> Any:
+    """A Spark DataFrame (item, ``column``) of driver-side rows: a local relation, so re-evaluating it never
+    redraws the noise."""
+    from pyspark.sql import types
+
+    schema = types.StructType(
+        [types.StructField(item, item_type, False), types.StructField(column, column_type, False)]
+    )
+    return session.createDataFrame(rows, schema)
+
+
+class _UserItemsMeasurement(_TumultMeasurement):
+    """A Tumult measurement over a (user, item) Spark DataFrame under ``IfGroupedBy([user],
+    SymmetricDifference())``, whose privacy function is a float map at ⌊d_in⌋ users (``_users_loss``)."""
+
+    def __init__(self, input_domain: Any, user: str, item: str, output_measure: Any) -> None:
+        super().__init__(
+            input_domain=input_domain,
+            input_metric=IfGroupedBy([user], SymmetricDifference()),
+            output_measure=output_measure,
+            is_interactive=False,
+        )
+        self._user, self._item = user, item
+
+    @property
+    def user(self) -> str:
+        """The user (privacy unit) column."""
+        return self._user
+
+    @property
+    def item(self) -> str:
+        """The item column."""
+        return self._item
+
+    def _users_loss(self, users: int) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def privacy_function(self, d_in: Any) -> tuple[ExactNumber, ExactNumber]:
+        """The smallest (ε, δ) for inputs ``d_in`` apart: the map at ⌊d_in⌋ users (see the class Notes), each
+        float reported as the exact rational it equals."""
+        self.input_metric.validate(d_in)
+        distance = ExactNumber(d_in)
+        if not distance.is_finite:
+            return ExactNumber(float("inf")), ExactNumber(1)
+        users = _users(distance)
+        if users == 0:
+            return ExactNumber(0), ExactNumber(0)
+        epsilon, delta = self._users_loss(users)
+        return _exact(epsilon), _exact(delta)
+
+
+class WGMMeasurement(_UserItemsMeasurement):
     r"""The Weighted Gaussian Mechanism on a Spark DataFrame, as a Tumult Core measurement.
 
     Releases the items whose weighted, noised user count exceeds ``threshold``: each user keeps a uniform
@@ -187,29 +248,12 @@ class WGMMeasurement(_TumultMeasurement):
         max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
         scale = _check_positive("scale", scale)
         threshold = _check_real("threshold", threshold)
-        epsilon_float = _to_float("epsilon", epsilon, round_up=False)  # a smaller ε reports a larger δ
-        epsilon_float = _check_positive("epsilon", epsilon_float)
+        epsilon_float = _epsilon_down(epsilon)
         output_measure = _check_output_measure(output_measure)
         _check_domain(input_domain, user, item)
-        super().__init__(
-            input_domain=input_domain,
-            input_metric=IfGroupedBy([user], SymmetricDifference()),
-            output_measure=output_measure,
-            is_interactive=False,
-        )
-        self._user, self._item = user, item
+        super().__init__(input_domain, user, item, output_measure)
         self._max_contributions, self._scale, self._threshold = max_contributions, scale, threshold
         self._epsilon = epsilon_float
-
-    @property
-    def user(self) -> str:
-        """The user (privacy unit) column."""
-        return self._user
-
-    @property
-    def item(self) -> str:
-        """The item column."""
-        return self._item
 
     @property
     def max_contributions(self) -> int:
@@ -231,23 +275,14 @@ class WGMMeasurement(_TumultMeasurement):
         """The ε reported for one user (a float; the reported value is its exact rational)."""
         return self._epsilon
 
-    def privacy_function(self, d_in: Any) -> tuple[ExactNumber, ExactNumber]:
-        """The smallest (ε, δ) the measurement satisfies for inputs ``d_in`` apart (see the class Notes)."""
-        self.input_metric.validate(d_in)
-        distance = ExactNumber(d_in)
-        if not distance.is_finite:
-            return ExactNumber(float("inf")), ExactNumber(1)
-        users = _users(distance)
-        if users == 0:
-            return ExactNumber(0), ExactNumber(0)
-        epsilon, delta = wgm_privacy_loss(
+    def _users_loss(self, users: int) -> tuple[float, float]:
+        return wgm_privacy_loss(
             users,
             scale=self._scale,
             threshold=self._threshold,
             max_contributions=self._max_contributions,
             epsilon=self._epsilon,
         )
-        return _exact(epsilon), _exact(delta)
 
     def __call__(self, sdf: Any) -> Any:
         """Release on ``sdf``: a materialised Spark DataFrame of (item, noisy_weight), sorted by item."""
@@ -262,11 +297,7 @@ class WGMMeasurement(_TumultMeasurement):
         rows = _release_rows(histogram, self._item, item_type, scale=self._scale, threshold=self._threshold)
         unit = 2.0**LATTICE_BITS
         released = sorted((row[0], row[1] / unit) for row in rows)  # exact: |noisy_lat| < 2^53
-        schema = types.StructType(
-            [types.StructField(self._item, item_type, False), types.StructField("noisy_weight", types.DoubleType(), False)]
-        )
-        # built from driver-side rows: a local relation, so re-evaluating it never redraws the noise
-        return frame.sparkSession.createDataFrame(released, schema)
+        return _driver_frame(frame.sparkSession, released, self._item, item_type, "noisy_weight", types.DoubleType())
 
 
 def create_wgm_measurement(
@@ -286,12 +317,10 @@ def create_wgm_measurement(
     rest to the threshold) picks σ and T, so ``m.privacy_function(1)`` is at most the given budget, exactly.
     """
     _require_tmlt()
-    epsilon_float = _check_positive("epsilon", _to_float("epsilon", epsilon, round_up=False))
-    delta_float = _check_probability("delta", _to_float("delta", delta, round_up=False))
     calibration = calibrate_wgm(
         max_contributions=max_contributions,
-        epsilon=epsilon_float,
-        delta=delta_float,
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
         noise_delta_fraction=noise_delta_fraction,
     )
     return WGMMeasurement(
@@ -309,7 +338,7 @@ def create_wgm_measurement(
 # two-stage mechanisms: the Spark engine's measurements (opendp_wgm.spark), whose maps are the Polars ones
 
 
-class _SparkTwoStage(_TumultMeasurement):
+class _SparkTwoStage(_UserItemsMeasurement):
     """A Tumult measurement running an ``opendp_wgm.spark`` two-stage measurement under ``ApproxDP``.
 
     The OpenDP measurement (built with ``output_measure=dp.approximate(dp.max_divergence())``) gives both the
@@ -317,41 +346,28 @@ class _SparkTwoStage(_TumultMeasurement):
     needs OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features, like every measurement of the package.
     """
 
-    def __init__(self, input_domain: Any, user: str, item: str, measurement: Any, output_measure: Any) -> None:
-        super().__init__(
-            input_domain=input_domain,
-            input_metric=IfGroupedBy([user], SymmetricDifference()),
-            output_measure=output_measure,
-            is_interactive=False,
+    def __init__(
+        self, make: Any, input_domain: Any, user: str, item: str, output_measure: Any, **params: Any
+    ) -> None:
+        import opendp.prelude as dp
+
+        from opendp_wgm.spark import spark_user_items_space
+
+        _require_tmlt()
+        output_measure = _check_output_measure(output_measure)
+        _check_domain(input_domain, user, item)
+        self._measurement = make(
+            *spark_user_items_space(user, item), output_measure=dp.approximate(dp.max_divergence()), **params
         )
-        self._user, self._item, self._measurement = user, item, measurement
-
-    @property
-    def user(self) -> str:
-        """The user (privacy unit) column."""
-        return self._user
-
-    @property
-    def item(self) -> str:
-        """The item column."""
-        return self._item
+        super().__init__(input_domain, user, item, output_measure)
 
     @property
     def opendp_measurement(self) -> Any:
         """The ``opendp_wgm.spark`` measurement this one runs (its ``map`` is the privacy function)."""
         return self._measurement
 
-    def privacy_function(self, d_in: Any) -> tuple[ExactNumber, ExactNumber]:
-        """The smallest (ε, δ) for inputs ``d_in`` apart: the OpenDP map at ⌊d_in⌋ users, exactly."""
-        self.input_metric.validate(d_in)
-        distance = ExactNumber(d_in)
-        if not distance.is_finite:
-            return ExactNumber(float("inf")), ExactNumber(1)
-        users = _users(distance)
-        if users == 0:
-            return ExactNumber(0), ExactNumber(0)
-        epsilon, delta = self._measurement.map(users)
-        return _exact(epsilon), _exact(delta)
+    def _users_loss(self, users: int) -> tuple[float, float]:
+        return self._measurement.map(users)  # the OpenDP map at ⌊d_in⌋ users
 
     def __call__(self, sdf: Any) -> Any:
         """Release on ``sdf``: a Spark DataFrame of (item, rank), in rank order, built from driver-side rows."""
@@ -359,24 +375,8 @@ class _SparkTwoStage(_TumultMeasurement):
 
         released = self._measurement(sdf)  # a Polars frame: item, rank (checked and run by opendp_wgm.spark)
         item_type = sdf.schema[self._item].dataType
-        schema = types.StructType(
-            [types.StructField(self._item, item_type, False), types.StructField("rank", types.IntegerType(), False)]
-        )
-        return sdf.sparkSession.createDataFrame(released.select(self._item, "rank").rows(), schema)
-
-
-def _two_stage_measurement(make: Any, input_domain: Any, user: str, item: str, output_measure: Any, **params: Any):
-    import opendp.prelude as dp
-
-    from opendp_wgm.spark import spark_user_items_space
-
-    _require_tmlt()
-    output_measure = _check_output_measure(output_measure)
-    _check_domain(input_domain, user, item)
-    measurement = make(
-        *spark_user_items_space(user, item), output_measure=dp.approximate(dp.max_divergence()), **params
-    )
-    return output_measure, measurement
+        rows = released.select(self._item, "rank").rows()
+        return _driver_frame(sdf.sparkSession, rows, self._item, item_type, "rank", types.IntegerType())
 
 
 class WGMTopKMeasurement(_SparkTwoStage):
@@ -407,12 +407,11 @@ class WGMTopKMeasurement(_SparkTwoStage):
     ) -> None:
         from opendp_wgm.spark import make_wgm_top_k
 
-        output_measure, measurement = _two_stage_measurement(
+        super().__init__(
             make_wgm_top_k, input_domain, user, item, output_measure,
             k=k, max_contributions=max_contributions, wgm_scale=wgm_scale, wgm_threshold=wgm_threshold,
             peel_scale=peel_scale, wgm_epsilon=wgm_epsilon, peel_delta=peel_delta, method=method,
         )  # fmt: skip
-        super().__init__(input_domain, user, item, measurement, output_measure)
 
 
 class WGMHittingSetMeasurement(_SparkTwoStage):
@@ -441,12 +440,11 @@ class WGMHittingSetMeasurement(_SparkTwoStage):
     ) -> None:
         from opendp_wgm.spark import make_wgm_hitting_set
 
-        output_measure, measurement = _two_stage_measurement(
+        super().__init__(
             make_wgm_hitting_set, input_domain, user, item, output_measure,
             k=k, max_contributions=max_contributions, wgm_scale=wgm_scale, wgm_threshold=wgm_threshold,
             peel_scale=peel_scale, wgm_epsilon=wgm_epsilon, peel_delta=peel_delta,
         )  # fmt: skip
-        super().__init__(input_domain, user, item, measurement, output_measure)
 
 
 def create_wgm_top_k_measurement(
@@ -463,8 +461,8 @@ def create_wgm_top_k_measurement(
     cal = calibrate_wgm_top_k(
         k=k,
         max_contributions=max_contributions,
-        epsilon=_check_positive("epsilon", _to_float("epsilon", epsilon, round_up=False)),
-        delta=_check_probability("delta", _to_float("delta", delta, round_up=False)),
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
         split=split,
     )
     return WGMTopKMeasurement(
@@ -488,8 +486,8 @@ def create_wgm_hitting_set_measurement(
     cal = calibrate_wgm_hitting_set(
         k=k,
         max_contributions=max_contributions,
-        epsilon=_check_positive("epsilon", _to_float("epsilon", epsilon, round_up=False)),
-        delta=_check_probability("delta", _to_float("delta", delta, round_up=False)),
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
         split=split,
         noise_delta_fraction=noise_delta_fraction,
     )
