@@ -313,13 +313,18 @@ def _noise_and_threshold(item: str, scale: float, threshold: float):
     return apply
 
 
+def _item_schema(item: str, item_type: Any, column: str, column_type: Any) -> Any:
+    """The Spark schema of a two-column frame: ``item`` (the input's type), then ``column``; neither nullable.
+    The released rows here, the candidates' positions and :mod:`opendp_wgm.tumult`'s outputs have it."""
+    from pyspark.sql import types
+
+    return types.StructType([types.StructField(item, item_type, False), types.StructField(column, column_type, False)])
+
+
 def _release_rows(histogram: DataFrame, item: str, item_type: Any, *, scale: float, threshold: float) -> list:
     """Noise and threshold in the executors; collect only the released (item, noisy_lat) rows."""
     sql = _pyspark()
-    types = sql.types
-    schema = types.StructType(
-        [types.StructField(item, item_type, nullable=False), types.StructField(_NOISY_LAT, types.LongType(), False)]
-    )
+    schema = _item_schema(item, item_type, _NOISY_LAT, sql.types.LongType())
     with warnings.catch_warnings():  # pyspark builds mapInArrow on a pandas_udf and warns about its own call
         warnings.filterwarnings("ignore", message="In Python 3.6\\+ and Spark 3.0\\+", category=UserWarning)
         released = histogram.mapInArrow(_noise_and_threshold(item, scale, threshold), schema)
@@ -496,7 +501,7 @@ def _candidate_pairs(
     item_type = frame.schema[item].dataType
     keys = frame.sparkSession.createDataFrame(
         [(value, i) for i, value in enumerate(candidates.to_list())],
-        types.StructType([types.StructField(item, item_type, False), types.StructField(position, types.IntegerType(), False)]),
+        _item_schema(item, item_type, position, types.IntegerType()),
     )
     return (
         frame.select(user, item)

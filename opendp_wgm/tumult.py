@@ -141,12 +141,9 @@ def _delta_down(delta: Any) -> float:
 def _driver_frame(session: Any, rows: Any, item: str, item_type: Any, column: str, column_type: Any) -> Any:
     """A Spark DataFrame (item, ``column``) of driver-side rows: a local relation, so re-evaluating it never
     redraws the noise."""
-    from pyspark.sql import types
+    from opendp_wgm.spark import _item_schema
 
-    schema = types.StructType(
-        [types.StructField(item, item_type, False), types.StructField(column, column_type, False)]
-    )
-    return session.createDataFrame(rows, schema)
+    return session.createDataFrame(rows, _item_schema(item, item_type, column, column_type))
 
 
 class _UserItemsMeasurement(_TumultMeasurement):
