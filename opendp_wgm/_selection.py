@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from mpmath.ctx_iv import MPIntervalContext
 
-from opendp_wgm._validation import _check_int, _check_real
+from opendp_wgm._validation import _check_choice, _check_int, _check_real
 from opendp_wgm.noise import csprng
 
 __all__ = ["noisy_max", "noisy_top_k"]
@@ -72,14 +72,6 @@ def _as_scores(scores: object) -> np.ndarray:
         msg = "`scores` must fit in int64"
         raise ValueError(msg)
     return arr.astype(np.int64, copy=False)
-
-
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        options = "{" + ", ".join(map(repr, allowed)) + "}"
-        msg = f"`{name}` must be one of {options}, got {value!r}"
-        raise ValueError(msg)
-    return value  # type: ignore[return-value]
 
 
 def _contrib_enabled() -> bool:

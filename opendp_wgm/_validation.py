@@ -59,6 +59,15 @@ def _check_probability(name: str, value: Any) -> float:
     )
 
 
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``allowed``; the message lists the allowed set."""
+    if value not in allowed:
+        options = "{" + ", ".join(map(repr, allowed)) + "}"
+        msg = f"`{name}` must be one of {options}, got {value!r}"
+        raise ValueError(msg)
+    return value
+
+
 def _check_d_in(d_in: Any) -> int:
     """A dataset distance under add/remove-one-user: an integer number of users >= 0."""
     return _check_int("d_in", d_in, minimum=0)

@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 import numpy as np
 from randomgen import AESCounter
 
-from opendp_wgm._validation import _check_int, _check_positive
+from opendp_wgm._validation import _check_choice, _check_int, _check_positive
 
 __all__ = ["csprng", "sample_discrete_gaussian"]
 
@@ -140,10 +140,7 @@ def sample_discrete_gaussian(
         msg = f"`scale` must be <= 2**40 = {_MAX_SCALE!r} so that draws are exact int64 (found {sigma!r})"
         raise ValueError(msg)
     size = _check_int("size", size, minimum=0)
-    if method not in _METHODS:
-        allowed = "{" + ", ".join(map(repr, _METHODS)) + "}"
-        msg = f"`method` must be one of {allowed}, got {method!r}"
-        raise ValueError(msg)
+    method = _check_choice("method", method, _METHODS)
     if size == 0:
         return np.empty(0, dtype=np.int64)
     if method == "opendp":

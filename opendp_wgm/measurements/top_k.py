@@ -27,8 +27,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._selection import _METHODS, SelectionMethod, _check_choice, noisy_top_k
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability
+from opendp_wgm._selection import _METHODS, SelectionMethod, noisy_top_k
+from opendp_wgm._validation import _check_choice, _check_d_in, _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
     calibrate_wgm_top_k,
     limited_domain_epsilon,
