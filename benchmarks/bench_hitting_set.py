@@ -1,6 +1,6 @@
 """k-hitting set on the paper's data sets: ``python benchmarks/bench_hitting_set.py [--data-dir DIR]``.
 
-For steam_200k, amazon_magazine_subscriptions and movielens_100k (REFERENCE_SPEC §8, §10) at ε = 1,
+For steam_200k, amazon_magazine_subscriptions and movielens_100k as in the paper, at ε = 1,
 δ = 1e-5, Δ0 = 100 and k ∈ {5, 10, 20, 50, 100}, prints a Markdown table of missed users (mean ± standard
 error over ``--trials`` calls, the reference's np.std(ddof=0)/√trials) and seconds per call for
 

@@ -104,7 +104,7 @@ def median_time(fn: Callable[[], T], repeats: int, *, warmup: bool = False) -> t
 def naive_wgm_reference_NOT_PRIVATE(
     users: list[Any], items: list[Any], *, max_contributions: int, scale: float, threshold: float
 ) -> dict[Any, float]:
-    """WGM exactly in the reference's shape (REFERENCE_SPEC §2.2, §3, §13): a dict of lists per user, a set
+    """WGM exactly in the shape of the paper's reference code: a dict of lists per user, a set
     per user for dedup, ``np.random.choice(..., replace=False)`` per user, one scalar ``np.random.normal`` per
     item. Not differentially private; a speed reference only. Timed from Python lists of the rows.
     """
@@ -186,7 +186,7 @@ def builtin_key_release(
 
 
 def probe_keep_sample() -> str:
-    """Does ``truncate_num_groups(keep="sample")`` run in this OpenDP/Polars? (DESIGN §8: it crashes.)"""
+    """Does ``truncate_num_groups(keep="sample")`` run in this OpenDP/Polars? (in OpenDP 0.16 with Polars 1.36 it crashes.)"""
     tiny = pl.DataFrame({"user": [0, 0, 1], "item": ["a", "b", "a"]})
     try:
         builtin_key_release(tiny, "user", "item", dp.loss_of(epsilon=EPSILON, delta=DELTA), keep="sample")
@@ -380,7 +380,7 @@ def report(
     add(
         "Both naive WGMs are pure Python and NOT private. *Reference shape*: a set per user, "
         "`np.random.choice(..., replace=False)` per user and a scalar `np.random.normal` per item, as the "
-        "paper's reference code does (REFERENCE_SPEC §13). *stdlib*: the same with `random.sample` and "
+        "paper's reference code does. *stdlib*: the same with `random.sample` and "
         "`random.gauss`, a faster pure-Python baseline."
     )
     add("")

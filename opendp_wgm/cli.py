@@ -8,7 +8,7 @@ r"""The ``opendp-wgm`` command: differentially private domain discovery from the
     opendp-wgm hitting-set data.csv --k 10   # WGM, then user peeling
 
 The command owns its process, so it enables OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features at
-start (the library itself only asserts them; STYLE §5). Each subcommand is one ``_add_<name>`` function that
+start (the library itself only asserts them). Each subcommand is one ``_add_<name>`` function that
 registers its parser and a ``_run_<name>(args) -> int``; the argument groups shared by the paper's
 mechanisms (data, budget, execution, output) are separate helpers, and :func:`_release_and_report` runs what
 every subcommand does after building its measurement (read, release, write, evaluate the demo, summarise),

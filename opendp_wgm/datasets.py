@@ -11,7 +11,7 @@ raw file itself (gzip-compressed or not). The raw formats are described in the s
 ``README.md`` and in each directory's ``SOURCE.md``. The data is not part of this package: several licenses
 forbid redistribution.
 
-Unlike the reference's ``datasets.py`` (REFERENCE_SPEC §11, §14 B3) the loaders read the raw files with
+Unlike the paper's reference ``datasets.py``, the loaders read the raw files with
 Polars (no Python loop over rows), need neither NLTK nor tqdm, and return a table rather than a list of lists.
 """
 

@@ -3,7 +3,7 @@ r"""Utility metrics for domain discovery: missing mass, top-k loss, hitting-set 
 The metrics compare a released set of items ``S`` with the *true*, non-private data. They are evaluation
 tools, not releases: they read the raw data and must never be published as they stand.
 
-Notation (DESIGN §1, REFERENCE_SPEC §9). The data holds one row per (user, item) occurrence and each user
+Notation (as in the paper). The data holds one row per (user, item) occurrence and each user
 holds a *set* ``W_i`` (duplicate rows of a user count once).
 
 * :math:`c(x) = |\{i : x \in W_i\}|`, the number of distinct users holding item :math:`x`;
@@ -311,7 +311,7 @@ def linf_missing_mass(
         \mathrm{MM}_\infty(S) = \max_{x \notin S} c(x)
         \quad\text{or, with } \texttt{normalize=True},\quad \frac{1}{N} \max_{x \notin S} c(x)
 
-    and 0 when nothing is missed. The reference does not compute this metric (REFERENCE_SPEC §9); the raw
+    and 0 when nothing is missed. The reference does not compute this metric (the paper's reference code); the raw
     value is what the paper's ℓ∞ guarantee bounds.
 
     Parameters
@@ -395,7 +395,7 @@ def top_k_missing_mass(
         \mathrm{MM}_k(S) = \frac{\sum_{j=1}^{\min(k, U)} c_{(j)} - \sum_{x \in S} c(x)}{M}
 
     where :math:`U` is the number of distinct items. When ``k`` exceeds :math:`U` the first sum runs over all
-    items: the reference raises ``IndexError`` there (REFERENCE_SPEC §14, B7).
+    items: the reference raises ``IndexError`` there (the paper's reference code).
 
     Parameters
     ----------
@@ -455,7 +455,7 @@ def top_k_l1_loss(
     :math:`c(s_1) \ge c(s_2) \ge \dots` and the loss does not depend on the order of the output. With
     ``order="output"``, :math:`s_j` is the j-th distinct released item in the order given, which reproduces
     the reference (its docstring says the lists are sorted, its code does not sort the output,
-    REFERENCE_SPEC §9 and §14 B5). For example, with top-3 counts (3, 2, 2) and an output whose counts are
+    a quirk of the paper's reference code). For example, with top-3 counts (3, 2, 2) and an output whose counts are
     (2, 3, 2) in output order, the loss is 2 with ``order="output"`` and 0 with ``order="sorted"``.
 
     Parameters
@@ -553,7 +553,7 @@ def missed_users(
     n_users
         The number of users :math:`N`, when it exceeds the number of distinct users in ``data``. A user
         enters the table only through a row naming an item (rows with a null item are rejected), so users
-        with an empty set are invisible; the reference counts them in :math:`N` (REFERENCE_SPEC §9). Pass
+        with an empty set are invisible; the reference counts them in :math:`N` (the paper's reference code). Pass
         their total here to reproduce that. By default :math:`N` is the number of distinct users in the data.
 
     Returns

@@ -32,7 +32,7 @@ def smallest_threshold(scale: float, delta: float, max_contributions: int) -> fl
 
 
 def reference_threshold(scale: float, delta: float, max_contributions: int) -> float:
-    """The reference's closed form (REFERENCE_SPEC §3 step 4), continuous Gaussian, no lattice."""
+    """The reference's closed form (step 4 of the paper's calibration), continuous Gaussian, no lattice."""
     t = np.arange(1, max_contributions + 1)
     return float(np.max(t**-0.5 - scale * ndtri(-np.expm1(np.log1p(-delta) / t))))  # isf = -ndtri
 
@@ -70,7 +70,7 @@ def test_calibration_noise_split() -> None:
     assert a.scale < b.scale and a.threshold > b.threshold - 10 * b.scale
 
 
-# --- REFERENCE_SPEC §12 and §3 oracles ----------------------------------------------------------------
+# --- oracle values of the paper's reference code ----------------------------------------------------------------
 
 
 def test_analytic_gaussian_oracles() -> None:
@@ -80,7 +80,7 @@ def test_analytic_gaussian_oracles() -> None:
 
 
 def test_no_overflow_at_large_epsilon() -> None:
-    # the reference returns sigma = 1 for eps > ~710 (REFERENCE_SPEC §2.1); the profile must stay defined
+    # the reference returns sigma = 1 for eps > ~710 (the paper's reference code); the profile must stay defined
     assert analytic_gaussian_delta(800.0, 0.1) == pytest.approx(0.0, abs=1e-12)
     # privacy-loss mean Δ²/(2σ²) = 800 = ε: δ = Φ(0) - e^800 Φ(-40) ≈ 0.5 - 0.01, finite
     assert analytic_gaussian_delta(800.0, 0.025) == pytest.approx(0.49, abs=0.01)
@@ -90,7 +90,7 @@ def test_no_overflow_at_large_epsilon() -> None:
     ("epsilon", "max_contributions", "expected"), [(1.0, 3, 17.3803), (0.1, 10, 146.4819)]
 )
 def test_threshold_oracles_with_exact_sigma(epsilon: float, max_contributions: int, expected: float) -> None:
-    """REFERENCE_SPEC §12, "WGM (σ, ρ) with δ passed directly", re-derived with an exact σ."""
+    """oracle values of the paper's reference code, "WGM (σ, ρ) with δ passed directly", re-derived with an exact σ."""
     sigma = dp.binary_search(lambda s: analytic_gaussian_delta(epsilon, s) <= 1e-5, bounds=(0.1, 1e3))
     assert smallest_threshold(sigma, 1e-5, max_contributions) == pytest.approx(expected, abs=2e-4)
 
@@ -110,7 +110,7 @@ def test_threshold_oracles_with_exact_sigma(epsilon: float, max_contributions: i
     ],
 )
 def test_threshold_matches_reference_table(sigma: float, max_contributions: int, expected: float) -> None:
-    """REFERENCE_SPEC §3 sanity table (δ' = 5e-6 at the reference's σ): our T is one lattice step above."""
+    """The sanity table of the paper's reference code (δ' = 5e-6 at the reference's σ): our T is one lattice step above."""
     ours = smallest_threshold(sigma, 5e-6, max_contributions)
     assert reference_threshold(sigma, 5e-6, max_contributions) == pytest.approx(expected, abs=1e-5)
     assert ours == pytest.approx(expected, abs=1e-5)

@@ -1,4 +1,4 @@
-"""Set-union baselines: policy-step oracles (REFERENCE_SPEC §12), the fixed greedy, maps, OpenDP's key release."""
+"""Set-union baselines: policy-step oracles (oracle values of the paper's reference code), the fixed greedy, maps, OpenDP's key release."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def csr(users: list[list[int]]) -> bl._UserItems:
 
 
 # ------------------------------------------------------------------------------------------------------
-# REFERENCE_SPEC §12: policy-step oracles (to one lattice step)
+# oracle values of the paper's reference code: policy-step oracles (to one lattice step)
 # ------------------------------------------------------------------------------------------------------
 TOL = 4 / U
 
@@ -187,7 +187,7 @@ def test_fixed_greedy_never_releases_a_key_nobody_gave_weight_to() -> None:
     """[[1,2],[1,3],[1,2]] with Γ = 2: one of items 2, 3 ends with weight 0 whatever the user order.
 
     The threshold is below 0 and the noise tiny, so every *noised* key is released: the reference, which noises
-    every key it has read (weight 0 included, REFERENCE_SPEC §5), releases all three items; the fix releases two.
+    every key it has read (weight 0 included, the paper's reference code), releases all three items; the fix releases two.
     """
     data = frame([[1, 2], [1, 3], [1, 2]])
     m = bl.make_policy_greedy(*wgm.user_items_space(), scale=1e-6, threshold=-0.5, alpha=2.5e6)  # Γ = 2
@@ -270,7 +270,7 @@ def test_policy_gaussian_map_is_the_wgm_map() -> None:
         w = wgm.make_wgm(*space, **params, **kwargs)
         assert p.output_measure == w.output_measure
         assert [p.map(d) for d in range(4)] == [w.map(d) for d in range(4)]
-    oracle = bl.make_policy_gaussian(*space, **params).map(1)  # the WGM's oracle (REFERENCE_SPEC §3, exact σ)
+    oracle = bl.make_policy_gaussian(*space, **params).map(1)  # the WGM's oracle (the paper's reference code, exact σ)
     assert oracle[0] == pytest.approx(1 / (2 * 3.884141**2)) and oracle[1] == pytest.approx(5e-6, rel=1e-3)
     m = bl.make_policy_gaussian_from_budget(*space, max_contributions=100, epsilon=1.0, delta=1e-5)
     assert m.check(1, (1.0, 1e-5)) and not m.check(1, (1.0, 0.99e-5))

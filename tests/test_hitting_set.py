@@ -1,4 +1,4 @@
-"""k-hitting set: user peeling, WGM-then-peeling, the greedy baseline (REFERENCE_SPEC §8, §12).
+"""k-hitting set: user peeling, WGM-then-peeling, the greedy baseline (oracle values of the paper's reference code).
 
 Oracles are the reference's tests run with (almost) no noise: a scale of 1e-3 makes a difference of one user
 in a round's scores a factor e^1000 in probability, so the exponential mechanism is an argmax (ties are
@@ -60,7 +60,7 @@ def peel(users, candidates, k, scale=NO_NOISE) -> list:
 
 
 # --------------------------------------------------------------------------------------------------------
-# oracles (REFERENCE_SPEC §12, "Peeling", "Greedy hitting set", "Metrics")
+# oracles (oracle values of the paper's reference code, "Peeling", "Greedy hitting set", "Metrics")
 # --------------------------------------------------------------------------------------------------------
 def test_user_peeling_no_noise_oracles() -> None:
     assert set(peel([[1, 2, 3], [1, 2, 4], [1, 5], [6, 7], [6, 9]], list(range(1, 10)), k=2)) == {1, 6}
@@ -76,7 +76,7 @@ def test_user_peeling_no_noise_picks_in_greedy_order() -> None:
 
 
 def test_wgm_hitting_set_no_noise_oracles() -> None:
-    # REFERENCE_SPEC §12, wgm_then_peel with no noise (reference: ε = 1e6 per stage)
+    # oracle values of the paper's reference code, wgm_then_peel with no noise (reference: ε = 1e6 per stage)
     users = [[1, 2, 3], [1, 2, 4], [1, 5], [2, 7], [2, 9]] + [[1]] * 10 + [[2]] * 10
     m = make_wgm_hitting_set(
         *space(), k=2, max_contributions=10, wgm_scale=1e-4, wgm_threshold=5.0, peel_scale=NO_NOISE
@@ -103,7 +103,7 @@ def test_greedy_oracle_and_tie_rule() -> None:
 
 
 def test_greedy_never_repeats_and_stops_when_all_covered() -> None:
-    """REFERENCE_SPEC §14 B4: the reference re-picks a chosen item once every user is covered."""
+    """The paper's reference code re-picks a chosen item once every user is covered."""
     data = frame([[1, 2], [1], [3]])
     out = greedy_hitting_set(data, 10)
     assert out["item"].to_list() == [1, 3]
@@ -143,7 +143,7 @@ def test_peeling_output_is_distinct_candidates(users, candidates, k, scale) -> N
 
 
 def _brute_greedy(users: list[list[int]], k: int) -> list[int]:
-    """The greedy of REFERENCE_SPEC §8.2 on Python sets, ties to the smallest item, no repeats."""
+    """The paper's greedy on Python sets, ties to the smallest item, no repeats."""
     uncovered = [set(u) for u in users]
     chosen: list[int] = []
     for _ in range(k):
@@ -194,7 +194,7 @@ def test_incremental_counts_equal_recomputed_counts(users, picks) -> None:
 # statistics of the exponential-mechanism rounds
 # --------------------------------------------------------------------------------------------------------
 def test_one_round_frequency() -> None:
-    """REFERENCE_SPEC §2.5: counts (1, 0), ε' = 1.1, no factor 1/2: Pr[first] = e^1.1 / (1 + e^1.1) = 0.7503."""
+    """The paper's reference code: counts (1, 0), ε' = 1.1, no factor 1/2: Pr[first] = e^1.1 / (1 + e^1.1) = 0.7503."""
     trials = 2000
     m = make_user_peeling(*space(), candidates=["a", "b"], k=1, scale=1 / 1.1)
     data = pl.DataFrame({"user": [0], "item": ["a"]})
@@ -286,7 +286,7 @@ def test_map_charges_min_k_candidates_rounds() -> None:
     [(1.1, None, 10, 0.11), (1.1, 0.1, 1, 1.1), (1.1, 0.1, 10, 0.29264), (0.5, 5e-6, 100, None), (1.0, 1e-5, 5, None)],
 )
 def test_calibration_reproduces_em_epsilon_cdp(epsilon, delta, k, expected) -> None:
-    """REFERENCE_SPEC §12: em_epsilon_cdp (1.1, 0, 10) → 0.11; (1.1, 0.1, 1) → 1.1; (1.1, 0.1, 10) → 0.29264."""
+    """Oracle values of the paper's reference code: em_epsilon_cdp (1.1, 0, 10) → 0.11; (1.1, 0.1, 1) → 1.1; (1.1, 0.1, 10) → 0.29264."""
     round_epsilon = 1 / calibrate_user_peeling(k=k, epsilon=epsilon, delta=delta)
     reference = peeling_epsilon(epsilon, 0.0 if delta is None else delta, k)
     assert round_epsilon == pytest.approx(reference, rel=1e-9)
@@ -434,7 +434,7 @@ def test_true_domain_peeling_covers_like_greedy_without_noise() -> None:
 
 
 def test_reference_quality_on_steam(shared_data) -> None:
-    """REFERENCE_SPEC §8: steam_200k at ε = 1, δ = 1e-5, Δ0 = 100, k = 100: greedy misses 1181 users."""
+    """The paper's reference code: steam_200k at ε = 1, δ = 1e-5, Δ0 = 100, k = 100: greedy misses 1181 users."""
     data = wgm.datasets.load("steam_200k", shared_data)
     assert missed_users(data, greedy_hitting_set(data, 100)) == 1181
     m = make_wgm_hitting_set_from_budget(*space(), k=100, max_contributions=100, epsilon=1.0, delta=1e-5)

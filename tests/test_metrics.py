@@ -1,4 +1,4 @@
-"""Tests for `opendp_wgm.metrics`: REFERENCE_SPEC §12 oracles, properties, errors, input handling."""
+"""Tests for `opendp_wgm.metrics`: oracle values of the paper's reference code, properties, errors, input handling."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ FIVE = [[1, 2, 3], [1, 2, 4], [5], [1, 5, 6], [7, 8]]  # M = 12, counts 1:3, 2:2
 
 
 # ---------------------------------------------------------------------------------------------------------
-# REFERENCE_SPEC §12 oracles
+# oracle values of the paper's reference code
 # ---------------------------------------------------------------------------------------------------------
 class TestOracles:
     def test_captured_mass_all_and_none(self) -> None:

@@ -1,7 +1,7 @@
 """Tests of ``opendp_wgm.noise``: validation, exactness (χ², KS with power), the exact fallback, OpenDP parity.
 
 Statistical tests use a fixed false-alarm level ``ALPHA`` per test and critical values computed from the sample
-size and degrees of freedom; no test retries. Power checks (STYLE T6) perturb the scale by -3% *and* +3%.
+size and degrees of freedom; no test retries. Power checks perturb the scale by -3% *and* +3%.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def within(frequency: float, p: float, n: int) -> bool:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# REFERENCE_SPEC §2.5 oracle: counts (1, 0), ε' = 1.1
+# oracle of the paper's reference code: counts (1, 0), ε' = 1.1
 
 
 def test_oracle_values() -> None:

@@ -1,4 +1,4 @@
-"""Top-k measurements: oracle values (REFERENCE_SPEC §12), no-noise runs, composition, properties, bad input."""
+"""Top-k measurements: oracle values of the paper's reference code, no-noise runs, composition, properties, bad input."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def frame(users: list[list]) -> pl.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# oracle values (REFERENCE_SPEC §12, §7)
+# oracle values of the paper's reference code
 
 
 def test_em_epsilon_cdp_oracle() -> None:
@@ -185,7 +185,7 @@ def test_opendp_maps_agree_with_ours() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# no-noise runs (REFERENCE_SPEC §12)
+# no-noise runs (oracle values of the paper's reference code)
 
 
 def test_no_noise_peeling() -> None:

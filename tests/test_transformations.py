@@ -36,7 +36,7 @@ def histogram(users: list[list], max_contributions: int = 100) -> dict:
 
 
 def test_weighted_histogram_oracle() -> None:
-    """REFERENCE_SPEC §12: weights 1/√|W_i| summed per item (within one lattice step per user)."""
+    """Oracle values of the paper's reference code: weights 1/√|W_i| summed per item (within one lattice step per user)."""
     h = histogram([[1, 2, 3], [1, 2, 4], [5], [1, 5, 6], [7, 8]])
     r3, r2 = 1 / math.sqrt(3), 1 / math.sqrt(2)
     expected = {1: 3 * r3, 2: 2 * r3, 3: r3, 4: r3, 5: 1 + r3, 6: r3, 7: r2, 8: r2}

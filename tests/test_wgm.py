@@ -31,7 +31,7 @@ def frame(users: list[list]) -> pl.DataFrame:
 
 
 def test_no_noise_end_to_end() -> None:
-    """REFERENCE_SPEC §12: with (almost) no noise, [[1,4]]×10 + [[2,3],[1,2,3]] at T = 4 releases {1, 4}."""
+    """Oracle values of the paper's reference code: with (almost) no noise, [[1,4]]×10 + [[2,3],[1,2,3]] at T = 4 releases {1, 4}."""
     data = frame([[1, 4]] * 10 + [[2, 3], [1, 2, 3]])
     m = wgm.make_wgm(*wgm.user_items_space(), max_contributions=5, scale=1e-5, threshold=4.0)
     out = m(data)

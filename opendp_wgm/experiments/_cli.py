@@ -165,7 +165,7 @@ def main_reproduce(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else 0
-    dp.enable_features(*FEATURES)  # this process is ours (STYLE §5); the library only asserts features
+    dp.enable_features(*FEATURES)  # this process is ours; the library only asserts features
     try:
         return run_reproduce(args)
     except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, ImportError) as err:

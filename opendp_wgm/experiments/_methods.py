@@ -1,7 +1,7 @@
 """The methods of each experiment: how to build them for one setting, and what a run records.
 
 A method is built once per (setting, budget) — calibration is not timed — and then called once per trial on
-the loaded frame; the recorded run time is that call only (REFERENCE_SPEC §9: the mechanism call).
+the loaded frame; the recorded run time is that call only (the mechanism call, as in the paper's reference code).
 """
 
 from __future__ import annotations

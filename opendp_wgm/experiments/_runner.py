@@ -95,7 +95,7 @@ def _assert_features(config: Config) -> None:
 
 
 def _shuffle_users(frame: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
-    """Reorder the rows so users come in a random order, each user's rows kept in file order (REFERENCE_SPEC §10).
+    """Reorder the rows so users come in a random order, each user's rows kept in file order (as the paper's experiments do).
 
     The reference shuffles its user list once before all runs. Our policy mechanisms draw their own order at
     every call, so this changes none of their laws; it is kept so that order-dependent code sees the same

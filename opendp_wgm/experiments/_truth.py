@@ -1,4 +1,4 @@
-"""The utility metrics of REFERENCE_SPEC §9 against one data set, with its counts computed once.
+"""The paper's utility metrics against one data set, with its counts computed once.
 
 :mod:`opendp_wgm.metrics` re-reads the data on every call (a few seconds for imdb_50k's 7M rows); a run
 evaluates hundreds of releases, so :class:`Truth` summarises the data once and evaluates each release with a

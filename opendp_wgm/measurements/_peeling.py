@@ -283,7 +283,7 @@ def _make_wgm_then_peeling(
 ) -> dp.Measurement:
     r"""Stage 1, :func:`opendp_wgm.make_wgm`, releases candidates; stage 2 peels ``k`` of them on the data.
 
-    Only ``stage_2``'s frame is released, and stage 2 reads the *unclipped* data (REFERENCE_SPEC §7.3, §8.4).
+    Only ``stage_2``'s frame is released, and stage 2 reads the *unclipped* data (the paper's reference code).
     The map is the sum of the stage maps, rounded up, with stage 2 charged ``k`` rounds whatever the number of
     candidates (adaptive composition: ``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The caller asserts
     the features and checks its own parameters first; this checks the shared ones, in signature order.

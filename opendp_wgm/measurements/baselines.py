@@ -6,7 +6,7 @@ r"""Set-union baselines: the policy mechanisms of the paper's experiments and Op
   ``descent="reference_l1"`` is the paper reference's key-ordered "max-sum" rule, kept for comparison only.
 - :func:`make_policy_greedy` — Carvalho et al. (2022) Policy Greedy: no Δ0, each user spends an ℓ1
   budget of 1 greedily on its most frequent items; Laplace noise and threshold. The reference's privacy bug
-  (noising and releasing items that no user gave weight to, REFERENCE_SPEC §5, §14 P1) is fixed.
+  (noising and releasing items that no user gave weight to, a quirk of the paper's reference code) is fixed.
 - :func:`make_opendp_key_release` — what OpenDP 0.16 offers alone: a Polars plan with
   ``truncate_per_group(1)``, ``truncate_num_groups(Δ0)`` and ``group_by(item).agg(dp.len())``.
 
@@ -149,7 +149,7 @@ def _reference_l1_increment(weights: np.ndarray, cap: int) -> np.ndarray:
     by key, not by gap). With candidates :math:`x_0, \dots, x_{r-1}`, gaps :math:`g_i` and a squared budget
     :math:`b = 1`: while :math:`g_i^2 (r - i) < b`, fill :math:`x_i` to the cap and set :math:`b \leftarrow b -
     g_i^2`; at the first :math:`i` where this fails, add :math:`b / \sqrt{r - i}` to *every* remaining candidate
-    and stop (REFERENCE_SPEC §4, quirks included: it under-spends, and it can overshoot the cap). The spread
+    and stop (as the paper's reference code does, quirks included: it under-spends, and it can overshoot the cap). The spread
     increment is rounded down onto the lattice; the user's squared ℓ2 is :math:`(1 - b) + b^2 \le 1`.
     No proof that this rule is contractive is known.
     """
@@ -539,7 +539,7 @@ def _greedy_threshold_delta(scale: float, threshold: float, alpha: float, d_in: 
 
 
 def _greedy_cap(threshold: float, alpha: float, scale: float) -> int:
-    """Γ = max(T + αλ, 1) on the lattice (the reference's cap, REFERENCE_SPEC §5)."""
+    """Γ = max(T + αλ, 1) on the lattice (the cap of the paper's reference code)."""
     return max(_cap_on_lattice(threshold + alpha * scale), _UNIT)
 
 

@@ -2,19 +2,19 @@ r"""Private k-hitting set (maximum coverage) over an unknown domain: WGM, then u
 
 A k-hitting set is a list of at most ``k`` items chosen so that as many users as possible hold at least one
 of them. "Missing Mass for Differentially Private Domain Discovery" (arXiv 2603.14016) solves it privately in
-two stages (REFERENCE_SPEC §8.4, "WGM-And-Peel"):
+two stages (the paper's "WGM-And-Peel"):
 
 1. stage 1, :func:`opendp_wgm.make_wgm`: discover candidate items on the unknown domain;
 2. stage 2, :func:`make_user_peeling`: ``k`` rounds of the exponential mechanism; round ``r`` selects, among
    the candidates not yet chosen, one held by many users *not yet covered* by rounds ``1..r-1``, then marks
-   its holders as covered (REFERENCE_SPEC §8.1).
+   its holders as covered (the paper's reference code).
 
-Baselines: :func:`greedy_hitting_set` (the non-private greedy algorithm, REFERENCE_SPEC §8.2, without the
+Baselines: :func:`greedy_hitting_set` (the non-private greedy algorithm of the paper, without the
 reference's repeat-item bug) and :func:`user_peeling_on_true_domain` (stage 2 on the true item domain, which
-is read from the data and is therefore *not* private; REFERENCE_SPEC §8.3).
+is read from the data and is therefore *not* private; the paper's reference code).
 
 Privacy arguments: ``docs/hitting_set.md``. Implementation: CSR arrays item → users and user → items, a
-"covered" flag per user and uncovered-user counts per item updated incrementally (REFERENCE_SPEC §13 fixes
+"covered" flag per user and uncovered-user counts per item updated incrementally (the paper's reference code fixes
 the reference's per-round re-sort and set copies); cost :math:`O(\text{pairs} + k\,|\text{candidates}|)`
 plus ``k`` exact noisy-max draws.
 """
@@ -95,7 +95,7 @@ class _Coverage:
     layouts are built once (O(pairs)): item → holders and user → items. Picking item ``j`` marks its
     not-yet-covered holders as covered and subtracts, in one ``bincount``, one from every item those users
     hold: afterwards ``counts[x]`` is the number of *uncovered* users holding ``x`` (the reference's
-    ``remove_users_with_item``, REFERENCE_SPEC §2.3, without its set copies). Each user is covered once, so
+    ``remove_users_with_item`` of the paper's reference code, without its set copies). Each user is covered once, so
     all picks together cost O(pairs + picks · n_items).
     """
 
@@ -172,7 +172,7 @@ def _peel(
     scale: float,
     timings: dict[str, float] | None = None,
 ) -> pl.DataFrame:
-    r"""User peeling (REFERENCE_SPEC §8.1): ``min(k, |candidates|)`` exponential-mechanism rounds.
+    r"""User peeling (the paper's reference code): ``min(k, |candidates|)`` exponential-mechanism rounds.
 
     Round ``r`` draws candidate ``x`` among those not chosen yet with probability
     :math:`\propto \exp(c_r(x)/\text{scale})`, :math:`c_r(x)` = users holding ``x`` that no earlier pick covers
@@ -242,7 +242,7 @@ def make_user_peeling(
     ``min(k, len(candidates))`` adaptive rounds; round ``r`` selects, with the exponential mechanism, a
     candidate not chosen before with probability proportional to
     :math:`\exp(c_r(x)/\text{scale})`, where :math:`c_r(x)` is the number of users holding ``x`` and none of
-    the items picked in rounds ``1..r-1`` (REFERENCE_SPEC §8.1). Its holders are then marked as covered.
+    the items picked in rounds ``1..r-1`` (the paper's reference code). Its holders are then marked as covered.
 
     Parameters
     ----------
@@ -262,7 +262,7 @@ def make_user_peeling(
         composition) or ``dp.approximate(dp.max_divergence())`` (then ``delta`` is required).
     delta
         Only with ``dp.approximate(dp.max_divergence())``: the δ ∈ [0, 1) at which the composed zCDP
-        guarantee is converted to (ε, δ), as the reference does (REFERENCE_SPEC §2.4); 0 gives basic
+        guarantee is converted to (ε, δ), as the paper's reference code does; 0 gives basic
         composition.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
@@ -454,7 +454,7 @@ def make_wgm_hitting_set(
 
     Stage 1 is :func:`opendp_wgm.make_wgm` (``max_contributions``, ``wgm_scale``, ``wgm_threshold``); stage 2
     is :func:`make_user_peeling` on the released items with ``k`` and ``peel_scale``, on the *unclipped*
-    data (REFERENCE_SPEC §8.4). Only the stage-2 picks are returned.
+    data (the paper's reference code). Only the stage-2 picks are returned.
 
     Parameters
     ----------
@@ -590,7 +590,7 @@ def calibrate_wgm_hitting_set(
       (split·ε, split·δ) (``noise_delta_fraction`` of that δ pays for its noise); stage 2 gets the rest,
       (1 − split)·δ for its zCDP → (ε, δ) conversion and the smallest ``peel_scale`` for which the composed
       map is within (ε, δ). With ``split = 0.5`` this is the reference's (ε/2, δ/2) per stage and its
-      per-round ε' = ``em_epsilon_cdp(ε/2, δ/2, k)`` (REFERENCE_SPEC §8.4, §2.4).
+      per-round ε' = ``em_epsilon_cdp(ε/2, δ/2, k)`` (the paper's reference code).
     - ``rho`` (approximate zCDP): stage 1 gets split·ρ and all of δ (for its threshold); stage 2 gets the
       rest of ρ and no δ.
 
@@ -737,7 +737,7 @@ def greedy_hitting_set(
     r"""The non-private greedy k-hitting set (maximum coverage). **Not differentially private.**
 
     Each round picks the item held by the most users not yet covered, then covers them
-    (REFERENCE_SPEC §8.2). Unlike the reference (§14 B4) an item is never picked twice, and the rounds stop
+    (as in the paper). Unlike the paper's reference code, an item is never picked twice, and the rounds stop
     early only when no item covers a new user (every user is covered). Ties go to the **smallest item** in
     Polars' sort order of the item column, so the result depends on the set of (user, item) pairs only, not
     on the row order. Greedy covers at least a :math:`1 - 1/e` fraction of the best k-set's users.
@@ -796,7 +796,7 @@ def user_peeling_on_true_domain(
 ) -> pl.DataFrame:
     r"""User peeling over the data's own item domain. **Not differentially private in the domain.**
 
-    The baseline "Non-Private-Domain-And-Peel" (REFERENCE_SPEC §8.3): :func:`make_user_peeling` with the
+    The baseline "Non-Private-Domain-And-Peel" (the paper's reference code): :func:`make_user_peeling` with the
     whole budget, and with candidates = every distinct item of ``data``. The peeling rounds are private *for
     a public candidate list*, but here the list is read from the data (a released item may be held by one
     user only), so the output as a whole is not differentially private. It models a known, public domain.

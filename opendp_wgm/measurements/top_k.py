@@ -1,13 +1,13 @@
 r"""Private top-k: known-domain peeling, WGM-then-top-k on an unknown domain, and the limited-domain baseline.
 
 "Missing Mass for Differentially Private Domain Discovery" (arXiv 2603.14016) releases the k items held by
-the most users, when the item domain is unknown, in two stages (REFERENCE_SPEC §7.3):
+the most users, when the item domain is unknown, in two stages (the paper's reference code):
 
 1. stage 1, :func:`opendp_wgm.make_wgm`: discover candidate items on the unknown domain;
 2. stage 2, :func:`make_peeling_top_k`: exponential-mechanism peeling (one-shot Gumbel top-k) over the
    candidates, scored by their exact (unclipped, per-user-deduplicated) user counts.
 
-The baseline is the limited-domain mechanism of Durfee & Rogers (2019, Algorithm 1; REFERENCE_SPEC §7.2),
+The baseline is the limited-domain mechanism of Durfee & Rogers (2019, Algorithm 1; the paper's reference code),
 :func:`make_limited_domain_top_k`.
 
 Every release is a ``pl.DataFrame`` with the item column (the input's name and dtype) and ``rank``
@@ -153,7 +153,7 @@ def make_peeling_top_k(
 
     The measurement is :func:`opendp_wgm.make_candidate_counts` (distinct-user counts of the candidates,
     monotone ℓ∞ stability 1, no Δ0 needed) chained with an exact private top-k of the count vector
-    (the distribution of OpenDP's ``make_noisy_top_k``; REFERENCE_SPEC §7.1 ``cdp_peeling``).
+    (the distribution of OpenDP's ``make_noisy_top_k``; the paper's reference code ``cdp_peeling``).
 
     Parameters
     ----------
@@ -173,7 +173,7 @@ def make_peeling_top_k(
         ``dp.approximate(dp.max_divergence())`` (then ``delta`` is required).
     delta
         Only with ``dp.approximate(dp.max_divergence())``: the δ at which the zCDP of the peeling is
-        converted to ε (the reference's accounting, REFERENCE_SPEC §2.4).
+        converted to ε (the accounting of the paper's reference code).
     method : {'auto', 'opendp', 'fast'}
         The exact sampler (:func:`opendp_wgm._selection.noisy_top_k`); all draw the same distribution.
     item
@@ -194,7 +194,7 @@ def make_peeling_top_k(
         \rho = \frac{r\,d^2}{8 s^2}, \qquad \varepsilon_{\text{pure}} = \frac{r\,d}{s}, \qquad
         \varepsilon(\delta) = \min\Big(\frac{r\,d}{s},\ \rho + 2\sqrt{\rho\ln(1/\delta)}\Big).
 
-    No factor 1/2: user counts are monotone under add/remove (REFERENCE_SPEC §2.5).
+    No factor 1/2: user counts are monotone under add/remove (the paper's reference code).
 
     Required features: ``contrib``, ``honest-but-curious``.
 
@@ -252,7 +252,7 @@ def make_wgm_top_k(
 
     Stage 1 is :func:`opendp_wgm.make_wgm` (``max_contributions``, ``wgm_scale``, ``wgm_threshold``); stage 2
     peels ``k`` items from the released candidates with scale ``peel_scale``, scored by their *exact* user
-    counts (unclipped, one per user; REFERENCE_SPEC §7.3). Only the stage-2 items are released.
+    counts (unclipped, one per user; the paper's reference code). Only the stage-2 items are released.
 
     Parameters
     ----------
@@ -363,7 +363,7 @@ def make_wgm_top_k_from_budget(
 
     - ``epsilon``: stage 1 is (split·ε, split·δ)-DP (its δ half for noise, half for the threshold, as the
       reference), stage 2 ((1 − split)·ε, (1 − split)·δ)-DP with the reference's ε'
-      (REFERENCE_SPEC §2.4, §7.3).
+      (the paper's reference code).
     - ``rho``: stage 1 gets (split·ρ, δ), stage 2 (1 − split)·ρ (the peeling needs no δ).
 
     Parameters
@@ -430,7 +430,7 @@ def make_limited_domain_top_k(
     method: SelectionMethod = "auto",
     item: str | None = None,
 ) -> dp.Measurement:
-    r"""Limited-domain top-k (Durfee & Rogers 2019, Algorithm 1): the baseline of REFERENCE_SPEC §7.2.
+    r"""Limited-domain top-k (Durfee & Rogers 2019, Algorithm 1): the paper's baseline
 
     1. Each user keeps a uniform random subset of at most Δ0 distinct items (``max_contributions``; ``None``
        keeps all, and then :math:`\Delta_0 = \infty` below).
