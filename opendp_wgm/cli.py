@@ -443,13 +443,15 @@ def _open_checked(
     """Scan ``path``, check its columns and their dtypes, and count its rows (and rows with a null user or item).
 
     A CSV's user and item columns are read as String unless ``schema`` says otherwise: guessing their types
-    would merge ids such as ``007`` and ``7`` (two items, or two users: one person would then count as two
-    users' worth of contributions in the other's place). The count parses both columns in full, so a value
+    would merge ids such as ``007`` and ``7`` (two items into one; two users into one "user" holding several
+    people's rows under one person's bound). The count parses both columns in full, so a value
     that does not fit a ``schema`` dtype fails here, before any measurement is invoked.
     """
     if user == item:
         raise CLIError(f"--user and --item must name different columns (both are {user!r})")
-    overrides = {user: pl.String, item: pl.String} | (schema or {}) if _suffix(path) in _CSV_SUFFIXES else schema or {}
+    overrides = dict(schema or {})
+    if _suffix(path) in _CSV_SUFFIXES:
+        overrides = {user: pl.String, item: pl.String} | overrides
     lf = _scan(path, separator, overrides)
     try:
         columns = lf.collect_schema()

@@ -134,8 +134,8 @@ def test_separator_option(capsys: pytest.CaptureFixture[str], tmp_path: Path, te
     assert any(line.startswith("│ a ") for line in out.splitlines()), out
 
 
-def test_csv_types_inferred_from_all_rows_when_needed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # the first 10,000 items look like integers; the last one does not
+def test_csv_items_that_look_like_integers_are_strings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # the first 10,000 items look like integers; the last one does not: all are read as String
     n = 10_001
     frame = pl.DataFrame({"user": list(range(n)), "item": [str(u % 3) for u in range(n - 1)] + ["x"]})
     path = tmp_path / "late_text.csv"
