@@ -21,7 +21,11 @@ Errors a user can cause (a missing file or column, empty data, an invalid parame
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -77,6 +81,13 @@ def _one_line(err: BaseException) -> str:
     """The first line of an exception's message (Polars appends its query plan on later lines)."""
     text = str(err).strip() or type(err).__name__
     return text.splitlines()[0].strip()
+
+
+def _last_line(err: BaseException) -> str:
+    """The last line of an ``OpenDPException``: the Python error of the callback that failed inside OpenDP
+    (its message starts with OpenDP's own lines and the callback's traceback)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip() not in ("", '")')]
+    return lines[-1].removesuffix('")') if lines else type(err).__name__
 
 
 #: Library parameter names, as they appear in its messages, and the options that set them.
@@ -166,6 +177,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+#: Dtypes that ``--schema`` accepts (by name, case-insensitive): those of identifiers.
+_SCHEMA_DTYPES: dict[str, type[pl.DataType]] = {
+    name: getattr(pl, name)
+    for name in ("String", "Categorical", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64")
+}
+
+
+def _schema(text: str) -> dict[str, type[pl.DataType]]:
+    """``--schema``: ``COL=DTYPE[,COL=DTYPE...]`` to a dict of column name to Polars dtype."""
+    dtypes = {name.lower(): dtype for name, dtype in _SCHEMA_DTYPES.items()}
+    schema: dict[str, type[pl.DataType]] = {}
+    for entry in text.split(","):
+        column, equals, name = (part.strip() for part in entry.partition("="))
+        if not equals or not column or not name:
+            raise argparse.ArgumentTypeError(f"entries must be COL=DTYPE (found {entry.strip()!r})")
+        if name.lower() not in dtypes:
+            raise argparse.ArgumentTypeError(
+                f"dtype must be one of {', '.join(_SCHEMA_DTYPES)} (found {name!r} for column {column!r})"
+            )
+        if column in schema:
+            raise argparse.ArgumentTypeError(f"column {column!r} is given twice")
+        schema[column] = dtypes[name.lower()]
+    return schema
+
+
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data")
     group.add_argument(
@@ -182,6 +218,14 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--separator",
         metavar="SEP",
         help="CSV field separator (default: ',' for .csv, tab for .tsv; '\\t' is accepted)",
+    )
+    group.add_argument(
+        "--schema",
+        type=_schema,
+        metavar="COL=DTYPE[,...]",
+        help="CSV only: read these columns with these Polars dtypes (" + ", ".join(_SCHEMA_DTYPES) + "). "
+        "The user and item columns of a CSV are read as String by default, so that ids such as 007 and 7 "
+        "stay distinct; e.g. --schema user=Int64 to read user ids as integers.",
     )
     demo = parser.add_argument_group("demo (no PATH only)")
     demo.add_argument(
@@ -268,9 +312,11 @@ def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None
         "-o",
         type=Path,
         metavar="FILE",
-        help=f"write the release ({columns}) to FILE: .csv, .tsv, .parquet or .pq. "
+        help=f"write the release ({columns}) to FILE: .csv, .tsv, .parquet or .pq, never an input file; "
+        "written to a temporary file beside it and renamed, so FILE is complete or untouched. "
         f"Without it the first {_SHOW_ROWS} released rows are printed to stdout.",
     )
+    group.add_argument("--force", action="store_true", help="overwrite FILE if it exists (default: refuse)")
 
 
 def _add_k_argument(parser: argparse._ActionsContainer, help: str) -> None:
@@ -367,21 +413,18 @@ def _suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
-#: Rows from which CSV column types are inferred first; on a parse error the file is re-scanned with all rows.
-_CSV_INFER_ROWS = 10_000
-
-
-def _scan(path: Path, separator: str | None, *, infer_rows: int | None = _CSV_INFER_ROWS) -> pl.LazyFrame:
-    """A lazy scan of ``path`` chosen by its suffix (``infer_rows`` applies to CSV)."""
+def _scan(path: Path, separator: str | None, schema: dict[str, type[pl.DataType]]) -> pl.LazyFrame:
+    """A lazy scan of ``path`` chosen by its suffix; ``schema`` (CSV only) fixes the dtypes of those columns."""
     suffix = _suffix(path)
     if suffix in _CSV_SUFFIXES:
         sep = _CSV_SUFFIXES[suffix] if separator is None else separator
-        return pl.scan_csv(path, separator=sep, infer_schema_length=infer_rows)
+        return pl.scan_csv(path, separator=sep, schema_overrides=schema)
     if suffix not in _PARQUET_SUFFIXES:
         known = ", ".join([*_CSV_SUFFIXES, *_PARQUET_SUFFIXES])
         raise CLIError(f"cannot read {str(path)!r}: unsupported file type {suffix or '(no suffix)'!r} (use {known})")
-    if separator is not None:
-        raise CLIError(f"--separator applies only to CSV input, not to {path}")
+    for option, value in (("--separator", separator), ("--schema", schema)):
+        if value:
+            raise CLIError(f"{option} applies only to CSV input, not to {path}")
     return pl.scan_parquet(path)
 
 
@@ -394,45 +437,59 @@ def _check_separator(separator: str | None) -> str | None:
     return separator
 
 
-def _open_checked(path: Path, separator: str | None, user: str, item: str) -> tuple[pl.LazyFrame, int, int]:
-    """Scan ``path``, check its columns and count its rows (and rows with a null user or item).
+def _open_checked(
+    path: Path, separator: str | None, user: str, item: str, schema: dict[str, type[pl.DataType]] | None
+) -> tuple[pl.LazyFrame, int, int]:
+    """Scan ``path``, check its columns and their dtypes, and count its rows (and rows with a null user or item).
 
-    The count parses both columns in full, so a CSV whose types were mis-inferred from its first rows fails
-    here, before the release; it is then re-scanned once with types inferred from every row.
+    A CSV's user and item columns are read as String unless ``schema`` says otherwise: guessing their types
+    would merge ids such as ``007`` and ``7`` (two items into one; two users into one "user" holding several
+    people's rows under one person's bound). The count parses both columns in full, so a value
+    that does not fit a ``schema`` dtype fails here, before any measurement is invoked.
     """
-    infer_options: tuple[int | None, ...] = (_CSV_INFER_ROWS, None) if _suffix(path) in _CSV_SUFFIXES else (None,)
-    for attempt, infer_rows in enumerate(infer_options, start=1):
-        lf = _scan(path, separator, infer_rows=infer_rows)
-        try:
-            columns = lf.collect_schema().names()
-        except pl.exceptions.NoDataError:
-            raise CLIError(f"{path} has no rows") from None
-        except (pl.exceptions.PolarsError, OSError) as err:
-            raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}") from err
-        missing = [c for c in (user, item) if c not in columns]
-        if missing:
-            names = ("column " if len(missing) == 1 else "columns ") + " and ".join(repr(c) for c in missing)
-            raise CLIError(f"{names} not found in {path}; its columns are {columns} (choose with --user/--item)")
-        if user == item:
-            raise CLIError(f"--user and --item must name different columns (both are {user!r})")
-        try:
-            counts = lf.select(
-                rows=pl.len(), null_rows=(pl.col(user).is_null() | pl.col(item).is_null()).sum()
-            ).collect()
-        except (pl.exceptions.PolarsError, OSError) as err:
-            if attempt < len(infer_options):
-                continue
-            raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}") from err
-        return lf.select(user, item), int(counts["rows"][0]), int(counts["null_rows"][0])
-    raise AssertionError("unreachable")  # pragma: no cover
+    if user == item:
+        raise CLIError(f"--user and --item must name different columns (both are {user!r})")
+    overrides = dict(schema or {})
+    if _suffix(path) in _CSV_SUFFIXES:
+        overrides = {user: pl.String, item: pl.String} | overrides
+    lf = _scan(path, separator, overrides)
+    try:
+        columns = lf.collect_schema()
+    except pl.exceptions.NoDataError:
+        raise CLIError(f"{path} has no rows") from None
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}") from err
+    missing = [c for c in (user, item) if c not in columns]
+    if missing:
+        names = ("column " if len(missing) == 1 else "columns ") + " and ".join(repr(c) for c in missing)
+        raise CLIError(f"{names} not found in {path}; its columns are {columns.names()} (choose with --user/--item)")
+    unknown = [c for c in schema or {} if c not in columns]
+    if unknown:
+        raise CLIError(f"--schema names column(s) {unknown} not in {path}; its columns are {columns.names()}")
+    for option, column in (("--user", user), ("--item", item)):
+        if columns[column] == pl.Null:
+            raise CLIError(f"{option} column {column!r} of {path} must have values (found dtype Null: all null)")
+    try:
+        counts = lf.select(rows=pl.len(), null_rows=(pl.col(user).is_null() | pl.col(item).is_null()).sum()).collect()
+    except (pl.exceptions.PolarsError, OSError) as err:
+        hint = " (check --schema)" if schema else ""
+        raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}{hint}") from err
+    rows, null_rows = int(counts["rows"][0]), int(counts["null_rows"][0])
+    if rows == 0:
+        raise CLIError(f"{path} has no rows")
+    if null_rows == rows:
+        raise CLIError(f"{path} has no row with both a user and an item (all {rows:,} rows have a null)")
+    return lf.select(user, item), rows, null_rows
 
 
 def _read_input(args: argparse.Namespace) -> _Input:
-    """Open PATH lazily (or draw the demo), check its columns and count its rows (not a release)."""
+    """Open PATH lazily (or draw the demo), check its columns, their dtypes and its rows (not a release)."""
     user, item = args.user, args.item
     if args.path is None:
         from opendp_wgm.datasets import synthetic_zipf
 
+        if args.schema is not None:
+            raise CLIError("--schema applies only to CSV input, not to the demo")
         n_users = _DEFAULT_DEMO_USERS if args.demo_users is None else args.demo_users
         with _user_errors():
             frame = synthetic_zipf(
@@ -449,35 +506,105 @@ def _read_input(args: argparse.Namespace) -> _Input:
         raise CLIError(f"input file not found: {str(path)!r}")
     if path.is_dir():
         raise CLIError(f"input {str(path)!r} is a directory, expected a CSV or Parquet file")
-    lf, rows, null_rows = _open_checked(path, _check_separator(args.separator), user, item)
-    if rows == 0:
-        raise CLIError(f"{path} has no rows")
+    lf, rows, null_rows = _open_checked(path, _check_separator(args.separator), user, item, args.schema)
     return _Input(lf, str(path), rows, null_rows, demo=False)
 
 
-def _check_output(path: Path | None) -> None:
-    """Fail before any work if the release could not be written."""
+@dataclass(frozen=True)
+class _Output:
+    """Where the release goes: ``path``, through ``temp``, a file created beside it before the release.
+
+    Creating ``temp`` early proves that the directory is writable before any budget is spent; the release is
+    written to ``temp`` and renamed onto ``path`` (atomic on one file system), so ``path`` is either complete
+    or untouched, and :meth:`discard` removes ``temp`` on any failure.
+    """
+
+    path: Path
+    temp: Path
+
+    def commit(self, released: pl.DataFrame) -> None:
+        try:
+            if _suffix(self.path) in _PARQUET_SUFFIXES:
+                released.write_parquet(self.temp)
+            else:
+                released.write_csv(self.temp, separator="\t" if _suffix(self.path) == ".tsv" else ",")
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(self.temp, 0o666 & ~umask)  # the mode of a plain new file, not the temporary's 0600
+            os.replace(self.temp, self.path)
+        except (OSError, pl.exceptions.PolarsError) as err:
+            raise CLIError(f"cannot write {str(self.path)!r}: {_one_line(err)}") from err
+
+    def discard(self) -> None:
+        self.temp.unlink(missing_ok=True)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same resolved path, or a hard link / symlink to it."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def _prepare_output(path: Path | None, inputs: Sequence[Path], *, force: bool) -> _Output | None:
+    """Check, before any work, that the release can be written to ``path`` without losing data.
+
+    Refuses an input file (even with ``--force``), an existing file without ``--force``, a directory, an
+    unknown suffix, and a missing or unwritable directory; then creates the temporary file beside ``path``.
+    """
     if path is None:
-        return
+        return None
+    path = path.expanduser()
     if _suffix(path) not in _OUTPUT_SUFFIXES:
         raise CLIError(
             f"cannot write {str(path)!r}: unsupported output type {path.suffix or '(no suffix)'!r} "
             f"(use {', '.join(_OUTPUT_SUFFIXES)})"
         )
-    parent = path.expanduser().resolve().parent
+    for source in inputs:
+        if _same_file(path, source):
+            raise CLIError(f"--output {str(path)!r} is the input file: choose another path (the input is never overwritten)")
+    if path.is_dir():
+        raise CLIError(f"cannot write {str(path)!r}: it is a directory")
+    if path.exists() and not force:
+        raise CLIError(f"--output {str(path)!r} already exists (add --force to overwrite it)")
+    parent = path.resolve().parent
     if not parent.is_dir():
         raise CLIError(f"cannot write {str(path)!r}: directory {str(parent)!r} does not exist")
-
-
-def _write_release(released: pl.DataFrame, path: Path) -> None:
     try:
-        suffix = _suffix(path)
-        if suffix in _PARQUET_SUFFIXES:
-            released.write_parquet(path)
-        else:
-            released.write_csv(path, separator="\t" if suffix == ".tsv" else ",")
-    except (OSError, pl.exceptions.PolarsError) as err:
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise PermissionError(f"directory {str(parent)!r} is not writable")
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as temp:
+            return _Output(path, Path(temp.name))
+    except OSError as err:
         raise CLIError(f"cannot write {str(path)!r}: {_one_line(err)}") from err
+
+
+@contextmanager
+def _exit_on_interrupt(cleanup: Callable[[], None]) -> Iterator[None]:
+    """Make Ctrl-C (SIGINT) run ``cleanup`` and end the process with status 130, at once, inside this block.
+
+    A ``KeyboardInterrupt`` raised in Python code that OpenDP calls back (a measurement's function or map)
+    crashes the process in OpenDP's FFI ("double free or corruption", docs/known_issues.md), so inside the
+    block the handler never raises: it cleans up and calls ``os._exit``. Outside the main thread signal
+    handlers cannot be set, and the block changes nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        cleanup()
+        os.write(2, f"\n{PROG}: interrupted; nothing was written\n".encode())
+        os._exit(130)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _print_head(released: pl.DataFrame, stream: TextIO) -> None:
@@ -525,29 +652,37 @@ def _release_and_report(
     evaluate: _Evaluate,
     show: Callable[[pl.DataFrame, TextIO], None],
 ) -> int:
-    """Build the measurement (``plan``, before the data is read, so a bad parameter fails first), read the
-    input, release, write or ``show`` the release, evaluate the demo, and print the summary on stderr."""
+    """Check the output, build the measurement (``plan``, before the data is read, so a bad parameter fails
+    first), read and check the input, release, write or ``show`` the release, evaluate the demo, and print the
+    summary on stderr.
+
+    Everything a user can get wrong is checked before the measurement is invoked (the release spends the
+    budget). Ctrl-C from calibration to the write ends the process with status 130 and removes the temporary
+    output (:func:`_exit_on_interrupt`); any failure leaves no partial output.
+    """
     import opendp.prelude as dp
 
-    _check_output(args.output)
+    output = _prepare_output(args.output, [] if args.path is None else [args.path], force=args.force)
     demo = args.path is None
     names = ["calibrating", "reading", "releasing"]
-    names += ["writing"] if args.output is not None else []
+    names += ["writing"] if output is not None else []
     names += ["evaluating"] if demo else []
     stages = _Stages(names, stderr)
     try:
-        with stages.stage("calibrating"), _user_errors():
-            planned = plan()
-        with stages.stage("reading"):
-            data = _read_input(args)
-        with stages.stage("releasing"):
-            try:
-                released = planned.measurement(data.frame)
-            except dp.OpenDPException as err:  # the user callback's Polars error, wrapped by OpenDP
-                raise CLIError(f"cannot read {data.label}: {_one_line(err)}") from err
-        if args.output is not None:
-            with stages.stage("writing"):
-                _write_release(released, args.output)
+        with _exit_on_interrupt(output.discard if output is not None else lambda: None):
+            with stages.stage("calibrating"), _user_errors():
+                planned = plan()
+            with stages.stage("reading"):
+                data = _read_input(args)
+            with stages.stage("releasing"):
+                try:
+                    released = planned.measurement(data.frame)
+                except dp.OpenDPException as err:  # the user callback's error, wrapped by OpenDP: last line
+                    raise CLIError(f"cannot release from {data.label}: {_last_line(err)}") from err
+                spent = planned.measurement.map(1)
+            if output is not None:
+                with stages.stage("writing"):
+                    output.commit(released)
         evaluation: list[str] = []
         if demo:  # evaluation against the raw data: for the demo only, never a release
             with stages.stage("evaluating"):
@@ -555,12 +690,13 @@ def _release_and_report(
                 evaluation = evaluate(data.frame, released)
     finally:
         stages.close()
+        if output is not None:
+            output.discard()
 
     if args.output is None:
         show(released, stdout)
 
     measure, first = _measure_description(planned.measurement.output_measure)
-    spent = planned.measurement.map(1)
     lines = [
         f"{PROG} {args.command}: {planned.mechanism} released {released.height:,} items",
         f"  budget spent  {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -133,8 +134,8 @@ def test_separator_option(capsys: pytest.CaptureFixture[str], tmp_path: Path, te
     assert any(line.startswith("│ a ") for line in out.splitlines()), out
 
 
-def test_csv_types_inferred_from_all_rows_when_needed(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    # the first 10,000 items look like integers; the last one does not
+def test_csv_items_that_look_like_integers_are_strings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # the first 10,000 items look like integers; the last one does not: all are read as String
     n = 10_001
     frame = pl.DataFrame({"user": list(range(n)), "item": [str(u % 3) for u in range(n - 1)] + ["x"]})
     path = tmp_path / "late_text.csv"
@@ -186,6 +187,16 @@ ERROR_CASES = {
     "seed with path": (["{csv}", "--seed", "1"], "--seed applies only to the demo"),
     "bad separator": (["{csv}", "--separator", ";;"], "--separator must be a single"),
     "passes zero": (["--passes", "0"], "argument --passes: must be an integer >= 1 (found 0)"),
+    "schema unknown dtype": (["{csv}", "--schema", "uid=Integer"], "dtype must be one of String, Categorical, Int8"),
+    "schema not col=dtype": (["{csv}", "--schema", "uid"], "argument --schema: entries must be COL=DTYPE (found 'uid')"),
+    "schema unknown column": (["{csv}", "--user", "uid", "--item", "thing", "--schema", "nope=Int64"],
+                              "--schema names column(s) ['nope'] not in"),
+    "schema on parquet": (["{empty_parquet}", "--schema", "user=Int64"], "--schema applies only to CSV input"),
+    "schema on the demo": (["--schema", "user=Int64"], "--schema applies only to CSV input, not to the demo"),
+    "schema does not parse": (["{csv}", "--user", "uid", "--item", "thing", "--schema", "thing=Int64"],
+                              "(check --schema)"),
+    "null dtype item": (["{null_item}"], "--item column 'item' of "),
+    "all rows null": (["{null_rows}"], "has no row with both a user and an item"),
     "passes not an integer": (["--passes", "two"], "argument --passes: invalid integer: 'two'"),
     "bad engine": (["--engine", "gpu"], "argument --engine: invalid choice: 'gpu'"),
 }
@@ -199,7 +210,13 @@ def test_errors_exit_2_with_one_line(
     json.write_text("{}")
     empty_csv.write_text("user,item\n")
     pl.DataFrame(schema={"user": pl.Int64, "item": pl.String}).write_parquet(empty_parquet)
-    paths = {"tmp": tmp_path, "csv": csv_path, "json": json, "empty_csv": empty_csv, "empty_parquet": empty_parquet}
+    null_item, null_rows = tmp_path / "null_item.parquet", tmp_path / "null_rows.csv"
+    pl.DataFrame({"user": [1, 2], "item": [None, None]}, schema={"user": pl.Int64, "item": pl.Null}).write_parquet(
+        null_item
+    )
+    null_rows.write_text("user,item\n1,\n,a\n")
+    paths = {"tmp": tmp_path, "csv": csv_path, "json": json, "empty_csv": empty_csv, "empty_parquet": empty_parquet,
+             "null_item": null_item, "null_rows": null_rows}
     argv, expected = ERROR_CASES[case]
     code, out, err = _run(capsys, *(a.format(**paths) for a in argv))
     assert code == 2
@@ -443,3 +460,194 @@ def test_reproduce_is_a_subcommand(tmp_path, capsys) -> None:
     assert len(err) == 1 and err[0].startswith("opendp-wgm: error:") and "absent" in err[0]
     assert main(["reproduce", "set-union", "--data", str(tmp_path), "--out", str(tmp_path), "--l0", "1,x"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------------------------------------
+# nothing a user gives us is lost or silently changed: the input, an existing output, a partial write
+# --------------------------------------------------------------------------------------------------------
+def _no_temporaries(directory: Path) -> bool:
+    return not [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("alias", ["same path", "relative path", "symlink", "hard link"])
+@pytest.mark.parametrize("force", [False, True])
+def test_output_equal_to_input_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, csv_path: Path, alias: str, force: bool
+) -> None:
+    before = csv_path.read_bytes()
+    (csv_path.parent / "sub").mkdir()
+    monkeypatch.chdir(csv_path.parent)
+    output = {"same path": csv_path, "relative path": Path("sub", "..", csv_path.name)}.get(alias)
+    if output is None:
+        output = csv_path.parent / "alias.csv"
+        (output.symlink_to if alias == "symlink" else output.hardlink_to)(csv_path)
+    code, out, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "-o", output, *(["--force"] * force))
+    assert code == 2 and out == ""
+    assert err.startswith("opendp-wgm: error: --output ") and "is the input file" in err and err.count("\n") == 1
+    assert csv_path.read_bytes() == before
+    assert _no_temporaries(csv_path.parent)
+
+
+def test_existing_output_needs_force(capsys: pytest.CaptureFixture[str], csv_path: Path, tmp_path: Path) -> None:
+    output = tmp_path / "released.csv"
+    output.write_text("keep me\n")
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "-o", output)
+    assert code == 2 and "already exists (add --force to overwrite it)" in err
+    assert output.read_text() == "keep me\n"
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "-o", output, "--force")
+    assert code == 0, err
+    assert "a" in pl.read_csv(output)["thing"].to_list()
+    assert _no_temporaries(tmp_path)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_failed_write_leaves_no_partial_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, csv_path: Path, tmp_path: Path, suffix: str
+) -> None:
+    """The writer fails midway (after writing some bytes): neither the output nor a temporary file remains,
+    and an existing output replaced with --force keeps its old content."""
+
+    def half_write(self: pl.DataFrame, file: Path, *args: object, **kwargs: object) -> None:
+        Path(file).write_text("item,noisy_weight\na,")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pl.DataFrame, "write_csv", half_write)
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", half_write)
+    fresh, existing = tmp_path / f"fresh{suffix}", tmp_path / f"existing{suffix}"
+    existing.write_text("old release\n")
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "-o", fresh)
+    assert code == 2 and "No space left on device" in err and err.count("\n") == 1
+    assert not fresh.exists()
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "-o", existing, "--force")
+    assert code == 2
+    assert existing.read_text() == "old release\n"
+    assert _no_temporaries(tmp_path)
+
+
+@pytest.mark.parametrize("failure", ["access denied", "cannot create a file"])
+def test_unwritable_output_directory_is_refused_before_the_release(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, csv_path: Path, tmp_path: Path, failure: str
+) -> None:
+    import tempfile
+
+    from opendp_wgm import cli, measurements
+
+    def never(*args: object, **kwargs: object) -> None:
+        pytest.fail("the measurement was built or the data read before the output was checked")
+
+    monkeypatch.setattr(measurements, "make_wgm_from_budget", never)
+    monkeypatch.setattr(cli, "_read_input", never)
+    if failure == "access denied":  # root passes every permission check: ask os.access directly
+        monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
+    else:
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    output = tmp_path / "out" / "released.csv"
+    output.parent.mkdir()
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing", "-o", output)
+    assert code == 2 and err.startswith(f"opendp-wgm: error: cannot write {str(output)!r}: ") and err.count("\n") == 1
+    assert list(output.parent.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------------------------
+# CSV ids are strings unless --schema says otherwise
+# --------------------------------------------------------------------------------------------------------
+def test_csv_items_007_and_7_stay_distinct(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """300 users hold "007", 300 others hold "7": two items, each released (weight 300 >> T ≈ 20.8)."""
+    path, output = tmp_path / "ids.csv", tmp_path / "released.parquet"
+    path.write_text("user,item\n" + "".join(f"{u},{'007' if u % 2 else '7'}\n" for u in range(600)))
+    code, _, err = _run(capsys, path, "-o", output)
+    assert code == 0, err
+    released = pl.read_parquet(output)
+    assert released.schema["item"] == pl.String
+    assert sorted(released["item"].to_list()) == ["007", "7"]
+
+
+def test_csv_users_0012_012_12_stay_distinct(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Users "g", "0g", "00g" for 300 values g each hold item "a" alone: 900 users of weight 1 each. Read as
+    integers they would be 300 users (weight 300). σ ≈ 3.88 at ε = 1, so the two are 77σ apart."""
+    path, output = tmp_path / "users.csv", tmp_path / "released.csv"
+    path.write_text("user,item\n" + "".join(f"{z}{g},a\n" for g in range(1, 301) for z in ("", "0", "00")))
+    code, _, err = _run(capsys, path, "-o", output)
+    assert code == 0, err
+    assert pl.read_csv(output)["noisy_weight"].item() > 600
+    # --schema user=Int64 asks for the merge explicitly; item dtypes follow --schema too
+    code, _, err = _run(capsys, path, "-o", output, "--force", "--schema", "user=Int64")
+    assert code == 0, err
+    assert pl.read_csv(output)["noisy_weight"].item() < 600
+
+
+def test_schema_sets_the_item_dtype(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path, output = tmp_path / "ids.csv", tmp_path / "released.parquet"
+    path.write_text("user,item\n" + "".join(f"{u},{'007' if u % 2 else '7'}\n" for u in range(600)))
+    code, _, err = _run(capsys, path, "-o", output, "--schema", "item=uint16")
+    assert code == 0, err
+    assert pl.read_parquet(output).schema["item"] == pl.UInt16
+    assert pl.read_parquet(output)["item"].to_list() == [7]
+
+
+def test_release_error_shows_the_callbacks_message(capsys: pytest.CaptureFixture[str], monkeypatch, csv_path) -> None:
+    """An error raised inside the release reaches the user as its own last line, not OpenDP's first."""
+    import opendp.prelude as dp
+
+    from opendp_wgm import measurements
+
+    def failing(*args: object, **kwargs: object) -> dp.Measurement:
+        def function(frame: object) -> object:
+            raise RuntimeError("the real reason")
+
+        return dp.m.make_user_measurement(
+            dp.user_domain("any", lambda _: True), dp.symmetric_distance(), dp.approximate(dp.max_divergence()),
+            function, lambda d_in: (1.0, 1e-5),
+        )
+
+    monkeypatch.setattr(measurements, "make_wgm_from_budget", failing)
+    code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing")
+    assert code == 2
+    assert err == f"opendp-wgm: error: cannot release from {csv_path}: RuntimeError: the real reason\n"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Ctrl-C during the release: exit 130, nothing written, no crash in OpenDP's FFI
+# --------------------------------------------------------------------------------------------------------
+_SLOW_RELEASE = """
+import sys, time
+from opendp_wgm.measurements import wgm
+original = wgm._lattice_histogram
+def slow(*args, **kwargs):  # inside the measurement's callback: announce it, then wait for SIGINT
+    print("RELEASING", file=sys.stderr, flush=True)
+    time.sleep(120)
+    return original(*args, **kwargs)
+wgm._lattice_histogram = slow
+from opendp_wgm.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_during_the_release_exits_130_and_writes_nothing(csv_path: Path, tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    output = tmp_path / "released.parquet"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_RELEASE, "discover", str(csv_path), "--user", "uid", "--item", "thing",
+         "-o", str(output)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background job ignores SIGINT
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line == "RELEASING\n", line + process.stderr.read()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "double free" not in err and "Traceback" not in err, err
+    assert process.returncode == 130, err
+    assert err.strip() == "opendp-wgm: interrupted; nothing was written"
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == [csv_path.name]

@@ -224,3 +224,52 @@ def test_missing_matplotlib_fails_before_any_work(data_dir, tmp_path, no_loading
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     with pytest.raises(ImportError, match=r"pip install 'opendp-wgm\[plot\]'"):
         reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, datasets=["movielens_100k"], progress=False)
+
+
+_RESUME_PARAMS = {
+    "datasets": ["movielens_100k"],
+    "methods": ["wgm"],
+    "trials": 2,
+    "l0": (1, 2),
+    "progress": False,
+    "plot": False,
+}
+
+
+def test_resume_with_other_settings_is_refused(data_dir, tmp_path) -> None:
+    """The run's settings are stored beside its rows; a resume that differs would mix two runs: refused."""
+    reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS)
+    trials_csv = tmp_path / "set-union" / "trials.csv"
+    before = trials_csv.read_bytes()
+    assert (tmp_path / "set-union" / "config.json").exists()
+    changed = {**_RESUME_PARAMS, "l0": (1, 3)}
+    with pytest.raises(ValueError, match=r"different settings: epsilon \(earlier run: 1.0, now: 0.5\); "
+                       r"max_contributions_grid \(earlier run: \[1, 2\], now: \[1, 3\]\)"):
+        reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **changed, epsilon=0.5, resume=True)
+    assert trials_csv.read_bytes() == before
+    # the same settings resume (nothing left to do); a fresh run (no --resume) may change them
+    assert reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS, resume=True).rows.height == 4
+    assert reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **changed).rows.height == 4
+
+
+def test_resume_without_stored_settings_is_refused(data_dir, tmp_path) -> None:
+    reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS)
+    (tmp_path / "set-union" / "config.json").unlink()
+    with pytest.raises(ValueError, match="cannot resume: .*config.json' is missing"):
+        reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS, resume=True)
+
+
+def test_truncated_last_row_is_redone_not_counted(data_dir, tmp_path) -> None:
+    """An interruption mid-write leaves a last row without its newline: resume drops it and runs that trial."""
+    reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS)
+    trials_csv = tmp_path / "set-union" / "trials.csv"
+    lines = trials_csv.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert len(lines) == 5  # header + 4 rows
+    last = lines[-1]
+    cut = ",".join(last.split(",")[:10])  # through the trial number and ε, δ: short of the metrics
+    trials_csv.write_text("".join(lines[:-1]) + cut, encoding="utf-8")
+    result = reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS, resume=True)
+    assert result.rows.height == 4
+    assert result.rows.select("x", "trial").n_unique() == 4
+    assert result.rows["missing_mass"].null_count() == 0
+    assert trials_csv.read_text(encoding="utf-8").endswith("\n")

@@ -35,8 +35,8 @@ REPRODUCE_HELP = "reproduce the paper's set-union, top-k or hitting-set experime
 REPRODUCE_DESCRIPTION = """\
 Run one of the paper's experiments on the shared data sets: every method x setting x trial, with a progress
 bar. Rows are appended to <out>/<experiment>/trials.csv as trials complete (an interrupted run keeps them;
---resume continues it), then summary.md / summary.csv (mean ± std over trials) and one PNG per metric are
-written.
+--resume continues it, with the settings stored in config.json beside them: a resume with other settings is
+refused), then summary.md / summary.csv (mean ± std over trials) and one PNG per metric are written.
 
   set-union    missing mass, ℓ∞ missing mass, cardinality, run time vs Δ0 (--l0): WGM, Policy Gaussian
                (ℓ2 descent and the reference's "L1"), Policy Greedy (fixed), OpenDP's built-in key release
@@ -105,7 +105,10 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
     )
     parser.add_argument("--alpha", type=float, default=3.0, help="policy mechanisms' α (default: 3)")
     parser.add_argument("--seed", type=int, default=None, help="seed of the one user-order shuffle per data set")
-    parser.add_argument("--resume", action="store_true", help="keep and skip the rows of an interrupted run")
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="keep and skip the rows of an interrupted run (same settings only; a row cut short is redone)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--no-plots", action="store_true", help="write tables only (plots need matplotlib)")
     return parser

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 import time
 from collections.abc import Sequence
@@ -107,10 +108,68 @@ def _shuffle_users(frame: pl.DataFrame, rng: np.random.Generator) -> pl.DataFram
     return joined.sort("_order", maintain_order=True).drop("_order")
 
 
+def _run_settings(config: Config) -> dict[str, Any]:
+    """What decides a run's rows, as JSON values: stored beside ``trials.csv`` so that --resume can check it."""
+    return {
+        "experiment": config.experiment,
+        "data_dir": str(config.data_dir.resolve()),
+        "datasets": list(config.datasets),
+        "methods": list(config.methods),
+        "trials": config.trials,
+        "epsilon": config.epsilon,
+        "delta": config.delta,
+        config.x_name + "_grid": list(config.grid),
+        "max_contributions": config.max_contributions,
+        "k_bar_multipliers": list(config.k_bar_multipliers),
+        "alpha": config.alpha,
+        "seed": config.seed,
+    }
+
+
+def _check_resumable(config_json: Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume a run whose stored settings differ from ``settings`` (its rows would be mixed in)."""
+    if not config_json.exists():
+        msg = (
+            f"cannot resume: {str(config_json)!r} is missing, so the earlier run's settings are unknown "
+            "(run again without --resume to start afresh)"
+        )
+        raise ValueError(msg)
+    try:
+        stored = json.loads(config_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        msg = f"cannot resume: {str(config_json)!r} is unreadable ({err}); run again without --resume"
+        raise ValueError(msg) from None
+    differ = [
+        f"{key} (earlier run: {stored.get(key)!r}, now: {settings.get(key)!r})"
+        for key in sorted(set(stored) | set(settings))
+        if stored.get(key) != settings.get(key)
+    ]
+    if differ:
+        msg = (
+            "cannot resume a run with different settings: " + "; ".join(differ)
+            + f" (see {str(config_json)!r}; use another --out, or run without --resume to start afresh)"
+        )
+        raise ValueError(msg)
+
+
+def _drop_truncated_row(path: Path) -> None:
+    """Cut ``path`` after its last newline: a row cut short by an interruption is redone, not counted as done."""
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        complete = data.rfind(b"\n") + 1
+        if complete < len(data):
+            handle.truncate(complete)
+
+
 def _done_keys(path: Path) -> set[tuple[str, str, str, int]]:
     if not path.exists() or path.stat().st_size == 0:
         return set()
-    rows = pl.read_csv(path, schema_overrides=_SCHEMA)
+    _drop_truncated_row(path)
+    try:
+        rows = pl.read_csv(path, schema_overrides=_SCHEMA)
+    except pl.exceptions.PolarsError as err:
+        msg = f"cannot resume from {str(path)!r}: {str(err).splitlines()[0]} (run again without --resume)"
+        raise ValueError(msg) from None
     return {
         (r["dataset"], r["variant"], "" if r["x"] is None else str(r["x"]), r["trial"])
         for r in rows.iter_rows(named=True)
@@ -161,8 +220,8 @@ def reproduce(
     data_dir
         A folder laid out like the shared data folder: one directory per data set.
     out_dir
-        Results go to ``<out_dir>/<experiment>/``: ``trials.csv`` (one row per completed trial, appended as it
-        completes), ``summary.md`` and ``summary.csv`` (mean ± std over trials, std with ddof = 0 as the
+        Results go to ``<out_dir>/<experiment>/``: ``config.json`` (the run's settings), ``trials.csv`` (one
+        row per completed trial, appended as it completes), ``summary.md`` and ``summary.csv`` (mean ± std over trials, std with ddof = 0 as the
         reference) and ``<experiment>_<metric>.png``.
     datasets
         Names from :data:`opendp_wgm.datasets.DATASETS`; default: the paper's data sets present in the shared
@@ -187,7 +246,9 @@ def reproduce(
         take a seed: every mechanism draws fresh OS randomness.
     resume
         Keep the rows of an earlier, interrupted run in ``trials.csv`` and skip them; otherwise the file is
-        started afresh.
+        started afresh. A run stores its settings in ``config.json`` beside ``trials.csv``; a resume whose
+        settings differ is refused (``ValueError`` naming the keys), and a last row cut short by the
+        interruption is dropped and redone.
     progress
         Show a tqdm progress bar on stderr.
     plot
@@ -236,9 +297,14 @@ def reproduce(
     all_variants = variants(config)
     run_dir = config.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    trials_csv = run_dir / "trials.csv"
-    done = _done_keys(trials_csv) if resume else set()
-    if not resume or not trials_csv.exists():
+    trials_csv, config_json = run_dir / "trials.csv", run_dir / "config.json"
+    settings = _run_settings(config)
+    if resume and trials_csv.exists():
+        _check_resumable(config_json, settings)
+        done = _done_keys(trials_csv)
+    else:
+        done = set()
+        config_json.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         with open(trials_csv, "w", newline="", encoding="utf-8") as handle:
             csv.DictWriter(handle, fieldnames=COLUMNS).writeheader()
 
