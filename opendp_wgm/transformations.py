@@ -31,6 +31,7 @@ from opendp_wgm.domains import (
     _prepare_frame,
     _resolve_space,
     _Space,
+    _value_key,
     user_items_domain,
 )
 
@@ -44,18 +45,27 @@ __all__ = [
     "then_weighted_histogram",
 ]
 
+def _seeds() -> list[int]:
+    """A fresh secret 256-bit hash seed (four 64-bit words), drawn per call of a release."""
+    return [secrets.randbits(64) for _ in range(4)]
+
+
 def _bounded_lists_plan(lf: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
     """One row per user: the list of its ``max_contributions`` distinct items of smallest random key.
 
     The key is a hash of (user, item) under a fresh secret seed, so a user's kept subset is a uniform random
     subset of its distinct items and depends on no other user's rows (the stability argument conditions on
-    the seed). Duplicates share a key, so after sorting they are adjacent and ``unique`` drops them; ``head``
-    then keeps at most ``max_contributions`` distinct items whatever the hash collisions.
+    the seed). The hash reads values only (:func:`~opendp_wgm.domains._value_key`: a Categorical is hashed as
+    its string, not its code, which depends on other rows). Duplicates share a key, so after sorting they are
+    adjacent and ``unique`` drops them; ``head`` then keeps at most ``max_contributions`` distinct items
+    whatever the hash collisions.
     """
     user, item = space.user, space.item
-    seeds = [secrets.randbits(64) for _ in range(4)]
+    schema = lf.collect_schema()
+    seeds = _seeds()
+    key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
     return (
-        lf.with_columns(_key=pl.struct(user, item).hash(*seeds))
+        lf.with_columns(_key=key)
         .group_by(user)
         .agg(pl.col(item).sort_by("_key").unique(maintain_order=True).head(max_contributions))
     )
@@ -157,11 +167,14 @@ def make_weighted_histogram(input_domain: dp.Domain, input_metric: dp.Metric) ->
     Returns
     -------
     opendp.mod.Transformation
-        Maps a bounded frame to a ``pl.LazyFrame`` with the item column and ``weight`` (Float64, exact
+        Maps a frame to a ``pl.LazyFrame`` with the item column and ``weight`` (Float64, exact
         multiples of :math:`2^{-20}`), one row per item some user keeps.
 
     Notes
     -----
+    The bound is enforced here too, with :func:`make_bound_user_items`' rule (dedup, then at most Δ0 distinct
+    items per user by a keyed hash under a fresh seed): a frame of the bounded domain passes unchanged, and a
+    frame that breaks the domain's promise (a hand-built one) cannot break the map below.
     A user keeping :math:`t \le \Delta_0` items contributes :math:`w(t) = \lfloor 2^k/\sqrt t\rfloor 2^{-k}
     \le 1/\sqrt t` to each, so its vector has :math:`\ell_0 = t \le \Delta_0`, :math:`\ell_2 \le 1`,
     :math:`\ell_\infty \le 1`. By the triangle inequality ``d_in`` users give
@@ -190,7 +203,9 @@ def make_weighted_histogram(input_domain: dp.Domain, input_metric: dp.Metric) ->
     )
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.LazyFrame:
-        lists = _prepare_frame(frame, space).group_by(space.user).agg(pl.col(space.item))
+        # the bound is enforced, not trusted: the domain's member check sees column names only, and on a
+        # bounded frame this keeps every row (same histogram)
+        lists = _bounded_lists_plan(_prepare_frame(frame, space), space, max_contributions)
         plan = _lattice_histogram_plan(lists, space, max_contributions)
         return plan.select(space.item, weight=pl.col("weight_lat").cast(pl.Float64) * 2.0**-LATTICE_BITS)
 
@@ -221,6 +236,21 @@ def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Serie
         msg = f"`candidates` must be distinct ({series.is_duplicated().sum()} duplicated entries)"
         raise ValueError(msg)
     return series
+
+
+def _check_candidates_dtype(candidates: pl.Series, space: _Space) -> None:
+    """When the input domain states the item dtype, check at construction that the candidates cast to it
+    (strictly, as the release will), so that a mismatch is a ``ValueError`` here, not an error in a release."""
+    if space.item_dtype is None:
+        return
+    try:
+        candidates.cast(space.item_dtype, strict=True)
+    except (pl.exceptions.PolarsError, TypeError, ValueError) as err:
+        msg = (
+            f"`candidates` must cast to the item column's dtype {space.item_dtype} "
+            f"(found dtype {candidates.dtype}: {str(err).splitlines()[0]})"
+        )
+        raise ValueError(msg) from err
 
 
 def _candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> np.ndarray:
@@ -278,6 +308,7 @@ def make_candidate_counts(
     _assert_features()
     series = _check_candidates(candidates)
     space = _resolve_space(input_domain, input_metric, item)
+    _check_candidates_dtype(series, space)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
         return _candidate_counts(_prepare_frame(frame, space), space, series).tolist()

@@ -335,6 +335,9 @@ def test_bad_spaces_and_parameters(ws) -> None:
         ws.make_wgm(domain, dp.symmetric_id_distance(pl.col("user")), max_contributions=2, scale=1.0, threshold=5.0)
     with pytest.raises(ValueError, match="must be dp.symmetric_id_distance"):
         ws.make_wgm(domain, dp.symmetric_distance(), max_contributions=2, scale=1.0, threshold=5.0)
+    # an identifier expression (a household of persons) is refused, not read as its root column
+    with pytest.raises(ValueError, match="must identify users by a column"):
+        ws.make_wgm(domain, dp.symmetric_id_distance(pl.col("u") // 2), max_contributions=2, scale=1.0, threshold=5.0)
     space = ws.spark_user_items_space()
     with pytest.raises(ValueError, match=r"`max_contributions` must be an integer >= 1 \(found 0\)"):
         ws.make_wgm(*space, max_contributions=0, scale=1.0, threshold=5.0)

@@ -315,7 +315,9 @@ def _make_wgm_then_peeling(
         engine=engine,
     )
     space = _resolve_space(input_domain, input_metric, item)
-    release = _wgm_function(space, max_contributions, wgm_scale, wgm_threshold, noise, passes=passes, engine=engine)
+    release = _wgm_function(
+        space, max_contributions, wgm_scale, wgm_threshold, noise, passes=passes, engine=engine, prepared=True
+    )
     function = _two_stage_function(
         lambda frame: _prepare_frame(frame, space),
         lambda lf: release(lf).get_column(space.item),

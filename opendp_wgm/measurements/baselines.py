@@ -20,7 +20,6 @@ they are *not* complete, are in ``docs/baselines.md``.
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,7 +32,7 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
 from opendp_wgm.accounting import LATTICE_BITS, _prepare_budget, calibrate_wgm
-from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
+from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.measurements.wgm import (
     Noise,
     _approx_dp,
@@ -44,7 +43,7 @@ from opendp_wgm.measurements.wgm import (
     _wgm_privacy_map,
     _zcdp,
 )
-from opendp_wgm.transformations import _assert_features, _bound_plan
+from opendp_wgm.transformations import _assert_features, _bound_plan, _seeds
 
 __all__ = [
     "make_opendp_key_release",
@@ -209,13 +208,15 @@ class _UserItems:
     decode: Callable[[np.ndarray], pl.Series]  # codes -> item values (input dtype)
 
 
-def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType) -> tuple[pl.LazyFrame, bool]:
-    """Integer codes ``_u`` (user) and ``_x`` (item), and the item itself as ``_value`` (to decode codes).
+def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: list[int]) -> tuple[pl.LazyFrame, bool]:
+    """Integer codes ``_u`` (user) and ``_x`` (item), the item itself as ``_value`` (to decode codes), and the
+    user's order key ``_h``, a hash of the user's value under ``seeds``.
 
     Strings are coded through Polars' categorical dictionary (hashing, not sorting millions of strings); those
     codes are *not* in key order, and :func:`_csr` recovers the key order on the distinct items only when the
     "L1" rule needs it. Other dtypes are coded by dense rank, whose codes increase with the key. Returns the
-    plan and whether its codes are in key order.
+    plan and whether its codes are in key order. The codes depend on other users' rows (first appearance,
+    rank): they only relabel values, after the bounding and with the user order drawn from the values.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
@@ -225,7 +226,8 @@ def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType) -> tuple[pl.Laz
         x, in_key_order = pl.col(item).cast(pl.Categorical).to_physical().cast(pl.Int64), False
     else:
         x, in_key_order = pl.col(item).rank("dense").cast(pl.Int64) - 1, True
-    return lf.select(_u=u, _x=x, _value=pl.col(item)), in_key_order
+    h = _value_key(user, schema[user]).hash(*seeds)
+    return lf.select(_u=u, _x=x, _value=pl.col(item), _h=h), in_key_order
 
 
 def _csr(
@@ -239,27 +241,30 @@ def _csr(
     """Build the CSR arrays of a release: users in a fresh random order, items coded.
 
     - ``max_contributions``: dedup, then a uniform random subset of at most Δ0 items per user (WGM's
-      :func:`~opendp_wgm.transformations._bound_plan`); ``None`` keeps every row (Policy Greedy).
+      :func:`~opendp_wgm.transformations._bound_plan`, on the values); ``None`` keeps every row (Policy Greedy).
     - ``key_order``: within a user, items by ascending key (the reference "L1" rule).
     - ``priority_order``: distinct items by multiplicity in the user's rows, descending, ties by first
       occurrence (Policy Greedy; needs ``max_contributions=None``).
 
-    The user order is the order of a keyed hash of the user under a secret 256-bit seed drawn here, i.e. a
-    uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user code so a
-    user's rows stay contiguous.
+    The user order is the order of a keyed hash of the user's value under a secret 256-bit seed drawn here,
+    i.e. a uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user code so
+    a user's rows stay contiguous. Which items a user keeps and where it comes in the order are functions of
+    its own rows and the seeds only; the integer codes are a relabelling.
     """
     lf = _prepare_frame(frame, space)
-    coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item])
-    coded_space = _Space("_u", "_x", None, lazyframe_domain=False)
-    pairs = coded.select("_u", "_x")
+    if max_contributions is not None and not priority_order:
+        lf = _bound_plan(lf, space, max_contributions)  # before coding: the hash key must read values
+    coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item], _seeds())
     if priority_order:
-        plan = pairs.with_row_index("_row").group_by("_u", "_x").agg(_m=pl.len(), _first=pl.col("_row").min())
+        plan = coded.with_row_index("_row").group_by("_u", "_x").agg(
+            _m=pl.len(), _first=pl.col("_row").min(), _h=pl.col("_h").first()
+        )
         sort_by, descending = ["_h", "_u", "_m", "_first"], [False, False, True, False]
     else:
-        plan = pairs.unique() if max_contributions is None else _bound_plan(pairs, coded_space, max_contributions)
+        plan = coded.select("_u", "_x", "_h")
+        plan = plan.unique() if max_contributions is None else plan
         sort_by, descending = ["_h", "_u"] + (["_x"] if key_order and in_key_order else []), False
-    seeds = [secrets.randbits(64) for _ in range(4)]
-    rows_plan = plan.with_columns(_h=pl.col("_u").hash(*seeds)).sort(sort_by, descending=descending).select("_u", "_x")
+    rows_plan = plan.sort(sort_by, descending=descending).select("_u", "_x")
     dictionary_plan = coded.select("_x", "_value").unique(subset="_x")  # code -> item, on distinct codes only
     rows, dictionary = pl.collect_all([rows_plan, dictionary_plan])
     codes = rows["_x"].to_numpy().astype(np.int64, copy=False)
@@ -699,11 +704,45 @@ def _series_domain(name: str, dtype: pl.DataType) -> dp.Domain:
 
 def _canonical_dtype(dtype: pl.DataType) -> pl.DataType:
     """The dtype a column is cast to before it enters OpenDP: String or Int64."""
-    if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)) or dtype in (pl.Categorical, pl.Enum):
-        return pl.String
     if dtype.is_integer() or dtype == pl.Boolean:
         return pl.Int64
     return pl.String
+
+
+def _canonical_item(item: str, dtype: pl.DataType) -> pl.Expr:
+    """The item as it enters OpenDP (:func:`_canonical_dtype`), one value one string: floats' ``-0.0`` is
+    written as ``0.0`` (Polars' equality, and every other mechanism here, has them equal)."""
+    column = pl.col(item)
+    if dtype.is_float():
+        column = pl.when(column == 0).then(pl.lit(0.0, dtype)).otherwise(column)
+    return column.cast(_canonical_dtype(dtype))
+
+
+def _canonical_user(user: str, dtype: pl.DataType) -> pl.Expr:
+    """The user as it enters OpenDP: integers as Int64, strings as they are, any other dtype as its dense
+    rank, i.e. by Polars' equality (a cast to String would split ``0.0`` and ``-0.0`` into two users). The
+    rank depends on other users but only relabels them: OpenDP's plan uses the user as a group only."""
+    if dtype.is_integer() or dtype == pl.Boolean:
+        return pl.col(user).cast(pl.Int64)
+    if dtype == pl.String:
+        return pl.col(user)
+    return pl.col(user).rank("dense").cast(pl.Int64)
+
+
+def _key_release_input(
+    frame: pl.DataFrame | pl.LazyFrame, space: _Space, user: str, item: str
+) -> tuple[pl.DataType, pl.LazyFrame]:
+    """The data's item dtype (to cast the released items back) and the frame OpenDP's plan reads.
+
+    Columns ``user``, ``item`` (canonical dtypes) and the item's keyed hash ``_KEY`` under a fresh secret seed
+    (a row-wise map: stable).
+    """
+    lf = _prepare_frame(frame, space)
+    schema = lf.collect_schema()
+    return schema[space.item], lf.select(
+        _canonical_user(space.user, schema[space.user]).alias(user),
+        _canonical_item(space.item, schema[space.item]).alias(item),
+    ).with_columns(pl.col(item).hash(*_seeds()).alias(_KEY))
 
 
 def _key_release_plan(
@@ -799,8 +838,10 @@ def make_opendp_key_release(
     Notes
     -----
     The global scale and the (integer) threshold are the smallest that pass OpenDP's map at ``d_in = 1``
-    (bisection on the map). Data enter OpenDP through ``dp.lazyframe_domain``: the user and item columns are
-    cast to Int64 (integers) or String (anything else) first, and the item column is cast back on output.
+    (bisection on the map). Data enter OpenDP through ``dp.lazyframe_domain``: the item column is cast to Int64
+    (integers) or String (anything else, ``-0.0`` written as ``0.0``) and cast back on output; the user key
+    enters as Int64 (integers), String (strings) or its dense rank (any other dtype), so that two rows are one
+    user in OpenDP exactly when Polars finds their keys equal.
 
     Required features: ``contrib``, ``honest-but-curious``.
     """
@@ -835,19 +876,13 @@ def make_opendp_key_release(
     )
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lf = _prepare_frame(frame, space)
+        item_dtype, lf = _key_release_input(frame, space, user_name, item_name)
         schema = lf.collect_schema()
-        user_dtype, item_dtype = _canonical_dtype(schema[space.user]), _canonical_dtype(schema[space.item])
-        seeds = [secrets.randbits(64) for _ in range(4)]
-        lf = lf.select(
-            pl.col(space.user).cast(user_dtype).alias(user_name),
-            pl.col(space.item).cast(item_dtype).alias(item_name),
-        ).with_columns(pl.col(item_name).hash(*seeds).alias(_KEY))
-        released = measurement_for(user_dtype, item_dtype)(lf)
+        released = measurement_for(schema[user_name], schema[item_name])(lf)
         released = released.collect()  # OpenDP returns a OnceFrame: collect it exactly once
         return (
             released.select(
-                pl.col(item_name).cast(schema[space.item]).alias(space.item),
+                pl.col(item_name).cast(item_dtype).alias(space.item),
                 pl.col("len").cast(pl.Int64).alias("noisy_count"),
             ).sort(space.item)
         )

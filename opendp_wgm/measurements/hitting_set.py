@@ -55,7 +55,7 @@ from opendp_wgm.measurements._peeling import (
     _two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine, Noise
-from opendp_wgm.transformations import _check_candidates
+from opendp_wgm.transformations import _check_candidates, _check_candidates_dtype
 
 __all__ = [
     "HittingSetCalibration",
@@ -321,6 +321,7 @@ def make_user_peeling(
     scale = _check_positive("scale", scale)
     kind, delta = _peeling_kind(output_measure, delta, _USER_PEELING)
     space = _resolve_space(input_domain, input_metric, item)
+    _check_candidates_dtype(series, space)
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

@@ -167,11 +167,14 @@ def _wgm_function(
     *,
     passes: int = 1,
     engine: Engine = "auto",
+    prepared: bool = False,
 ):
+    """The WGM's release; with ``prepared``, on a frame that already went through :func:`_prepare_frame`
+    (which must not run twice: it evaluates the identifier expression into the user-key column)."""
+
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        histogram = _lattice_histogram(
-            _prepare_frame(frame, space), space, max_contributions, passes=passes, engine=engine
-        )
+        lf = frame if prepared else _prepare_frame(frame, space)
+        histogram = _lattice_histogram(lf, space, max_contributions, passes=passes, engine=engine)
         return _release_above_threshold(
             histogram, space.item, scale=scale, threshold=threshold, noise=noise
         )
