@@ -15,6 +15,7 @@ that lattice exactly; they differ from the idealised continuous formulas by one 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -91,7 +92,8 @@ def _release_probability_bound(weight: np.ndarray | float, scale: float, thresho
     released iff :math:`Z \ge F + 1 - w` with :math:`F = \lfloor T 2^k \rfloor`, hence the bound
     :math:`\bar\Phi((F 2^{-k} - w) / \sigma)`, capped at 1 where :math:`F < w`.
     """
-    gap = (_threshold_on_lattice(threshold) - np.asarray(weight, dtype=float)) / scale
+    with np.errstate(over="ignore"):  # a tiny σ sends the gap to ±inf: q = 0 or 1, as it should
+        gap = (_threshold_on_lattice(threshold) - np.asarray(weight, dtype=float)) / scale
     return np.where(gap >= 0, ndtr(-gap), 1.0)
 
 
@@ -151,13 +153,17 @@ def _threshold_delta(scale: float, threshold: float, max_contributions: int, d_i
 
 
 def analytic_gaussian_delta(epsilon: float, scale: float, sensitivity: float = 1.0) -> float:
-    r"""The exact privacy profile of the (continuous) Gaussian mechanism (Balle & Wang 2018, Thm 8).
+    r"""The exact privacy profile of the (continuous) Gaussian mechanism (Balle & Wang 2018, Thm 8), rounded up.
 
     .. math:: \delta(\varepsilon) = \Phi\Big(\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
               - e^{\varepsilon}\,\Phi\Big(-\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
 
-    The second term is evaluated as :math:`\exp(\varepsilon + \log\Phi(\cdot))`, so large ε does not
-    overflow (the reference's σ = 1 fallback at ε ≳ 710, REFERENCE_SPEC §2.1).
+    The two terms nearly cancel at large σ and small ε (in float64 the difference lost up to 2e-8 of its
+    value at ε = 1e-4, σ = 1e5, and no log-space rewriting removes that: the cancellation is in the
+    exponents). It is therefore evaluated in ``mpmath`` from the exact float inputs, at a precision raised
+    until at least 64 bits survive the cancellation, and rounded *up* to a float with an explicit bound on
+    the arbitrary-precision error (``docs/privacy.md`` §3, "Floating point in the maps"). Large ε cannot
+    overflow. Cost: ~0.2 ms.
 
     Parameters
     ----------
@@ -173,10 +179,41 @@ def analytic_gaussian_delta(epsilon: float, scale: float, sensitivity: float = 1
     sensitivity = _check_real("sensitivity", sensitivity, minimum=0.0)
     if sensitivity == 0.0:
         return 0.0
-    a = sensitivity / (2.0 * scale)
-    b = epsilon * scale / sensitivity
-    delta = math.exp(log_ndtr(a - b)) - math.exp(epsilon + log_ndtr(-a - b))
-    return min(1.0, max(0.0, delta) * _DELTA_INFLATION)
+    return _gaussian_delta_up(epsilon, scale, sensitivity)
+
+
+#: Beyond this |argument| the normal cdf is 0 or 1 to far more than float precision (and mpmath's erfc fails).
+_HUGE_ARGUMENT = 1e100
+
+
+@lru_cache(maxsize=4096)
+def _gaussian_delta_up(epsilon: float, scale: float, sensitivity: float) -> float:
+    """:func:`analytic_gaussian_delta` on checked inputs: an upper bound within 2^-50 relative of the value."""
+    from mpmath import MPContext
+    from mpmath.libmp import round_ceiling, to_float
+
+    ctx = MPContext()  # private context: no global mpmath state
+    prec = 128
+    while True:
+        ctx.prec = prec
+        eps, sigma, sens = ctx.mpf(epsilon), ctx.mpf(scale), ctx.mpf(sensitivity)  # exact: floats are dyadic
+        a, b = sens / (2 * sigma), eps * sigma / sens
+        # mpmath's erfc fails on arguments beyond ~1e150; there δ ≤ Φ(a - b) decides (all three are sound)
+        if a - b > _HUGE_ARGUMENT:
+            return 1.0
+        if a - b < -_HUGE_ARGUMENT:
+            return math.ulp(0.0)  # δ ≤ Φ(a - b) < 2^-1074
+        head = ctx.ncdf(a - b)
+        if a + b > _HUGE_ARGUMENT:
+            return min(1.0, to_float(head._mpf_, rnd=round_ceiling))
+        delta = head - ctx.exp(eps) * ctx.ncdf(-a - b)
+        # each term carries a relative error far below 2^-(prec-8), and the second is at most the first
+        error = head * ctx.ldexp(1, 8 - prec)
+        if delta > 0 and error <= delta * ctx.ldexp(1, -56):
+            return min(1.0, to_float((delta + error)._mpf_, rnd=round_ceiling))
+        if prec >= 1 << 14:  # more than ~4900 bits cancelled: keep the first term, itself an upper bound
+            return min(1.0, to_float(head._mpf_, rnd=round_ceiling))
+        prec *= 2
 
 
 def wgm_rho(d_in: int, scale: float) -> float:
@@ -188,7 +225,16 @@ def wgm_rho(d_in: int, scale: float) -> float:
     """
     d_in = _check_d_in(d_in)
     scale = _check_positive("scale", scale)
-    return d_in**2 / (2.0 * scale**2)
+    return _over_squared_scale(d_in**2 / 2.0, scale)
+
+
+def _over_squared_scale(numerator: float, scale: float) -> float:
+    """``numerator / scale**2`` for ``numerator >= 0``, and ∞ when σ² underflows below the normal floats
+    (σ < 1.5e-154: the quotient exceeds 1e308 anyway), instead of a ZeroDivisionError or a subnormal."""
+    square = scale * scale
+    if square < sys.float_info.min:
+        return math.inf if numerator > 0 else 0.0
+    return numerator / square  # overflows to inf, soundly
 
 
 def _lattice_epsilon_slack(d_in: int, scale: float, max_contributions: int) -> float:
@@ -198,7 +244,7 @@ def _lattice_epsilon_slack(d_in: int, scale: float, max_contributions: int) -> f
     :math:`\langle v, Z\rangle/\sigma_{lat}^2 + \|v\|_2^2/(2\sigma_{lat}^2)` is dominated by the continuous one
     shifted by :math:`2\|v\|_1/\sigma_{lat}^2 \le 2 d_{in}\sqrt{\Delta_0}\,/(\sigma^2 2^k)`.
     """
-    return 2.0 * d_in * math.sqrt(max_contributions) / (scale**2 * 2.0**LATTICE_BITS)
+    return _over_squared_scale(2.0 * d_in * math.sqrt(max_contributions) * _LATTICE_UNIT, scale)
 
 
 def wgm_privacy_loss(
@@ -446,7 +492,10 @@ def _peeling_loss_up(formula, d_in: int, k: int, scale: float) -> float:
         return 0.0
     if scale == 0.0:
         return math.inf
-    return formula(d_in, k, scale) * _LOSS_INFLATION
+    try:
+        return formula(d_in, k, scale) * _LOSS_INFLATION
+    except OverflowError:  # (d/s)**2 beyond the floats at tiny s: the loss is above 1.8e308
+        return math.inf
 
 
 def peeling_approx_epsilon(d_in: int, *, k: int, scale: float, delta: float) -> float:

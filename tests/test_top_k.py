@@ -526,3 +526,16 @@ def test_steam_200k_wgm_top_k_beats_limited_domain(shared_data) -> None:
     ours = np.mean([wgm.metrics.top_k_missing_mass(data, m(data), 100) for _ in range(2)])
     theirs = wgm.metrics.top_k_missing_mass(data, ld(data), 100)
     assert ours <= 0.03 and ours < theirs
+
+
+def test_peeling_maps_at_underflowing_scale() -> None:
+    """(d/s)² beyond the floats: the exact and the float accounting both report ∞ instead of raising."""
+    from opendp_wgm.measurements.hitting_set import make_user_peeling
+    from opendp_wgm.measurements.top_k import make_peeling_top_k
+
+    space = wgm.user_items_space()
+    assert make_peeling_top_k(*space, candidates=["a", "b"], k=2, scale=1e-200).map(1)[0] == math.inf
+    assert make_user_peeling(*space, candidates=["a", "b"], k=2, scale=1e-200).map(1)[0] == math.inf
+    approx = dp.approximate(dp.max_divergence())
+    m = make_user_peeling(*space, candidates=["a", "b"], k=2, scale=5e-324, output_measure=approx, delta=1e-6)
+    assert m.map(1)[0] == math.inf

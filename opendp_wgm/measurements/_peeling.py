@@ -149,8 +149,11 @@ def _peeling_kind(
 
 
 def _float_up(value: Fraction) -> float:
-    """The smallest float >= an exact rational."""
-    out = float(value)
+    """The smallest float >= an exact rational (∞ above the largest float)."""
+    try:
+        out = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
     if Fraction(out) < value:
         out = math.nextafter(out, math.inf)
     return out
@@ -158,7 +161,7 @@ def _float_up(value: Fraction) -> float:
 
 def _add_up(a: float, b: float, accounting: _Accounting) -> float:
     """a + b rounded toward +inf: exactly (OpenDP's compositors add the same way), or one ulp above the float sum."""
-    if accounting.exact:
+    if accounting.exact and math.isfinite(a) and math.isfinite(b):
         return _float_up(Fraction(a) + Fraction(b))
     total = a + b
     return math.nextafter(total, math.inf) if total != 0.0 and math.isfinite(total) else total
