@@ -55,7 +55,7 @@ from opendp_wgm.measurements._peeling import (
     _two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine, Noise
-from opendp_wgm.transformations import _check_candidates
+from opendp_wgm.transformations import _cast_candidates, _check_candidates, _check_candidates_for
 
 __all__ = [
     "HittingSetCalibration",
@@ -143,8 +143,8 @@ def _coverage(
     if candidates is None:
         items = lf.select(item).unique().sort(item).collect().get_column(item)
     else:
-        # cast the public list to the data's dtype (never the data to the list's): a mismatch is a schema error
-        items = candidates.cast(item_dtype, strict=True).rename(item)
+        # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
+        items = _cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
         return _Coverage(np.zeros(0, np.int64), np.zeros(0, np.int64), 0), items
     keys = pl.LazyFrame({item: items}).with_row_index(_CODE)
@@ -250,8 +250,10 @@ def make_user_peeling(
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
         ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
     candidates
-        The public candidate items (distinct, no nulls), e.g. a WGM release. Cast to the data's item dtype
-        when the measurement runs. If empty, the release is empty and costs nothing.
+        The public candidate items (distinct, no nulls), e.g. a WGM release. Cast exactly to the item
+        column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else at release before any
+        noise is drawn): a cast that changes a candidate or merges two raises. If empty, the release is empty
+        and costs nothing.
     k
         Number of rounds, ≥ 1.
     scale
@@ -321,6 +323,7 @@ def make_user_peeling(
     scale = _check_positive("scale", scale)
     kind, delta = _peeling_kind(output_measure, delta, _USER_PEELING)
     space = _resolve_space(input_domain, input_metric, item)
+    series = _check_candidates_for(series, input_domain, space)
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
