@@ -29,7 +29,13 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability, _check_real
-from opendp_wgm.accounting import WGMCalibration, peeling_approx_epsilon, peeling_pure_epsilon, peeling_rho
+from opendp_wgm.accounting import (
+    WGMCalibration,
+    _check_max_contributions,
+    peeling_approx_epsilon,
+    peeling_pure_epsilon,
+    peeling_rho,
+)
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.measurements.wgm import (
     Engine,
@@ -294,7 +300,7 @@ def _make_wgm_then_peeling(
     keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     wgm_scale = _check_positive("wgm_scale", wgm_scale)
     wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
     peel_scale = _check_positive("peel_scale", peel_scale)

@@ -36,8 +36,11 @@ from opendp_wgm._selection import noisy_max
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
     WGMCalibration,
+    _BudgetTooSmall,
     _check_epsilon_or_rho,
+    _check_max_contributions,
     _prepare_budget,
+    _restated,
     _smallest_passing,
     calibrate_wgm,
     wgm_privacy_loss,
@@ -620,16 +623,19 @@ def calibrate_wgm_hitting_set(
     (7.661, 0.02004)
     """
     k = _check_int("k", k, minimum=1)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     split = _check_probability("split", split)
     epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
     if epsilon is not None:
-        wgm = calibrate_wgm(
-            max_contributions=max_contributions,
-            epsilon=split * epsilon,
-            delta=split * delta,
-            noise_delta_fraction=noise_delta_fraction,
-        )
+        try:
+            wgm = calibrate_wgm(
+                max_contributions=max_contributions,
+                epsilon=split * epsilon,
+                delta=split * delta,
+                noise_delta_fraction=noise_delta_fraction,
+            )
+        except _BudgetTooSmall as error:
+            raise _restated(error, epsilon, split, f"`delta` = {delta!r} and `split` = {split!r}") from None
         wgm_loss = wgm_privacy_loss(
             1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions, epsilon=wgm.epsilon
         )
@@ -639,7 +645,10 @@ def calibrate_wgm_hitting_set(
         kind: _PeelingKind = "approx_dp"
         budget = (epsilon, delta)
     else:
-        wgm = calibrate_wgm(max_contributions=max_contributions, rho=split * rho, delta=delta)
+        try:
+            wgm = calibrate_wgm(max_contributions=max_contributions, rho=split * rho, delta=delta)
+        except _BudgetTooSmall as error:
+            raise _restated(error, rho, split, f"`split` = {split!r}") from None
         wgm_loss = wgm_privacy_loss(1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions)
         peel_delta = 0.0
         kind = "approx_zcdp"

@@ -30,6 +30,7 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._selection import _METHODS, SelectionMethod, noisy_top_k
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
+    _check_max_contributions,
     calibrate_wgm_top_k,
     limited_domain_epsilon,
     limited_domain_local_epsilon,
@@ -500,7 +501,7 @@ def make_limited_domain_top_k(
         msg = f"`k` ({k}) must be <= `k_bar` ({k_bar}): the limited domain holds k_bar items"
         raise ValueError(msg)
     if max_contributions is not None:
-        max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+        max_contributions = _check_max_contributions(max_contributions)
     epsilon = _check_positive("epsilon", epsilon)
     delta = _check_probability("delta", delta)
     method = _check_method(method)
