@@ -222,7 +222,7 @@ def make_wgm(
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
         ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
     max_contributions
-        Δ0 ≥ 1: each user keeps a uniform random subset of at most this many distinct items.
+        Δ0 in [1, 2^20]: each user keeps a uniform random subset of at most this many distinct items.
     scale
         σ, the standard deviation of the Gaussian noise on each item's weight, in (0, 2^20]
         (at least 2^-20 under the (ε, δ) measure).
@@ -241,7 +241,7 @@ def make_wgm(
     passes
         Process the users in this many disjoint hash buckets, one lazy plan each, and add up the
         histograms: the same release, with peak memory about 1/``passes`` of one pass (for inputs larger
-        than memory, e.g. ``pl.scan_parquet``; ``docs/engines.md``).
+        than memory, e.g. ``pl.scan_parquet``; ``docs/engines.md``). At most 1024: each pass re-scans the input.
     engine
         Polars engine that collects each pass: ``"auto"``, ``"in-memory"`` or ``"streaming"``.
 
