@@ -13,13 +13,15 @@ from typing import Any
 __all__: list[str] = []
 
 
-def _check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
-    """Return ``value`` as an ``int`` if it is an integer (not a bool) ``>= minimum``."""
+def _check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` if it is an integer (not a bool) in ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         bound = f" >= {minimum}" if minimum is not None else ""
         raise TypeError(f"`{name}` must be an integer{bound} (found {value!r})")
     if minimum is not None and value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum} (found {value!r})")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"`{name}` must be an integer <= {maximum} (found {value!r})")
     return int(value)
 
 

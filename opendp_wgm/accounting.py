@@ -15,6 +15,7 @@ that lattice exactly; they differ from the idealised continuous formulas by one 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -46,6 +47,25 @@ __all__ = [
 LATTICE_BITS = 20
 _LATTICE_UNIT = 2.0**-LATTICE_BITS
 
+#: Largest Δ0 (``max_contributions``) of the WGM's maps and release: 2^20. Beyond 2^(2k) = 2^40 a user's
+#: weight floor(2^k/√t) would reach 0; 2^20 keeps every weight ≥ 2^10 lattice steps, the per-Δ0 arrays at
+#: 8 MB and every calibration under a few seconds (``docs/privacy.md`` §3, "Cost of the maps").
+MAX_CONTRIBUTIONS = 2**LATTICE_BITS
+
+#: Largest noise scale σ of the WGM: 2^k, so that σ in lattice units stays within the sampler's exact range
+#: (0, 2^40] (``docs/noise.md`` §1).
+MAX_SCALE = 2.0**LATTICE_BITS
+
+#: Up to this Δ0 the maximum over t of δ_T is taken over every t; above it, over geometric blocks of t
+#: (a sound upper bound, ``docs/privacy.md`` §3).
+_EXACT_MAX_T = 2**12
+_BLOCK_RATIO = 1.0 + 2.0**-12
+
+
+def _check_max_contributions(max_contributions: object) -> int:
+    """Δ0: an integer in [1, :data:`MAX_CONTRIBUTIONS`]."""
+    return _check_int("max_contributions", max_contributions, minimum=1, maximum=MAX_CONTRIBUTIONS)
+
 # Relative inflation of every float-evaluated delta. scipy's ndtr / log_ndtr are accurate to a few ulp
 # (~1e-15 relative); 1e-12 covers them with a factor >100 and changes no threshold visibly.
 _DELTA_INFLATION = 1.0 + 1e-12
@@ -64,18 +84,29 @@ def lattice_weights(max_contributions: int) -> np.ndarray:
     numpy.ndarray
         int64 array whose entry ``t - 1`` is :math:`w_{\mathrm{lat}}(t)`.
     """
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     return _lattice_weights(max_contributions)
 
 
 @lru_cache(maxsize=64)
 def _lattice_weights(max_contributions: int) -> np.ndarray:
-    four_k = 1 << (2 * LATTICE_BITS)
-    weights = np.array(
-        [math.isqrt(four_k // t) for t in range(1, max_contributions + 1)], dtype=np.int64
-    )
+    max_contributions = _check_max_contributions(max_contributions)  # also guards the histogram's callers
+    weights = _weights_at(np.arange(1, max_contributions + 1, dtype=np.int64))
     weights.setflags(write=False)
     return weights
+
+
+def _weights_at(t: np.ndarray) -> np.ndarray:
+    r"""``isqrt(4^k // t)`` for an int64 array ``t`` of values in [1, 2^40], vectorised and exact.
+
+    The float square root is within one of the answer; the two integer corrections make it exact:
+    the result w is the unique integer with :math:`t w^2 \le 4^k < t (w+1)^2` (all products < 2^62).
+    """
+    four_k = np.int64(1) << np.int64(2 * LATTICE_BITS)
+    w = np.floor(np.sqrt(four_k / t.astype(float))).astype(np.int64)
+    w -= (t * w * w > four_k).astype(np.int64)
+    w += (t * (w + 1) * (w + 1) <= four_k).astype(np.int64)
+    return w
 
 
 def _threshold_on_lattice(threshold: float) -> float:
@@ -91,7 +122,8 @@ def _release_probability_bound(weight: np.ndarray | float, scale: float, thresho
     released iff :math:`Z \ge F + 1 - w` with :math:`F = \lfloor T 2^k \rfloor`, hence the bound
     :math:`\bar\Phi((F 2^{-k} - w) / \sigma)`, capped at 1 where :math:`F < w`.
     """
-    gap = (_threshold_on_lattice(threshold) - np.asarray(weight, dtype=float)) / scale
+    with np.errstate(over="ignore"):  # a tiny σ sends the gap to ±inf: q = 0 or 1, as it should
+        gap = (_threshold_on_lattice(threshold) - np.asarray(weight, dtype=float)) / scale
     return np.where(gap >= 0, ndtr(-gap), 1.0)
 
 
@@ -125,7 +157,7 @@ def wgm_threshold_delta(
     """
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     d_in = _check_d_in(d_in)
     return _threshold_delta(scale, threshold, max_contributions, d_in)
 
@@ -135,11 +167,13 @@ def _threshold_delta(scale: float, threshold: float, max_contributions: int, d_i
     if d_in == 0:
         return 0.0
     if d_in == 1:
-        t = np.arange(1, max_contributions + 1, dtype=float)
-        q = _release_probability_bound(_lattice_weights(max_contributions) * _LATTICE_UNIT, scale, threshold)
+        first, last = _t_blocks(max_contributions)
+        # block [first, last]: w(t) is nonincreasing in t and 1 - (1 - q)^t increases in q and t, so
+        # 1 - (1 - q(w(first)))^last bounds every t of the block (exact where first == last)
+        q = _release_probability_bound(_weights_at(first) * _LATTICE_UNIT, scale, threshold)
         # 1 - (1 - q)^t without cancellation
         with np.errstate(divide="ignore"):  # q = 1 gives log1p(-1) = -inf, hence delta = 1
-            delta = float(np.max(-np.expm1(t * np.log1p(-np.minimum(q, 1.0)))))
+            delta = float(np.max(-np.expm1(last * np.log1p(-np.minimum(q, 1.0)))))
     else:
         k, n_items = float(d_in), d_in * max_contributions
         q0, qk = (float(q) for q in _release_probability_bound(np.array([0.0, k]), scale, threshold))
@@ -150,14 +184,36 @@ def _threshold_delta(scale: float, threshold: float, max_contributions: int, d_i
     return min(1.0, delta * _DELTA_INFLATION)
 
 
+@lru_cache(maxsize=64)
+def _t_blocks(max_contributions: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and last t of the blocks covering 1..Δ0: singletons up to 2^12, then geometric blocks of ratio
+    1 + 2^-12 (about 4100·ln(Δ0/2^12) blocks: 23,000 at Δ0 = 2^20)."""
+    exact = np.arange(1, min(max_contributions, _EXACT_MAX_T) + 1, dtype=np.int64)
+    if max_contributions <= _EXACT_MAX_T:
+        first = last = exact
+    else:
+        n_blocks = math.ceil(math.log(max_contributions / _EXACT_MAX_T) / math.log(_BLOCK_RATIO))
+        edges = np.unique(np.floor(_EXACT_MAX_T * _BLOCK_RATIO ** np.arange(n_blocks + 1)).astype(np.int64))
+        edges = np.append(edges[edges < max_contributions], max_contributions)
+        first = np.concatenate([exact, edges[:-1] + 1])  # blocks (edges[i], edges[i + 1]]
+        last = np.concatenate([exact, edges[1:]])
+    for array in (first, last):
+        array.setflags(write=False)
+    return first, last
+
+
 def analytic_gaussian_delta(epsilon: float, scale: float, sensitivity: float = 1.0) -> float:
-    r"""The exact privacy profile of the (continuous) Gaussian mechanism (Balle & Wang 2018, Thm 8).
+    r"""The exact privacy profile of the (continuous) Gaussian mechanism (Balle & Wang 2018, Thm 8), rounded up.
 
     .. math:: \delta(\varepsilon) = \Phi\Big(\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
               - e^{\varepsilon}\,\Phi\Big(-\frac{\Delta}{2\sigma} - \frac{\varepsilon\sigma}{\Delta}\Big)
 
-    The second term is evaluated as :math:`\exp(\varepsilon + \log\Phi(\cdot))`, so large ε does not
-    overflow (the reference's σ = 1 fallback at ε ≳ 710, REFERENCE_SPEC §2.1).
+    The two terms nearly cancel at large σ and small ε (in float64 the difference lost up to 2e-8 of its
+    value at ε = 1e-4, σ = 1e5, and no log-space rewriting removes that: the cancellation is in the
+    exponents). It is therefore evaluated in ``mpmath`` from the exact float inputs, at a precision raised
+    until at least 64 bits survive the cancellation, and rounded *up* to a float with an explicit bound on
+    the arbitrary-precision error (``docs/privacy.md`` §3, "Floating point in the maps"). Large ε cannot
+    overflow. Cost: ~0.2 ms.
 
     Parameters
     ----------
@@ -173,10 +229,41 @@ def analytic_gaussian_delta(epsilon: float, scale: float, sensitivity: float = 1
     sensitivity = _check_real("sensitivity", sensitivity, minimum=0.0)
     if sensitivity == 0.0:
         return 0.0
-    a = sensitivity / (2.0 * scale)
-    b = epsilon * scale / sensitivity
-    delta = math.exp(log_ndtr(a - b)) - math.exp(epsilon + log_ndtr(-a - b))
-    return min(1.0, max(0.0, delta) * _DELTA_INFLATION)
+    return _gaussian_delta_up(epsilon, scale, sensitivity)
+
+
+#: Beyond this |argument| the normal cdf is 0 or 1 to far more than float precision (and mpmath's erfc fails).
+_HUGE_ARGUMENT = 1e100
+
+
+@lru_cache(maxsize=4096)
+def _gaussian_delta_up(epsilon: float, scale: float, sensitivity: float) -> float:
+    """:func:`analytic_gaussian_delta` on checked inputs: an upper bound within 2^-50 relative of the value."""
+    from mpmath import MPContext
+    from mpmath.libmp import round_ceiling, to_float
+
+    ctx = MPContext()  # private context: no global mpmath state
+    prec = 128
+    while True:
+        ctx.prec = prec
+        eps, sigma, sens = ctx.mpf(epsilon), ctx.mpf(scale), ctx.mpf(sensitivity)  # exact: floats are dyadic
+        a, b = sens / (2 * sigma), eps * sigma / sens
+        # mpmath's erfc fails on arguments beyond ~1e150; there δ ≤ Φ(a - b) decides (all three are sound)
+        if a - b > _HUGE_ARGUMENT:
+            return 1.0
+        if a - b < -_HUGE_ARGUMENT:
+            return math.ulp(0.0)  # δ ≤ Φ(a - b) < 2^-1074
+        head = ctx.ncdf(a - b)
+        if a + b > _HUGE_ARGUMENT:
+            return min(1.0, to_float(head._mpf_, rnd=round_ceiling))
+        delta = head - ctx.exp(eps) * ctx.ncdf(-a - b)
+        # each term carries a relative error far below 2^-(prec-8), and the second is at most the first
+        error = head * ctx.ldexp(1, 8 - prec)
+        if delta > 0 and error <= delta * ctx.ldexp(1, -56):
+            return min(1.0, to_float((delta + error)._mpf_, rnd=round_ceiling))
+        if prec >= 1 << 14:  # more than ~4900 bits cancelled: keep the first term, itself an upper bound
+            return min(1.0, to_float(head._mpf_, rnd=round_ceiling))
+        prec *= 2
 
 
 def wgm_rho(d_in: int, scale: float) -> float:
@@ -188,7 +275,16 @@ def wgm_rho(d_in: int, scale: float) -> float:
     """
     d_in = _check_d_in(d_in)
     scale = _check_positive("scale", scale)
-    return d_in**2 / (2.0 * scale**2)
+    return _over_squared_scale(d_in**2 / 2.0, scale)
+
+
+def _over_squared_scale(numerator: float, scale: float) -> float:
+    """``numerator / scale**2`` for ``numerator >= 0``, and ∞ when σ² underflows below the normal floats
+    (σ < 1.5e-154: the quotient exceeds 1e308 anyway), instead of a ZeroDivisionError or a subnormal."""
+    square = scale * scale
+    if square < sys.float_info.min:
+        return math.inf if numerator > 0 else 0.0
+    return numerator / square  # overflows to inf, soundly
 
 
 def _lattice_epsilon_slack(d_in: int, scale: float, max_contributions: int) -> float:
@@ -198,7 +294,7 @@ def _lattice_epsilon_slack(d_in: int, scale: float, max_contributions: int) -> f
     :math:`\langle v, Z\rangle/\sigma_{lat}^2 + \|v\|_2^2/(2\sigma_{lat}^2)` is dominated by the continuous one
     shifted by :math:`2\|v\|_1/\sigma_{lat}^2 \le 2 d_{in}\sqrt{\Delta_0}\,/(\sigma^2 2^k)`.
     """
-    return 2.0 * d_in * math.sqrt(max_contributions) / (scale**2 * 2.0**LATTICE_BITS)
+    return _over_squared_scale(2.0 * d_in * math.sqrt(max_contributions) * _LATTICE_UNIT, scale)
 
 
 def wgm_privacy_loss(
@@ -223,7 +319,7 @@ def wgm_privacy_loss(
     d_in = _check_d_in(d_in)
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     delta_t = _threshold_delta(scale, threshold, max_contributions, d_in)
     if epsilon is None:
         return wgm_rho(d_in, scale), delta_t
@@ -280,6 +376,44 @@ def _prepare_budget(
     return None, _check_positive("rho", rho), delta
 
 
+class _BudgetTooSmall(ValueError):
+    """A budget whose noise scale would exceed :data:`MAX_SCALE`, with the smallest ε or ρ that fits.
+
+    Two-stage calibrations catch it and restate the bound for the total budget the user gave
+    (:func:`_restated`).
+    """
+
+    def __init__(self, name: str, value: float, minimum: float, context: str) -> None:
+        self.name, self.value, self.minimum = name, value, minimum
+        super().__init__(_too_small_message(name, value, minimum, context))
+
+
+def _too_small_message(name: str, value: float, minimum: float, context: str) -> str:
+    from decimal import Decimal
+
+    exponent = math.floor(math.log10(minimum)) - 2  # three significant digits, rounded up
+    shown = float(Decimal(math.ceil(minimum / 10.0**exponent)).scaleb(exponent))
+    return (
+        f"`{name}` must be >= {shown:.3g} at {context} (found {value!r}): a smaller budget needs a noise scale "
+        f"above the WGM's limit 2**{LATTICE_BITS}"
+    )
+
+
+def _restated(error: _BudgetTooSmall, total: float, split: float, context: str) -> ValueError:
+    """``error`` (raised for a stage given ``split`` of the budget) in terms of the ``total`` the user gave."""
+    return ValueError(_too_small_message(error.name, total, error.minimum / split, context))
+
+
+def _check_scale_fits(scale: float, epsilon: float | None, rho: float | None, delta: float, fraction: float) -> None:
+    """Raise :class:`_BudgetTooSmall`, in terms of the budget, when the calibrated σ exceeds :data:`MAX_SCALE`."""
+    if scale <= MAX_SCALE:
+        return
+    if epsilon is not None:
+        minimum = _smallest_passing(lambda e: analytic_gaussian_delta(e, MAX_SCALE) <= fraction * delta, 0.0)
+        raise _BudgetTooSmall("epsilon", epsilon, minimum, f"`delta` = {delta!r}")
+    raise _BudgetTooSmall("rho", rho, wgm_rho(1, MAX_SCALE), "any `delta`")
+
+
 def _smallest_passing(predicate, lower: float) -> float:
     """Smallest x >= lower with predicate(x) True, for a predicate monotone increasing in x."""
     import opendp.prelude as dp
@@ -323,7 +457,7 @@ def calibrate_wgm(
     noise_delta_fraction
         Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
     """
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
 
@@ -331,11 +465,14 @@ def calibrate_wgm(
         scale = _smallest_passing(
             lambda s: analytic_gaussian_delta(epsilon, s) <= fraction * delta, 1e-12
         )
+        _check_scale_fits(scale, epsilon, rho, delta, fraction)
+        scale = max(scale, 1.0 / MAX_SCALE)  # the (ε, δ) map needs a lattice step of noise; more only helps
         noise_delta = analytic_gaussian_delta(
             max(0.0, epsilon - _lattice_epsilon_slack(1, scale, max_contributions)), scale
         )
     else:
         scale = _smallest_passing(lambda s: wgm_rho(1, s) <= rho, 1e-12)
+        _check_scale_fits(scale, epsilon, rho, delta, fraction)
         noise_delta = 0.0
     threshold_budget = delta - noise_delta
     threshold = _smallest_passing(
@@ -363,7 +500,7 @@ def rho_to_epsilon(rho: float, delta: float) -> float:
 
     .. math:: \varepsilon = \rho + 2\sqrt{\rho \ln(1/\delta)}
 
-    This is the conversion the reference uses for peeling (REFERENCE_SPEC §2.4); OpenDP's own
+    This is the conversion the paper's reference implementation uses for peeling; OpenDP's own
     ``make_zCDP_to_approxDP`` is tighter.
     """
     rho = _check_real("rho", rho, minimum=0.0)
@@ -375,7 +512,7 @@ def peeling_epsilon(epsilon: float, delta: float, k: int) -> float:
     r"""Per-step ε' of ``k`` adaptive ε'-bounded-range exponential-mechanism steps that are (ε, δ)-DP.
 
     Each step is ε'-BR, hence :math:`\varepsilon'^2/8`-zCDP; ``k`` steps compose to :math:`k\varepsilon'^2/8`,
-    converted with :func:`rho_to_epsilon`. Solving for ε' (REFERENCE_SPEC §2.4, ``em_epsilon_cdp``):
+    converted with :func:`rho_to_epsilon`. Solving for ε' (the reference implementation's ``em_epsilon_cdp``):
 
     .. math:: \varepsilon' = \max\Big(\frac{\varepsilon}{k},\
               \sqrt{\tfrac{8\ln(1/\delta) + 8\varepsilon}{k}} - \sqrt{\tfrac{8\ln(1/\delta)}{k}}\Big)
@@ -446,7 +583,10 @@ def _peeling_loss_up(formula, d_in: int, k: int, scale: float) -> float:
         return 0.0
     if scale == 0.0:
         return math.inf
-    return formula(d_in, k, scale) * _LOSS_INFLATION
+    try:
+        return formula(d_in, k, scale) * _LOSS_INFLATION
+    except OverflowError:  # (d/s)**2 beyond the floats at tiny s: the loss is above 1.8e308
+        return math.inf
 
 
 def peeling_approx_epsilon(d_in: int, *, k: int, scale: float, delta: float) -> float:
@@ -455,7 +595,7 @@ def peeling_approx_epsilon(d_in: int, *, k: int, scale: float, delta: float) -> 
     .. math:: \varepsilon(\delta) = \min\big(k\,d_{in}/s,\ \rho + 2\sqrt{\rho\ln(1/\delta)}\big),
               \qquad \rho = \frac{k\,d_{in}^2}{8 s^2}
 
-    i.e. the better of basic composition and the zCDP conversion used by REFERENCE_SPEC §2.4: with
+    i.e. the better of basic composition and the zCDP conversion of :func:`peeling_epsilon`: with
     :math:`s = 1/\varepsilon'` and ε' = :func:`peeling_epsilon` (ε, δ, k) this returns at most ε.
     Rounded up.
     """
@@ -470,7 +610,7 @@ def peeling_approx_epsilon(d_in: int, *, k: int, scale: float, delta: float) -> 
 
 
 def limited_domain_epsilon(local_epsilon: float, delta: float, k: int) -> float:
-    r"""Total ε of ``k`` ε'-DP, ε'-bounded-range selections at slack δ (Durfee & Rogers 2019; REFERENCE_SPEC §7.2).
+    r"""Total ε of ``k`` ε'-DP, ε'-bounded-range selections at slack δ (Durfee & Rogers 2019, arXiv 1905.04273).
 
     .. math::
         E(\varepsilon') = \min\Big\{k\varepsilon',\
@@ -502,7 +642,8 @@ def limited_domain_epsilon(local_epsilon: float, delta: float, k: int) -> float:
 
 
 def _increasing_bisection(function, target: float, tol: float) -> float:
-    """REFERENCE_SPEC §1, increasing variant: the largest v with f(v) < target, erring low (returns lo)."""
+    """Bisection for an increasing f: the largest v with f(v) < target, erring low (returns lo), as the paper's
+    reference implementation does."""
     lo, hi = 0.0, 1.0
     while function(hi) < target:
         lo, hi = hi, 2.0 * hi
@@ -521,7 +662,7 @@ def limited_domain_local_epsilon(epsilon: float, delta: float, k: int, *, tol: f
     r"""The per-selection ε' of limited-domain top-k: the largest ε' with :math:`E(\varepsilon') \le \varepsilon`.
 
     Found with the reference's increasing bisection on [0, 1] (doubling the bracket while needed), tolerance
-    ``tol``, returning the lower end, so the result is reproduced bit for bit (REFERENCE_SPEC §7.2, §12:
+    ``tol``, returning the lower end, so the reference implementation's result is reproduced bit for bit (
     ε = 1.1, δ' = 0.05, k = 10 gives 0.22107791900634766) and :math:`E(\varepsilon') < \varepsilon`.
 
     Parameters
@@ -562,7 +703,7 @@ def limited_domain_h_bottom(
 def _h_bottom_log_term(k_bar: int, max_contributions: int | None, delta: float, local_epsilon: float) -> float:
     k_bar = _check_int("k_bar", k_bar, minimum=1)
     if max_contributions is not None:
-        max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+        max_contributions = _check_max_contributions(max_contributions)
     delta = _check_probability("delta", delta)
     local_epsilon = _check_positive("local_epsilon", local_epsilon)
     width = k_bar if max_contributions is None else min(max_contributions, k_bar)
@@ -659,11 +800,11 @@ def calibrate_wgm_top_k(
 ) -> WGMTopKCalibration:
     r"""Calibrate WGM-then-top-k to a total per-user budget, split between its two stages.
 
-    - ``epsilon`` given, (ε, δ)-DP (the reference's accounting, REFERENCE_SPEC §7.3): stage 1 gets
+    - ``epsilon`` given, (ε, δ)-DP (the paper's accounting): stage 1 gets
       (split·ε, split·δ) and is :func:`calibrate_wgm` there (half of its δ to the noise, half to the
       threshold); stage 2 gets the rest, (ε₂, δ₂), and peels with :math:`s = 1/\varepsilon'`,
       ε' = :func:`peeling_epsilon` (ε₂, δ₂, k). At ε = 1, δ = 1e-5, Δ0 = 100, k = 100 and the default
-      split 1/2 this is σ = 7.6606, T = 41.86 and ε' = 0.020036, the reference's values.
+      split 1/2 this is σ = 7.6611, T = 41.86 and ε' = 0.020036.
     - ``rho`` given, approximate zCDP: stage 1 gets (split·ρ, δ) (the peeling needs no δ) and stage 2
       ρ₂ = (1 − split)·ρ, :math:`s = \sqrt{k/(8\rho_2)}`.
 
@@ -684,7 +825,7 @@ def calibrate_wgm_top_k(
         Share of the budget given to stage 1, in (0, 1); default 1/2 (the reference's split).
     """
     k = _check_int("k", k, minimum=1)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
     split = _check_probability("split", split)
     if epsilon is not None:
@@ -692,7 +833,10 @@ def calibrate_wgm_top_k(
         delta_1 = split * delta
         eps_2 = (epsilon - eps_1) * (1.0 - 1e-12)
         delta_2 = (delta - delta_1) * (1.0 - 1e-12)
-        wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta_1, epsilon=eps_1)
+        try:
+            wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta_1, epsilon=eps_1)
+        except _BudgetTooSmall as error:
+            raise _restated(error, epsilon, split, f"`delta` = {delta!r} and `split` = {split!r}") from None
         local = peeling_epsilon(eps_2, delta_2, k)
         scale = _smallest_scale(
             lambda s: peeling_approx_epsilon(1, k=k, scale=s, delta=delta_2) <= eps_2, 1.0 / local
@@ -703,7 +847,10 @@ def calibrate_wgm_top_k(
         )
     rho_1 = split * rho
     rho_2 = (rho - rho_1) * (1.0 - 1e-12)
-    wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta, rho=rho_1)
+    try:
+        wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta, rho=rho_1)
+    except _BudgetTooSmall as error:
+        raise _restated(error, rho, split, f"`split` = {split!r}") from None
     scale = _smallest_scale(
         lambda s: peeling_rho(1, k=k, scale=s) <= rho_2, math.sqrt(k / (8.0 * rho_2))
     )

@@ -238,19 +238,45 @@ def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Serie
     return series
 
 
-def _check_candidates_dtype(candidates: pl.Series, space: _Space) -> None:
-    """When the input domain states the item dtype, check at construction that the candidates cast to it
-    (strictly, as the release will), so that a mismatch is a ``ValueError`` here, not an error in a release."""
-    if space.item_dtype is None:
-        return
+_TEXT_DTYPES = (pl.String, pl.Categorical, pl.Enum)
+
+def _cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """The public candidates cast to the data's item dtype, exactly: every candidate must survive the cast and
+    the cast back unchanged, and stay distinct.
+
+    A lossy cast would let two candidates name one item (floats 1.2 and 1.7 on an Int64 column both become 1,
+    and that item would be released at two ranks) or compare a candidate with an item it is not ("07" and 7).
+    Text and numbers never match each other. Raises before any data is read or any noise drawn.
+    """
+    source = candidates.dtype
+    text_source, text_target = isinstance(source, _TEXT_DTYPES), isinstance(dtype, _TEXT_DTYPES)
+    if source != pl.Null and candidates.len() and (text_source != text_target):
+        msg = f"`candidates` must have the item column's type {dtype} (found {source})"
+        raise TypeError(msg)
     try:
-        candidates.cast(space.item_dtype, strict=True)
-    except (pl.exceptions.PolarsError, TypeError, ValueError) as err:
-        msg = (
-            f"`candidates` must cast to the item column's dtype {space.item_dtype} "
-            f"(found dtype {candidates.dtype}: {str(err).splitlines()[0]})"
-        )
-        raise ValueError(msg) from err
+        cast = candidates.cast(dtype, strict=True)
+        back = cast.cast(source, strict=True) if source != pl.Null else candidates
+    except pl.exceptions.PolarsError as error:
+        msg = f"`candidates` must be representable in the item column's type {dtype} (found {source}: {error})"
+        raise TypeError(msg) from None
+    changed = (back != candidates) | back.is_null()
+    if changed.any():
+        examples = candidates.filter(changed).head(3).to_list()
+        msg = f"`candidates` must be exactly representable in the item column's type {dtype} (found {examples})"
+        raise ValueError(msg)
+    if cast.is_duplicated().any():
+        examples = candidates.filter(cast.is_duplicated()).head(4).to_list()
+        msg = f"`candidates` must stay distinct in the item column's type {dtype} (found {examples})"
+        raise ValueError(msg)
+    return cast
+
+
+def _check_candidates_for(candidates: pl.Series, space: _Space) -> pl.Series:
+    """Check at construction that ``candidates`` cast exactly to the item dtype the input domain states (if it
+    states one: ``dp.lazyframe_domain``); the release checks again against the data's dtype
+    (:func:`_cast_candidates`)."""
+    dtype = space.item_dtype
+    return candidates if dtype is None else _cast_candidates(candidates, dtype).rename(candidates.name)
 
 
 def _candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> np.ndarray:
@@ -258,8 +284,8 @@ def _candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) ->
     if candidates.len() == 0:
         return np.zeros(0, dtype=np.int64)
     item_dtype = lf.collect_schema()[space.item]
-    # cast the public list to the data's dtype (never the data to the list's): a mismatch is a schema error
-    keys = pl.LazyFrame({space.item: candidates.cast(item_dtype, strict=True)}).with_row_index("_position")
+    # cast the public list to the data's dtype (never the data to the list's), exactly
+    keys = pl.LazyFrame({space.item: _cast_candidates(candidates, item_dtype)}).with_row_index("_position")
     wanted = pl.col(space.item).is_in(keys.collect()[space.item].implode())
     # filter first (pushed into a file scan), then distinct users per item: n_unique per group holds a hash set
     # per candidate, where a frame-wide unique() of the (user, item) rows took 4x the memory (3e7 rows: 5.6 GiB
@@ -285,7 +311,8 @@ def make_candidate_counts(
         ``dp.symmetric_id_distance``.
     candidates
         The public candidate items (distinct, no nulls), e.g. the items released by a WGM. They are cast to
-        the data's item dtype when the transformation runs.
+        the item column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else when the
+        transformation runs); a cast that changes a candidate or merges two raises an error.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
 
@@ -306,9 +333,8 @@ def make_candidate_counts(
     Required features: ``contrib``, ``honest-but-curious``.
     """
     _assert_features()
-    series = _check_candidates(candidates)
     space = _resolve_space(input_domain, input_metric, item)
-    _check_candidates_dtype(series, space)
+    series = _check_candidates_for(_check_candidates(candidates), space)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
         return _candidate_counts(_prepare_frame(frame, space), space, series).tolist()

@@ -36,7 +36,7 @@ import numbers
 from typing import Any
 
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.accounting import LATTICE_BITS, _check_max_contributions, calibrate_wgm, wgm_privacy_loss
 
 __all__ = [
     "INSTALL_HINT",
@@ -242,7 +242,7 @@ class WGMMeasurement(_UserItemsMeasurement):
         output_measure: Any = None,
     ) -> None:
         _require_tmlt()
-        max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+        max_contributions = _check_max_contributions(max_contributions)
         scale = _check_positive("scale", scale)
         threshold = _check_real("threshold", threshold)
         epsilon_float = _epsilon_down(epsilon)

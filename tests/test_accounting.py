@@ -247,3 +247,123 @@ def test_maps_reject_bad_input() -> None:
         wgm_threshold_delta(scale=0.0, threshold=1.0, max_contributions=1)
     with pytest.raises(TypeError, match="`max_contributions` must be an integer"):
         lattice_weights(True)
+
+
+# --- precision and range of the maps ------------------------------------------------------------------
+
+
+def _gaussian_delta_50_digits(epsilon: float, scale: float) -> float:
+    import mpmath
+
+    ctx = mpmath.MPContext()
+    ctx.dps = 60
+    eps, sigma = ctx.mpf(epsilon), ctx.mpf(scale)
+    a, b = 1 / (2 * sigma), eps * sigma
+    return ctx.ncdf(a - b) - ctx.exp(eps) * ctx.ncdf(-a - b)
+
+
+@pytest.mark.parametrize("epsilon", [1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0])
+def test_analytic_gaussian_delta_matches_high_precision(epsilon: float) -> None:
+    """Never below the 60-digit value, and within 2^-50 above it, including ε ≤ 0.01 with σ ≥ 1000, where the
+    float64 difference of the two terms under-reported δ by up to 2e-8 of its value."""
+    for scale in [0.1, 0.3, 1.0, 3.0, 10.0, 100.0, 1e3, 3e3, 1e4, 1e5]:
+        exact = _gaussian_delta_50_digits(epsilon, scale)
+        if exact < 1e-300:  # below the normal floats
+            continue
+        relative = float((analytic_gaussian_delta(epsilon, scale) - exact) / exact)
+        assert 0.0 <= relative <= 2.0**-50, (epsilon, scale, relative)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 5e-324])
+def test_maps_at_underflowing_scale(scale: float) -> None:
+    """σ² below the normal floats gives an infinite loss (a ZeroDivisionError / OverflowError before)."""
+    from opendp_wgm.accounting import _lattice_epsilon_slack, peeling_approx_epsilon, peeling_rho
+
+    assert wgm_rho(1, scale) == math.inf
+    assert _lattice_epsilon_slack(1, scale, 100) == math.inf
+    assert wgm_privacy_loss(1, scale=scale, threshold=2.0, max_contributions=10)[0] == math.inf
+    assert wgm_privacy_loss(1, scale=scale, threshold=0.5, max_contributions=10, epsilon=1.0) == (1.0, 1.0)
+    assert analytic_gaussian_delta(1.0, scale) == 1.0
+    assert peeling_rho(1, k=3, scale=scale) == math.inf
+    assert peeling_approx_epsilon(1, k=3, scale=scale, delta=1e-6) == math.inf
+
+
+@pytest.mark.parametrize("max_contributions", [2**20 + 1, 10**7, 10**12])
+def test_max_contributions_limit(max_contributions: int) -> None:
+    """Δ0 = 10^7 calibrated for ~100 s and 10^12 died with a MemoryError: now a clear error past 2^20."""
+    import opendp_wgm as wgm
+    from opendp_wgm.accounting import calibrate_wgm_top_k
+
+    dp.enable_features("contrib", "honest-but-curious")
+    match = rf"`max_contributions` must be an integer <= 1048576 \(found {max_contributions}\)"
+    with pytest.raises(ValueError, match=match):
+        calibrate_wgm(max_contributions=max_contributions, epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match=match):
+        calibrate_wgm_top_k(k=5, max_contributions=max_contributions, epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match=match):
+        wgm.make_wgm(*wgm.user_items_space(), max_contributions=max_contributions, scale=1.0, threshold=5.0)
+    with pytest.raises(ValueError, match=match):
+        wgm_threshold_delta(scale=1.0, threshold=5.0, max_contributions=max_contributions)
+
+
+def test_threshold_delta_blocks_bound_the_exact_maximum() -> None:
+    """Above Δ0 = 2^12 the max over t runs over geometric blocks: never below the max over every t, and within
+    1e-6 of it (relative); at Δ0 = 2^20 the map is one vectorised pass."""
+    from opendp_wgm.accounting import _weights_at
+
+    def every_t(scale: float, threshold: float, max_contributions: int) -> float:
+        t = np.arange(1, max_contributions + 1)
+        floor_t = math.floor(threshold / LATTICE) * LATTICE
+        gap = (floor_t - _weights_at(t) * LATTICE) / scale
+        q = np.where(gap >= 0, ndtr(-gap), 1.0)
+        return float(np.max(-np.expm1(t * np.log1p(-q))))
+
+    for max_contributions in (5000, 10**5, 2**20):
+        for threshold in (30.0, 45.0, 60.0):
+            exact = every_t(10.0, threshold, max_contributions)
+            bound = wgm_threshold_delta(scale=10.0, threshold=threshold, max_contributions=max_contributions)
+            assert exact <= bound <= exact * (1 + 1e-6) + 1e-300, (max_contributions, threshold)
+
+
+def test_lattice_weights_vectorised_are_exact() -> None:
+    from opendp_wgm.accounting import _weights_at
+
+    t = np.array([*range(1, 3000), 2**20 - 1, 2**20, 10**9, 2**40 - 1, 2**40], dtype=np.int64)
+    assert _weights_at(t).tolist() == [math.isqrt(4**LATTICE_BITS // int(x)) for x in t]
+    assert lattice_weights(2**20)[-1] == 2**10
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (dict(epsilon=1e-9, delta=1e-7), r"`epsilon` must be >= 1.18e-06 at `delta` = 1e-07 \(found 1e-09\)"),
+        (dict(rho=1e-15, delta=1e-7), r"`rho` must be >= 4.55e-13 at any `delta` \(found 1e-15\)"),
+    ],
+)
+def test_budget_errors_name_the_budget(call: dict, match: str) -> None:
+    """ε = 1e-9 used to fail in make_wgm with "`scale` must be <= 2**20", a parameter the user never passed."""
+    import opendp_wgm as wgm
+    from opendp_wgm.accounting import calibrate_wgm_top_k
+    from opendp_wgm.measurements.hitting_set import calibrate_wgm_hitting_set
+
+    dp.enable_features("contrib", "honest-but-curious")
+    with pytest.raises(ValueError, match=match):
+        wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=10, **call)
+    total = r"`epsilon` must be >= 2.96e-06 at `delta` = 1e-07 and `split` = 0.5 \(found 1e-09\)"
+    if "rho" in call:
+        total = r"`rho` must be >= 9.1e-13 at `split` = 0.5 \(found 1e-15\)"
+    with pytest.raises(ValueError, match=total):
+        calibrate_wgm_top_k(k=5, max_contributions=10, **call)
+    with pytest.raises(ValueError, match=total):
+        calibrate_wgm_hitting_set(k=5, max_contributions=10, **call)
+    # the stated bound is a real one: at it, calibration succeeds within the limit
+    at_bound = {"rho": 4.55e-13} if "rho" in call else {"epsilon": 1.18e-6}
+    assert calibrate_wgm(max_contributions=10, delta=1e-7, **at_bound).scale <= 2.0**20
+
+
+def test_passes_upper_bound() -> None:
+    import opendp_wgm as wgm
+
+    dp.enable_features("contrib", "honest-but-curious")
+    with pytest.raises(ValueError, match=r"`passes` must be an integer <= 1024 \(found 1025\)"):
+        wgm.make_wgm(*wgm.user_items_space(), max_contributions=3, scale=1.0, threshold=5.0, passes=1025)

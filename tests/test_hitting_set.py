@@ -612,3 +612,25 @@ def test_outputs_are_sets_of_candidates_for_all_orders() -> None:
     m = make_user_peeling(*space(), candidates=[1, 2, 3], k=2, scale=1e3)
     seen = {tuple(m(data)["item"].to_list()) for _ in range(200)}
     assert seen == set(itertools.permutations([1, 2, 3], 2))
+
+
+@pytest.mark.parametrize(
+    ("candidates", "error", "match"),
+    [
+        ([1.2, 1.7], ValueError, r"`candidates` must be exactly representable in the item column's type Int64"),
+        (["7"], TypeError, r"`candidates` must have the item column's type Int64 \(found String\)"),
+    ],
+)
+def test_user_peeling_rejects_lossy_candidates(candidates, error, match) -> None:
+    """Floats [1.2, 1.7] on an Int64 column became [1, 1] (one item picked twice); "7" matched 7."""
+    domain = dp.lazyframe_domain(
+        [dp.series_domain("user", dp.atom_domain(T=dp.i64)), dp.series_domain("item", dp.atom_domain(T=dp.i64))]
+    )
+    with pytest.raises(error, match=match):  # at construction: the domain states the dtype
+        make_user_peeling(domain, dp.symmetric_id_distance(pl.col("user")), candidates=candidates, k=2, scale=1.0)
+    m = make_user_peeling(*space(), candidates=candidates, k=2, scale=1.0)
+    with pytest.raises(dp.OpenDPException, match=match):  # at release, before the rounds
+        m(frame([[1, 7], [1]]))
+    text = make_user_peeling(*space(), candidates=[7], k=1, scale=1.0)
+    with pytest.raises(dp.OpenDPException, match=r"`candidates` must have the item column's type String"):
+        text(frame([["7"], ["8"]]))

@@ -118,9 +118,9 @@ def test_engines_refuse_identifier_expressions() -> None:
 
 
 def test_candidates_dtype_checked_at_construction() -> None:
-    with pytest.raises(ValueError, match="`candidates` must cast to the item column's dtype"):
+    with pytest.raises(TypeError, match="`candidates` must have the item column's type"):
         wgm.make_candidate_counts(*context_space(pl.col("item")), candidates=["a", "b"], item="person")
-    with pytest.raises(ValueError, match="`candidates` must cast to the item column's dtype"):
+    with pytest.raises(TypeError, match="`candidates` must have the item column's type"):
         make_user_peeling(*context_space(pl.col("item")), candidates=["a", "b"], k=1, scale=1.0, item="person")
 
 

@@ -526,3 +526,50 @@ def test_steam_200k_wgm_top_k_beats_limited_domain(shared_data) -> None:
     ours = np.mean([wgm.metrics.top_k_missing_mass(data, m(data), 100) for _ in range(2)])
     theirs = wgm.metrics.top_k_missing_mass(data, ld(data), 100)
     assert ours <= 0.03 and ours < theirs
+
+
+def test_peeling_maps_at_underflowing_scale() -> None:
+    """(d/s)² beyond the floats: the exact and the float accounting both report ∞ instead of raising."""
+    from opendp_wgm.measurements.hitting_set import make_user_peeling
+    from opendp_wgm.measurements.top_k import make_peeling_top_k
+
+    space = wgm.user_items_space()
+    assert make_peeling_top_k(*space, candidates=["a", "b"], k=2, scale=1e-200).map(1)[0] == math.inf
+    assert make_user_peeling(*space, candidates=["a", "b"], k=2, scale=1e-200).map(1)[0] == math.inf
+    approx = dp.approximate(dp.max_divergence())
+    m = make_user_peeling(*space, candidates=["a", "b"], k=2, scale=5e-324, output_measure=approx, delta=1e-6)
+    assert m.map(1)[0] == math.inf
+
+
+LOSSY_CANDIDATES = [
+    ([1.2, 1.7], ValueError, r"`candidates` must be exactly representable in the item column's type Int64 \(found \[1.2, 1.7\]\)"),
+    (["7", "8"], TypeError, r"`candidates` must have the item column's type Int64 \(found String\)"),
+    ([2.0**70], TypeError, r"`candidates` must be representable in the item column's type Int64"),
+]
+
+
+@pytest.mark.parametrize(("candidates", "error", "match"), LOSSY_CANDIDATES)
+def test_peeling_top_k_rejects_lossy_candidates(candidates, error, match, monkeypatch) -> None:
+    """Floats 1.2 and 1.7 on an Int64 column were cast to 1 and 1, one item released at two ranks; text "7"
+    was matched with the integer 7. Now: an error at construction when a lazyframe_domain states the dtype,
+    else at release before any noise is drawn."""
+    from opendp_wgm.measurements import top_k as top_k_module
+
+    data = pl.DataFrame({"user": [1, 2, 3], "item": [1, 1, 7]})
+    domain = dp.lazyframe_domain(
+        [dp.series_domain("user", dp.atom_domain(T=dp.i64)), dp.series_domain("item", dp.atom_domain(T=dp.i64))]
+    )
+    with pytest.raises(error, match=match):
+        make_peeling_top_k(domain, dp.symmetric_id_distance(pl.col("user")), candidates=candidates, k=2, scale=1.0)
+
+    def no_noise(*args, **kwargs):
+        raise AssertionError("noise drawn")
+
+    monkeypatch.setattr(top_k_module, "noisy_top_k", no_noise)
+    m = make_peeling_top_k(*wgm.user_items_space(), candidates=candidates, k=2, scale=1.0)
+    with pytest.raises(dp.OpenDPException, match=match):  # raised inside OpenDP's call
+        m(data)
+    # exact casts still work: integral floats on an Int64 column name the same items
+    m = make_peeling_top_k(*wgm.user_items_space(), candidates=[1.0, 7.0], k=2, scale=1e-9)
+    monkeypatch.undo()
+    assert m(data)["item"].to_list() == [1, 7]

@@ -190,5 +190,5 @@ def test_candidate_counts_bad_input() -> None:
     with pytest.raises(TypeError, match="must be a sequence"):
         wgm.make_candidate_counts(*space, candidates="abc")
     t = wgm.make_candidate_counts(*space, candidates=["x"])
-    with pytest.raises(dp.OpenDPException, match="conversion"):
+    with pytest.raises(dp.OpenDPException, match=r"`candidates` must have the item column's type Int64 \(found String\)"):
         t(pl.DataFrame({"user": [1], "item": [5]}))  # a string candidate cannot be cast to an integer column

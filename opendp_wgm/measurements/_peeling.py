@@ -29,7 +29,13 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability, _check_real
-from opendp_wgm.accounting import WGMCalibration, peeling_approx_epsilon, peeling_pure_epsilon, peeling_rho
+from opendp_wgm.accounting import (
+    WGMCalibration,
+    _check_max_contributions,
+    peeling_approx_epsilon,
+    peeling_pure_epsilon,
+    peeling_rho,
+)
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.measurements.wgm import (
     Engine,
@@ -149,8 +155,11 @@ def _peeling_kind(
 
 
 def _float_up(value: Fraction) -> float:
-    """The smallest float >= an exact rational."""
-    out = float(value)
+    """The smallest float >= an exact rational (∞ above the largest float)."""
+    try:
+        out = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
     if Fraction(out) < value:
         out = math.nextafter(out, math.inf)
     return out
@@ -158,7 +167,7 @@ def _float_up(value: Fraction) -> float:
 
 def _add_up(a: float, b: float, accounting: _Accounting) -> float:
     """a + b rounded toward +inf: exactly (OpenDP's compositors add the same way), or one ulp above the float sum."""
-    if accounting.exact:
+    if accounting.exact and math.isfinite(a) and math.isfinite(b):
         return _float_up(Fraction(a) + Fraction(b))
     total = a + b
     return math.nextafter(total, math.inf) if total != 0.0 and math.isfinite(total) else total
@@ -291,7 +300,7 @@ def _make_wgm_then_peeling(
     keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     wgm_scale = _check_positive("wgm_scale", wgm_scale)
     wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
     peel_scale = _check_positive("peel_scale", peel_scale)

@@ -31,7 +31,7 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, _prepare_budget, calibrate_wgm
+from opendp_wgm.accounting import LATTICE_BITS, _check_max_contributions, _prepare_budget, calibrate_wgm
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.measurements.wgm import (
     Noise,
@@ -420,7 +420,7 @@ def make_policy_gaussian(
     True
     """
     _assert_idealized()
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
     alpha = _check_real("alpha", alpha, minimum=0.0)
@@ -846,7 +846,7 @@ def make_opendp_key_release(
     Required features: ``contrib``, ``honest-but-curious``.
     """
     _assert_features()
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
     fraction = _check_real(
         "noise_delta_fraction",

@@ -36,8 +36,11 @@ from opendp_wgm._selection import noisy_max
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
     WGMCalibration,
+    _BudgetTooSmall,
     _check_epsilon_or_rho,
+    _check_max_contributions,
     _prepare_budget,
+    _restated,
     _smallest_passing,
     calibrate_wgm,
     wgm_privacy_loss,
@@ -55,7 +58,7 @@ from opendp_wgm.measurements._peeling import (
     _two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine, Noise
-from opendp_wgm.transformations import _check_candidates, _check_candidates_dtype
+from opendp_wgm.transformations import _cast_candidates, _check_candidates, _check_candidates_for
 
 __all__ = [
     "HittingSetCalibration",
@@ -143,8 +146,8 @@ def _coverage(
     if candidates is None:
         items = lf.select(item).unique().sort(item).collect().get_column(item)
     else:
-        # cast the public list to the data's dtype (never the data to the list's): a mismatch is a schema error
-        items = candidates.cast(item_dtype, strict=True).rename(item)
+        # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
+        items = _cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
         return _Coverage(np.zeros(0, np.int64), np.zeros(0, np.int64), 0), items
     keys = pl.LazyFrame({item: items}).with_row_index(_CODE)
@@ -250,8 +253,10 @@ def make_user_peeling(
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
         ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
     candidates
-        The public candidate items (distinct, no nulls), e.g. a WGM release. Cast to the data's item dtype
-        when the measurement runs. If empty, the release is empty and costs nothing.
+        The public candidate items (distinct, no nulls), e.g. a WGM release. Cast exactly to the item
+        column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else at release before any
+        noise is drawn): a cast that changes a candidate or merges two raises. If empty, the release is empty
+        and costs nothing.
     k
         Number of rounds, ≥ 1.
     scale
@@ -321,7 +326,7 @@ def make_user_peeling(
     scale = _check_positive("scale", scale)
     kind, delta = _peeling_kind(output_measure, delta, _USER_PEELING)
     space = _resolve_space(input_domain, input_metric, item)
-    _check_candidates_dtype(series, space)
+    series = _check_candidates_for(series, space)
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -618,16 +623,19 @@ def calibrate_wgm_hitting_set(
     (7.661, 0.02004)
     """
     k = _check_int("k", k, minimum=1)
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     split = _check_probability("split", split)
     epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
     if epsilon is not None:
-        wgm = calibrate_wgm(
-            max_contributions=max_contributions,
-            epsilon=split * epsilon,
-            delta=split * delta,
-            noise_delta_fraction=noise_delta_fraction,
-        )
+        try:
+            wgm = calibrate_wgm(
+                max_contributions=max_contributions,
+                epsilon=split * epsilon,
+                delta=split * delta,
+                noise_delta_fraction=noise_delta_fraction,
+            )
+        except _BudgetTooSmall as error:
+            raise _restated(error, epsilon, split, f"`delta` = {delta!r} and `split` = {split!r}") from None
         wgm_loss = wgm_privacy_loss(
             1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions, epsilon=wgm.epsilon
         )
@@ -637,7 +645,10 @@ def calibrate_wgm_hitting_set(
         kind: _PeelingKind = "approx_dp"
         budget = (epsilon, delta)
     else:
-        wgm = calibrate_wgm(max_contributions=max_contributions, rho=split * rho, delta=delta)
+        try:
+            wgm = calibrate_wgm(max_contributions=max_contributions, rho=split * rho, delta=delta)
+        except _BudgetTooSmall as error:
+            raise _restated(error, rho, split, f"`split` = {split!r}") from None
         wgm_loss = wgm_privacy_loss(1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions)
         peel_delta = 0.0
         kind = "approx_zcdp"

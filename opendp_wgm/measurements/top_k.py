@@ -30,6 +30,7 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._selection import _METHODS, SelectionMethod, noisy_top_k
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
+    _check_max_contributions,
     calibrate_wgm_top_k,
     limited_domain_epsilon,
     limited_domain_local_epsilon,
@@ -51,7 +52,9 @@ from opendp_wgm.transformations import (
     _assert_features,
     _bound_plan,
     _candidate_counts,
+    _cast_candidates,
     _check_candidates,
+    _check_candidates_for,
     make_candidate_counts,
 )
 
@@ -108,7 +111,7 @@ def _peel_candidates(
     lf: pl.LazyFrame, space: _Space, candidates: pl.Series, k: int, scale: float, sampler: str, method: str
 ) -> pl.DataFrame:
     """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
-    items = candidates.cast(_item_dtype(lf, space), strict=True)
+    items = _cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
     counts = _candidate_counts(lf, space, items)  # no query for an empty list
     return _top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
@@ -161,7 +164,9 @@ def make_peeling_top_k(
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
         ``dp.symmetric_id_distance``.
     candidates
-        The public candidate items (distinct, no nulls). They are cast to the data's item dtype at release.
+        The public candidate items (distinct, no nulls). They are cast to the item column's dtype (at
+        construction when a ``dp.lazyframe_domain`` states it, else at release before any noise is drawn); a
+        cast that changes a candidate (1.2 on an integer column, text on a numeric one) or merges two raises.
     k
         Number of items to release, ≥ 1 (the output has ``min(k, len(candidates))`` rows).
     scale
@@ -212,8 +217,8 @@ def make_peeling_top_k(
     scale = _check_positive("scale", scale)
     kind, delta_value = _peeling_kind(output_measure, delta, _TOP_K)
     method = _check_method(method)
-    series = _check_candidates(candidates)
     space = _resolve_space(input_domain, input_metric, item)
+    series = _check_candidates_for(_check_candidates(candidates), space)
     counts = make_candidate_counts(input_domain, input_metric, candidates=series, item=space.item)
     chain = counts >> _make_selection(series.len(), k, scale, kind, delta_value, method)
     sampler = _selection_sampler(kind)
@@ -496,7 +501,7 @@ def make_limited_domain_top_k(
         msg = f"`k` ({k}) must be <= `k_bar` ({k_bar}): the limited domain holds k_bar items"
         raise ValueError(msg)
     if max_contributions is not None:
-        max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+        max_contributions = _check_max_contributions(max_contributions)
     epsilon = _check_positive("epsilon", epsilon)
     delta = _check_probability("delta", delta)
     method = _check_method(method)

@@ -25,7 +25,14 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, WGMCalibration, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.accounting import (
+    LATTICE_BITS,
+    MAX_SCALE,
+    WGMCalibration,
+    _check_max_contributions,
+    calibrate_wgm,
+    wgm_privacy_loss,
+)
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.noise import sample_discrete_gaussian
 from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _lattice_histogram_plan
@@ -36,7 +43,8 @@ Noise = Literal["lattice", "opendp"]
 Engine = Literal["auto", "in-memory", "streaming"]
 _NOISE_METHODS = ("lattice", "opendp")
 _ENGINES = ("auto", "in-memory", "streaming")
-_MAX_SCALE = 2.0**LATTICE_BITS
+#: Most ``passes``: each pass re-scans the input, so beyond ~10^3 the scans, not memory, dominate.
+MAX_PASSES = 1024
 
 
 def _zcdp() -> dp.Measure:
@@ -130,7 +138,7 @@ def _release_above_threshold(
 
 
 def _check_execution(passes: int, engine: str) -> tuple[int, Engine]:
-    passes = _check_int("passes", passes, minimum=1)
+    passes = _check_int("passes", passes, minimum=1, maximum=MAX_PASSES)
     if engine not in _ENGINES:
         msg = f"`engine` must be one of {_ENGINES}, got {engine!r}"
         raise ValueError(msg)
@@ -217,7 +225,7 @@ def make_wgm(
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
         ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
     max_contributions
-        Δ0 ≥ 1: each user keeps a uniform random subset of at most this many distinct items.
+        Δ0 in [1, 2^20]: each user keeps a uniform random subset of at most this many distinct items.
     scale
         σ, the standard deviation of the Gaussian noise on each item's weight, in (0, 2^20]
         (at least 2^-20 under the (ε, δ) measure).
@@ -236,7 +244,7 @@ def make_wgm(
     passes
         Process the users in this many disjoint hash buckets, one lazy plan each, and add up the
         histograms: the same release, with peak memory about 1/``passes`` of one pass (for inputs larger
-        than memory, e.g. ``pl.scan_parquet``; ``docs/engines.md``).
+        than memory, e.g. ``pl.scan_parquet``; ``docs/engines.md``). At most 1024: each pass re-scans the input.
     engine
         Polars engine that collects each pass: ``"auto"``, ``"in-memory"`` or ``"streaming"``.
 
@@ -281,17 +289,17 @@ def make_wgm(
     (0.03314, True)
     """
     _assert_features()
-    max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
+    max_contributions = _check_max_contributions(max_contributions)
     scale = _check_positive("scale", scale)
-    if scale > _MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
-        msg = f"`scale` must be <= 2**{LATTICE_BITS} = {_MAX_SCALE!r} (found {scale!r})"
+    if scale > MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
+        msg = f"`scale` must be <= 2**{LATTICE_BITS} = {MAX_SCALE!r} (found {scale!r})"
         raise ValueError(msg)
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
     passes, engine = _check_execution(passes, engine)
     output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
     # docs/privacy.md Lemma 3: the (ε, δ) map needs at least one lattice step of noise
-    if output_measure == _approx_dp() and scale < 1.0 / _MAX_SCALE:
+    if output_measure == _approx_dp() and scale < 1.0 / MAX_SCALE:
         msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
         raise ValueError(msg)
     space = _resolve_space(input_domain, input_metric, item)
