@@ -15,10 +15,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import opendp.mod
 import opendp.prelude as dp
 import polars as pl
 
@@ -154,7 +155,7 @@ class AuditReport:
     trials: int
     alpha: float
     seconds: float
-    _curve: tuple[np.ndarray, np.ndarray]
+    _curve: tuple[np.ndarray, np.ndarray] = field(repr=False)
 
     @property
     def releases_per_second(self) -> float:
@@ -330,7 +331,7 @@ def audit(
                 max_workers=workers,
                 mp_context=multiprocessing.get_context("spawn"),  # Polars is not fork-safe
                 initializer=_init_worker,
-                initargs=(factory, sorted(dp.mod.GLOBAL_FEATURES), frames, pair_events),
+                initargs=(factory, sorted(opendp.mod.GLOBAL_FEATURES), frames, pair_events),
             ) as pool:
                 futures = {pool.submit(_worker_count, *task): task[2] for task in tasks}
                 for future in as_completed(futures):
