@@ -123,7 +123,7 @@ def _tasks(n_pairs: int, trials: int, workers: int) -> list[tuple[int, int, int]
 
 
 def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     return tqdm(total=total, unit="release", desc="audit", file=sys.stderr, disable=not enabled, leave=False)
 
