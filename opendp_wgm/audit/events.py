@@ -31,21 +31,6 @@ def _items(released: pl.DataFrame, item: str) -> pl.Series:
 
 
 @dataclass(frozen=True)
-class ItemReleased:
-    """Item ``z`` is in the release."""
-
-    z: Any
-    item: str = "item"
-
-    @property
-    def label(self) -> str:
-        return f"{self.z!r} released"
-
-    def __call__(self, released: pl.DataFrame) -> bool:
-        return bool(_items(released, self.item).is_in([self.z]).any())
-
-
-@dataclass(frozen=True)
 class AnyReleased:
     """At least one of ``items`` is in the release (for a differing user's unique items: the threshold's δ)."""
 
@@ -58,6 +43,21 @@ class AnyReleased:
 
     def __call__(self, released: pl.DataFrame) -> bool:
         return bool(_items(released, self.item).is_in(list(self.items)).any())
+
+
+class ItemReleased(AnyReleased):
+    """Item ``z`` is in the release."""
+
+    def __init__(self, z: Any, item: str = "item") -> None:
+        super().__init__((z,), item)
+
+    @property
+    def z(self) -> Any:
+        return self.items[0]
+
+    @property
+    def label(self) -> str:
+        return f"{self.z!r} released"
 
 
 @dataclass(frozen=True)
