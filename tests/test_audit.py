@@ -128,7 +128,7 @@ def test_events() -> None:
 def test_audit_passes_on_the_wgm() -> None:
     # σ = 1, T = 3, Δ0 = 2: δ = 0.046 is measurable; a correct map is flagged with probability ≤ α
     m = wgm.make_wgm(*wgm.user_items_space(), max_contributions=2, scale=1.0, threshold=3.0)
-    report = audit(m, worst_case_pairs(2, 3.0, users=20), trials=800, alpha=ALPHA, progress=False)
+    report = audit(m, worst_case_pairs(2, 3.0, users=20), trials=500, alpha=ALPHA, progress=False)
     assert report.passed, report.violations
     assert report.table().height == 6 and report.measure == "approx-zcdp"
     first = report.table().row(0, named=True)
@@ -142,7 +142,7 @@ def test_audit_passes_on_wgm_then_top_k_under_approx_dp() -> None:
         *wgm.user_items_space(), k=3, max_contributions=1, wgm_scale=1.0, wgm_threshold=3.0, peel_scale=2.0,
         output_measure=dp.approximate(dp.max_divergence()), wgm_epsilon=2.0, peel_delta=1e-3,
     )
-    report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=800, alpha=ALPHA, progress=False)
+    report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=500, alpha=ALPHA, progress=False)
     assert report.passed, report.violations
     assert report.measure == "approx-dp"
 
