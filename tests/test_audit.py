@@ -195,6 +195,10 @@ def test_audit_workers_need_a_factory() -> None:
     m = wgm.make_wgm(*wgm.user_items_space(), max_contributions=1, scale=1.0, threshold=3.0)
     with pytest.raises(TypeError, match="`measurement` must be a picklable zero-argument factory"):
         audit(m, unique_items_pair(1, users=5), trials=10, workers=2, progress=False)
+    changed = unique_items_pair(1, users=5)
+    changed = wgm.audit.NeighbourPair(changed.data, changed.data.with_columns(item=pl.col("item") + 1), "changed")
+    with pytest.raises(ValueError, match=r"`pairs` must be at distance <= d_in = 1 .*\(found 12 for 'changed'\)"):
+        audit(m, changed, events=[ItemReleased(-1)], trials=10, progress=False)
     with pytest.raises(ValueError, match="`alpha` must be in"):
         audit(m, unique_items_pair(1, users=5), trials=10, alpha=2.0, progress=False)
 

@@ -25,7 +25,7 @@ import polars as pl
 
 from opendp_wgm._validation import _check_int, _check_probability
 from opendp_wgm.audit.events import Event
-from opendp_wgm.audit.neighbours import NeighbourPair
+from opendp_wgm.audit.neighbours import NeighbourPair, symmetric_id_distance
 from opendp_wgm.audit.stats import (
     _EPSILONS,
     clopper_pearson,
@@ -90,6 +90,18 @@ def _bounds(claim: _Claim, lo1, hi1, lo0, hi0) -> tuple[np.ndarray, np.ndarray]:
     else:
         delta = np.max([zcdp_delta_lower_bound(low, high, claim.first) for low, high in directions], axis=0)
     return eps, delta
+
+
+def _check_distance(metric: dp.Metric, pairs: Sequence[NeighbourPair], d_in: int) -> None:
+    """Under ``dp.symmetric_id_distance`` every pair must be within ``d_in`` (a claim at ``d_in`` says nothing
+    about farther pairs); other metrics are the caller's responsibility."""
+    if not isinstance(metric, dp.SymmetricIdDistance):
+        return
+    for pair in pairs:
+        distance = symmetric_id_distance(pair.data, pair.neighbour, metric.identifier)
+        if distance > d_in:
+            msg = f"`pairs` must be at distance <= d_in = {d_in} under {metric} (found {distance} for {pair.label!r})"
+            raise ValueError(msg)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -312,6 +324,7 @@ def audit(
         raise TypeError(msg)
     built = measurement if factory is None else factory()
     claim = _claim(built, d_in)
+    _check_distance(built.input_metric, pairs, d_in)
     pair_events = [tuple(events) if events is not None else p.events for p in pairs]
     if not all(pair_events):
         raise ValueError("`events` must be given: a pair has no events of its own (found none)")
