@@ -1119,6 +1119,12 @@ def _run_reproduce(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) 
         raise CLIError(str(err)) from err
 
 
+def _add_audit(subparsers: argparse._SubParsersAction) -> None:
+    from opendp_wgm.audit._cli import add_audit_parser  # owns its arguments and run function
+
+    add_audit_parser(subparsers)
+
+
 # --------------------------------------------------------------------------------------------------------
 # entry point
 # --------------------------------------------------------------------------------------------------------
@@ -1127,6 +1133,7 @@ _COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _add_top_k,
     _add_hitting_set,
     _add_reproduce,
+    _add_audit,
 )
 
 
