@@ -241,3 +241,27 @@ def test_cli_audit_bad_input(capsys) -> None:
     assert "expected a comma-separated list" in capsys.readouterr().err
     assert main(["audit", "--alpha", "1.5", "--trials", "1"]) == 2
     assert "`alpha` must be in" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_audit_passes_on_the_household_identifier_once_fixed() -> None:
+    # The same household pair as above, on the shipped WGM whose identifier is the household expression: the
+    # household is bounded to Δ0 = 1 item as one unit, weight 1, released w.p. Φ̄(2) = 0.023 = the claimed δ.
+    domain, _ = wgm.user_items_space(user="person")
+    household = dp.symmetric_id_distance(pl.col("person") // 2)
+    m = wgm.make_wgm(domain, household, max_contributions=1, scale=1.0, threshold=3.0)
+    data, neighbour = _household_pair()
+    pair = wgm.audit.NeighbourPair(data, neighbour, "household with 2 persons", (ItemReleased(-1),))
+    report = audit(m, pair, trials=2000, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    assert report.table()["hits_d_prime"].max() == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["wgm-hitting-set", "opendp-key-release"])
+def test_audit_passes_on_the_other_shipped_release_paths(name: str) -> None:
+    from opendp_wgm.audit._cli import build_mechanism
+
+    m = build_mechanism(name, sigma=1.0, threshold=3.0, max_contributions=1, k=3, peel_scale=1.0)
+    report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=500, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
