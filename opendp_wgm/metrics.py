@@ -102,10 +102,9 @@ class Truth:
         Examples
         --------
         >>> import polars as pl
-        >>> df = pl.DataFrame({"user": [0, 0, 1, 1, 2], "item": ["a", "b", "a", "c", "a"]})
-        >>> truth = Truth.of(df)
+        >>> truth = Truth.of(pl.DataFrame({"user": [0, 1, 1, 1], "item": ["a", "a", "b", "b"]}))
         >>> truth.total_mass, truth.n_users, missing_mass(truth, ["a"])
-        (5, 3, 0.4)
+        (3, 2, 0.3333333333333333)
         """
         user = _check_column_name("user", user)
         item = _check_column_name("item", item)

@@ -29,32 +29,29 @@ class Truth:
         pairs = frame.lazy().select(user, item).drop_nulls()
         return cls(metrics.Truth.of(pairs, user=user, item=item))
 
-    def _columns(self) -> dict[str, str]:
-        return {"user": self.summary.user, "item": self.summary.item}
-
     def set_union(self, released: pl.DataFrame) -> dict[str, float]:
-        s, names = self.summary, self._columns()
+        s = self.summary
         return {
-            "missing_mass": metrics.missing_mass(s, released, **names),
-            "captured_mass": metrics.captured_mass(s, released, **names),
-            "linf_missing_mass": metrics.linf_missing_mass(s, released, **names),
-            "linf_missing_mass_per_user": metrics.linf_missing_mass(s, released, normalize=True, **names),
+            "missing_mass": metrics.missing_mass(s, released, user=s.user, item=s.item),
+            "captured_mass": metrics.captured_mass(s, released, user=s.user, item=s.item),
+            "linf_missing_mass": metrics.linf_missing_mass(s, released, user=s.user, item=s.item),
+            "linf_missing_mass_per_user": metrics.linf_missing_mass(s, released, normalize=True, user=s.user, item=s.item),
             "cardinality": float(metrics.cardinality(released, item=s.item)),
         }
 
     def top_k(self, released: pl.DataFrame, k: int) -> dict[str, float]:
-        s, names = self.summary, self._columns()
+        s = self.summary
         return {
-            "top_k_missing_mass": metrics.top_k_missing_mass(s, released, k, **names),
+            "top_k_missing_mass": metrics.top_k_missing_mass(s, released, k, user=s.user, item=s.item),
             # the reference matches the j-th released item with the j-th largest count
-            "top_k_l1_loss": metrics.top_k_l1_loss(s, released, k, order="output", **names),
+            "top_k_l1_loss": metrics.top_k_l1_loss(s, released, k, order="output", user=s.user, item=s.item),
             "cardinality": float(metrics.cardinality(released, item=s.item)),
         }
 
     def hitting_set(self, released: pl.DataFrame) -> dict[str, float]:
-        s, names = self.summary, self._columns()
+        s = self.summary
         return {
-            "missed_users": float(metrics.missed_users(s, released, **names)),
-            "coverage": metrics.coverage(s, released, **names),
+            "missed_users": float(metrics.missed_users(s, released, user=s.user, item=s.item)),
+            "coverage": metrics.coverage(s, released, user=s.user, item=s.item),
             "cardinality": float(metrics.cardinality(released, item=s.item)),
         }
