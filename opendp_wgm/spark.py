@@ -11,7 +11,7 @@ Polars ``DataFrame`` of items, exactly like :func:`opendp_wgm.make_wgm` does on 
 3. a user keeping ``t`` items gives each the lattice weight :func:`opendp_wgm.accounting.lattice_weights`
    ``(Δ0)[t - 1]`` :math:`= \lfloor 2^{20}/\sqrt t\rfloor` (integers, exact), summed per item (``groupBy``);
 4. in the executors (``mapInArrow``), every item's integer sum gets discrete Gaussian noise
-   :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)` from :func:`opendp_wgm.noise.sample_discrete_gaussian`
+   :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)` from :func:`opendp_wgm.samplers.sample_discrete_gaussian`
    (the package's exact sampler; each call keys a fresh AES-CTR generator from the executor's OS entropy), and
    only the items whose noisy sum exceeds :math:`\lfloor T 2^{20}\rfloor` leave the executors.
 
@@ -21,7 +21,7 @@ Polars path (``docs/privacy.md``): the measurement's privacy map *is* the map of
 ``map`` this measurement calls. See ``docs/engines.md``.
 
 The executors import this package (step 4 is the Polars engine's ``_noisy_above_threshold`` and its sampler,
-:mod:`opendp_wgm.noise`): on a cluster, install it on every executor (or ship it with
+:mod:`opendp_wgm.samplers`): on a cluster, install it on every executor (or ship it with
 ``SparkContext.addPyFile``).
 """
 

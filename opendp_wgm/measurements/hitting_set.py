@@ -32,7 +32,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._selection import noisy_max
+from opendp_wgm.samplers import noisy_max
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
     WGMCalibration,
@@ -179,7 +179,7 @@ def _peel(
 
     Round ``r`` draws candidate ``x`` among those not chosen yet with probability
     :math:`\propto \exp(c_r(x)/\text{scale})`, :math:`c_r(x)` = users holding ``x`` that no earlier pick covers
-    (exact sampler: :func:`opendp_wgm._selection.noisy_max`, Gumbel/EM form). The number of rounds is
+    (exact sampler: :func:`opendp_wgm.samplers.noisy_max`, Gumbel/EM form). The number of rounds is
     ``min(k, |candidates|)`` whatever the data: once everyone is covered, rounds go on choosing uniformly
     among the remaining candidates (stopping early would make the output length depend on the data).
     ``timings`` (benchmarks only) receives the seconds spent building the arrays and in the rounds.

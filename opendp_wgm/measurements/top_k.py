@@ -12,7 +12,7 @@ The baseline is the limited-domain mechanism of Durfee & Rogers (2019, Algorithm
 
 Every release is a ``pl.DataFrame`` with the item column (the input's name and dtype) and ``rank``
 (``UInt32``, 1 = best), in rank order; nothing else. Selections are sampled exactly
-(:mod:`opendp_wgm._selection`). Privacy arguments: ``docs/top_k.md``.
+(:mod:`opendp_wgm.samplers.selection`). Privacy arguments: ``docs/top_k.md``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._selection import _METHODS, SelectionMethod, noisy_top_k
+from opendp_wgm.samplers import SELECTION_METHODS, SelectionMethod, noisy_top_k
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_int, _check_positive, _check_probability
 from opendp_wgm.accounting import (
     _check_max_contributions,
@@ -84,7 +84,7 @@ def _selection_sampler(kind: _PeelingKind) -> Literal["zcdp", "max_divergence"]:
 
 
 def _check_method(method: Any) -> str:
-    return _check_choice("method", method, _METHODS)
+    return _check_choice("method", method, SELECTION_METHODS)
 
 
 def _item_dtype(lf: pl.LazyFrame, space: _Space) -> pl.DataType:
@@ -180,7 +180,7 @@ def make_peeling_top_k(
         Only with ``dp.approximate(dp.max_divergence())``: the δ at which the zCDP of the peeling is
         converted to ε (the accounting of the paper's reference code).
     method : {'auto', 'opendp', 'fast'}
-        The exact sampler (:func:`opendp_wgm._selection.noisy_top_k`); all draw the same distribution.
+        The exact sampler (:func:`opendp_wgm.samplers.noisy_top_k`); all draw the same distribution.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
 

@@ -9,7 +9,7 @@ Gopi et al. 2020 (arXiv 2002.09745, Thm B.2); "Missing Mass for Differentially P
 4. the items whose noisy sum exceeds the threshold T are released.
 
 Steps 2–4 run on the lattice :math:`2^{-20}\mathbb{Z}` with exact discrete Gaussian noise
-(:mod:`opendp_wgm.noise`); the privacy maps account for it (:mod:`opendp_wgm.accounting`).
+(:mod:`opendp_wgm.samplers.discrete_gaussian`); the privacy maps account for it (:mod:`opendp_wgm.accounting`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from opendp_wgm.accounting import (
     wgm_privacy_loss,
 )
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
-from opendp_wgm.noise import sample_discrete_gaussian
+from opendp_wgm.samplers import sample_discrete_gaussian
 from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _lattice_histogram_plan
 
 __all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
