@@ -1,7 +1,8 @@
-"""``opendp-wgm audit``: the argument parser, the shipped mechanisms it audits, and the entry point.
+"""``opendp-wgm audit``: the command's arguments, the shipped mechanisms it audits, and its run function.
 
-``opendp_wgm.cli`` registers the subcommand with :func:`add_audit_parser`; the command's run function
-raises ``ValueError`` / ``TypeError`` / ``ImportError`` on bad input, which the caller prints as one line.
+:mod:`opendp_wgm.cli.audit` registers the command and adds these arguments (:func:`populate`) only when the
+command is parsed, so that ``opendp-wgm --help`` imports nothing heavy; :func:`run_audit` raises
+``ValueError`` / ``TypeError`` / ``ImportError`` on bad input, which the command prints as one line.
 """
 
 from __future__ import annotations
@@ -9,12 +10,14 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-import opendp.prelude as dp
-import polars as pl
+if TYPE_CHECKING:
+    import opendp.prelude as dp
+    import polars as pl
 
-__all__ = ["MECHANISMS", "add_audit_parser", "build_mechanism", "run_audit"]
+
+__all__ = ["AUDIT_HELP", "MECHANISMS", "build_mechanism", "populate", "run_audit"]
 
 MECHANISMS = ("wgm", "wgm-top-k", "wgm-hitting-set", "opendp-key-release", "wgm-underclaimed")
 
@@ -73,14 +76,13 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
-def add_audit_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``audit`` on ``subparsers`` (``opendp_wgm.cli``); its ``run`` default is :func:`run_audit`."""
-    from opendp_wgm.cli import _positive_int
+def populate(parser: argparse.ArgumentParser) -> None:
+    """Add the ``audit`` command's description and arguments to ``parser``."""
+    from opendp_wgm.cli._args import _positive_int
 
-    parser = subparsers.add_parser(
-        "audit", help=AUDIT_HELP, description=AUDIT_DESCRIPTION, epilog=AUDIT_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser.description = AUDIT_DESCRIPTION
+    parser.epilog = AUDIT_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--mechanism", type=_names, default=("wgm",), metavar="NAME[,NAME]",
                         help="mechanisms to audit, comma-separated (default: wgm)")
     parser.add_argument("--trials", type=_positive_int, default=5000,
@@ -101,8 +103,6 @@ def add_audit_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     parser.add_argument("--plot", type=Path, default=None, metavar="PNG",
                         help="save the privacy-region plot (needs matplotlib; one file per mechanism when several)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    parser.set_defaults(run=_run)
-    return parser
 
 
 def _plot_path(path: Path, name: str, several: bool) -> Path:
@@ -111,6 +111,7 @@ def _plot_path(path: Path, name: str, several: bool) -> Path:
 
 def _show(table: pl.DataFrame) -> pl.DataFrame:
     """The report's columns for a terminal: rates with their intervals, the bounds, the verdict."""
+    import polars as pl
 
     def rate(p: str) -> pl.Expr:
         return pl.format(
@@ -128,6 +129,8 @@ def _show(table: pl.DataFrame) -> pl.DataFrame:
 
 def run_audit(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Audit each ``--mechanism``; print a table and a verdict line per mechanism. 0 if none is flagged, else 1."""
+    import polars as pl
+
     from opendp_wgm._validation import _check_positive, _check_probability
     from opendp_wgm.audit import audit, worst_case_pairs
 
@@ -160,11 +163,3 @@ def run_audit(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> in
         flagged |= not report.passed
     return 1 if flagged else 0
 
-
-def _run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
-    from opendp_wgm.cli import CLIError
-
-    try:
-        return run_audit(args, stdout=stdout, stderr=stderr)
-    except (ValueError, TypeError, ImportError, dp.OpenDPException) as err:
-        raise CLIError(str(err)) from err
