@@ -7,10 +7,10 @@ OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features.
 """
 
 from opendp_wgm import datasets, metrics
-from opendp_wgm.accounting import WGMCalibration, WGMTopKCalibration, calibrate_wgm, calibrate_wgm_top_k
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.measurements import *  # noqa: F403 - the measurements' own __all__
 from opendp_wgm.measurements import __all__ as _measurements
+from opendp_wgm.privacy.calibrate import WGMCalibration, WGMTopKCalibration, calibrate_wgm, calibrate_wgm_top_k
 from opendp_wgm.transformations import (
     make_bound_user_items,
     make_candidate_counts,

@@ -13,13 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import (
+from opendp_wgm.privacy.calibrate import (
     WGMTopKCalibration,
     calibrate_wgm,
     calibrate_wgm_top_k,
+    limited_domain_local_epsilon,
+)
+from opendp_wgm.privacy.peeling import (
     limited_domain_epsilon,
     limited_domain_h_bottom,
-    limited_domain_local_epsilon,
     limited_domain_threshold_offset,
     peeling_approx_epsilon,
     peeling_epsilon,

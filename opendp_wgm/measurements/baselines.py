@@ -31,18 +31,17 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, _check_max_contributions, _prepare_budget, calibrate_wgm
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.measurements.wgm import (
     Noise,
-    _approx_dp,
-    _check_gaussian_measure,
     _check_noise,
     _release_above_threshold,
     _wgm_arguments,
     _wgm_privacy_map,
-    _zcdp,
 )
+from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
+from opendp_wgm.privacy.calibrate import calibrate_wgm
+from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.transformations import _assert_features, _bound_plan, _seeds
 
 __all__ = [
@@ -389,7 +388,7 @@ def make_policy_gaussian(
 
     Notes
     -----
-    The map is the WGM's (:func:`opendp_wgm.accounting.wgm_privacy_loss`): for ``d_in = 1``,
+    The map is the WGM's (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`): for ``d_in = 1``,
     :math:`\rho = 1/(2\sigma^2)` and :math:`\delta_T = \max_{t \le \Delta_0} 1 - (1 - q(w(t)))^t`; for
     ``d_in > 1`` the WGM's group bound. Why the same map (``docs/baselines.md`` §2): (a) every user's increment
     has ℓ2 ≤ 1 exactly (rounded down, checked in integers); (b) with a contractive update the histograms
@@ -420,13 +419,13 @@ def make_policy_gaussian(
     True
     """
     _assert_idealized()
-    max_contributions = _check_max_contributions(max_contributions)
+    max_contributions = check_max_contributions(max_contributions)
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
     alpha = _check_real("alpha", alpha, minimum=0.0)
     descent = _check_descent(descent)
     noise = _check_noise(noise)
-    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     cap = _cap_on_lattice(threshold + alpha * scale)
     if cap < 1:
         msg = f"the cap `threshold + alpha * scale` must be > 0 (found {threshold + alpha * scale!r})"
@@ -644,7 +643,7 @@ def make_policy_greedy(
             return 0.0, 0.0
         return d_in / scale, _greedy_threshold_delta(scale, threshold, alpha, d_in)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, _approx_dp(), function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, measure_of("approx_dp"), function, privacy_map)
 
 
 def make_policy_greedy_from_budget(
@@ -671,7 +670,8 @@ def make_policy_greedy_from_budget(
     True
     """
     _assert_idealized()
-    epsilon, _, delta = _prepare_budget(epsilon, None, delta)
+    budget = Budget.of(epsilon=epsilon, delta=delta)
+    epsilon, delta = budget.value, budget.delta
     alpha = _check_real("alpha", alpha, minimum=0.0)
     scale = 1.0 / epsilon
     while 1.0 / scale > epsilon:  # float rounding: never report more than ε
@@ -772,7 +772,7 @@ def _opendp_measurement(
     plan = _key_release_plan(user, item, user_dtype, item_dtype, groups)
     metric = dp.symmetric_id_distance(pl.col(user))
     inner = dp.m.make_private_lazyframe(
-        domain, metric, _zcdp(), plan, global_scale=global_scale, threshold=threshold
+        domain, metric, measure_of("approx_zcdp"), plan, global_scale=global_scale, threshold=threshold
     )
     if measure_kind == "zcdp":
         return inner
@@ -846,8 +846,9 @@ def make_opendp_key_release(
     Required features: ``contrib``, ``honest-but-curious``.
     """
     _assert_features()
-    max_contributions = _check_max_contributions(max_contributions)
-    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
+    max_contributions = check_max_contributions(max_contributions)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    epsilon, delta = budget.epsilon, budget.delta
     fraction = _check_real(
         "noise_delta_fraction",
         noise_delta_fraction,
@@ -860,8 +861,7 @@ def make_opendp_key_release(
     groups = max_contributions + 1
     kind = "approx" if epsilon is not None else "zcdp"
     noise_delta = fraction * delta if epsilon is not None else 0.0
-    budget = (epsilon, delta) if epsilon is not None else (rho, delta)
-    global_scale, threshold = _calibrate_key_release(groups, kind, noise_delta, budget)
+    global_scale, threshold = _calibrate_key_release(groups, kind, noise_delta, (budget.value, delta))
     user_name, item_name = "user", "item"
 
     @lru_cache(maxsize=8)
@@ -900,8 +900,7 @@ def make_opendp_key_release(
         profile, threshold_delta = dp.c.make_zCDP_to_approxDP(inner_reference).map(d_in)
         return d_in * epsilon_1, min(1.0, float(profile.delta(d_in * epsilon_1)) + float(threshold_delta))
 
-    output_measure = _approx_dp() if epsilon is not None else _zcdp()
-    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, budget.measure, function, privacy_map)
 
 
 @lru_cache(maxsize=256)

@@ -1,0 +1,119 @@
+"""Calibration of the WGM: oracle values of the paper, the check against its own map, budget errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import opendp.prelude as dp
+import pytest
+from scipy.special import ndtri
+
+from opendp_wgm.privacy.calibrate import calibrate_wgm, calibrate_wgm_top_k
+from opendp_wgm.privacy.gaussian import (
+    wgm_privacy_loss,
+)
+from opendp_wgm.privacy.threshold import (
+    LATTICE_BITS,
+    wgm_threshold_delta,
+)
+
+LATTICE = 2.0**-LATTICE_BITS
+
+
+def smallest_threshold(scale: float, delta: float, max_contributions: int) -> float:
+    return dp.binary_search(
+        lambda t: wgm_threshold_delta(scale=scale, threshold=t, max_contributions=max_contributions) <= delta,
+        bounds=(0.0, 1e4),
+    )
+
+
+def reference_threshold(scale: float, delta: float, max_contributions: int) -> float:
+    """The reference's closed form (step 4 of the paper's calibration), continuous Gaussian, no lattice."""
+    t = np.arange(1, max_contributions + 1)
+    return float(np.max(t**-0.5 - scale * ndtri(-np.expm1(np.log1p(-delta) / t))))  # isf = -ndtri
+
+
+# --- the issue's calibration oracles (ε = 1, δ = 1e-5: δ/2 to noise, δ/2 to threshold) -----------------
+
+
+@pytest.mark.parametrize(("max_contributions", "threshold"), [(100, 20.7897), (64, 20.4975), (1, 18.1569)])
+def test_calibration_matches_the_paper(max_contributions: int, threshold: float) -> None:
+    c = calibrate_wgm(max_contributions=max_contributions, epsilon=1.0, delta=1e-5)
+    assert c.scale == pytest.approx(3.88414, abs=1e-4)
+    assert c.threshold == pytest.approx(threshold, abs=2e-3)
+    assert c.noise_delta == pytest.approx(5e-6, rel=1e-3)
+
+
+def test_calibration_passes_its_own_map() -> None:
+    for kwargs in ({"epsilon": 1.0}, {"epsilon": 0.1}, {"rho": 0.05}, {"rho": 2.0}):
+        c = calibrate_wgm(max_contributions=50, delta=1e-6, **kwargs)
+        eps = kwargs.get("epsilon")
+        d_out = wgm_privacy_loss(
+            1, scale=c.scale, threshold=c.threshold, max_contributions=50, epsilon=eps
+        )
+        assert d_out[0] <= kwargs.get("epsilon", kwargs.get("rho"))
+        assert d_out[1] <= 1e-6
+        # tight: a 1% smaller scale or threshold would exceed the budget
+        smaller = wgm_privacy_loss(
+            1, scale=c.scale * 0.99, threshold=c.threshold * 0.99, max_contributions=50, epsilon=eps
+        )
+        assert smaller[0] > d_out[0] or smaller[1] > 1e-6
+
+
+def test_calibration_noise_split() -> None:
+    a = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5, noise_delta_fraction=0.9)
+    b = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5, noise_delta_fraction=0.1)
+    assert a.scale < b.scale and a.threshold > b.threshold - 10 * b.scale
+
+
+# --- bad input --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"epsilon": 0.0, "delta": 1e-5}, ValueError, "`epsilon` must be in"),
+        ({"epsilon": -1.0, "delta": 1e-5}, ValueError, "`epsilon` must be in"),
+        ({"epsilon": float("nan"), "delta": 1e-5}, ValueError, "`epsilon` must be finite"),
+        ({"epsilon": float("inf"), "delta": 1e-5}, ValueError, "`epsilon` must be finite"),
+        ({"rho": 0.0, "delta": 1e-5}, ValueError, "`rho` must be in"),
+        ({"epsilon": 1.0, "delta": 0.0}, ValueError, "`delta` must be in"),
+        ({"epsilon": 1.0, "delta": 1.0}, ValueError, "`delta` must be in"),
+        ({"epsilon": 1.0, "rho": 1.0, "delta": 1e-5}, ValueError, "exactly one of `epsilon` and `rho`"),
+        ({"delta": 1e-5}, ValueError, "exactly one of `epsilon` and `rho`"),
+        ({"epsilon": 1.0, "delta": 1e-5, "max_contributions": 0}, ValueError, "`max_contributions` must be an integer >= 1"),
+        ({"epsilon": 1.0, "delta": 1e-5, "max_contributions": 2.5}, TypeError, "`max_contributions` must be an integer"),
+        ({"epsilon": 1.0, "delta": 1e-5, "noise_delta_fraction": 1.0}, ValueError, "`noise_delta_fraction`"),
+        ({"epsilon": "1", "delta": 1e-5}, TypeError, "`epsilon` must be a real number"),
+    ],
+)
+def test_calibration_rejects_bad_input(kwargs, error, match) -> None:
+    kwargs = {"max_contributions": 10} | kwargs
+    with pytest.raises(error, match=match):
+        calibrate_wgm(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (dict(epsilon=1e-9, delta=1e-7), r"`epsilon` must be >= 1.18e-06 at `delta` = 1e-07 \(found 1e-09\)"),
+        (dict(rho=1e-15, delta=1e-7), r"`rho` must be >= 4.55e-13 at any `delta` \(found 1e-15\)"),
+    ],
+)
+def test_budget_errors_name_the_budget(call: dict, match: str) -> None:
+    """ε = 1e-9 used to fail in make_wgm with "`scale` must be <= 2**20", a parameter the user never passed."""
+    import opendp_wgm as wgm
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set
+
+    dp.enable_features("contrib", "honest-but-curious")
+    with pytest.raises(ValueError, match=match):
+        wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=10, **call)
+    total = r"`epsilon` must be >= 2.96e-06 at `delta` = 1e-07 and `split` = 0.5 \(found 1e-09\)"
+    if "rho" in call:
+        total = r"`rho` must be >= 9.1e-13 at `split` = 0.5 \(found 1e-15\)"
+    with pytest.raises(ValueError, match=total):
+        calibrate_wgm_top_k(k=5, max_contributions=10, **call)
+    with pytest.raises(ValueError, match=total):
+        calibrate_wgm_hitting_set(k=5, max_contributions=10, **call)
+    # the stated bound is a real one: at it, calibration succeeds within the limit
+    at_bound = {"rho": 4.55e-13} if "rho" in call else {"epsilon": 1.18e-6}
+    assert calibrate_wgm(max_contributions=10, delta=1e-7, **at_bound).scale <= 2.0**20
