@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import opendp.prelude as dp
 import pytest
 from scipy.special import ndtri
 
-from opendp_wgm.privacy.calibrate import calibrate_wgm, calibrate_wgm_top_k
+from opendp_wgm.privacy.budget import Budget
+from opendp_wgm.privacy.calibrate import (
+    calibrate_wgm,
+    calibrate_wgm_top_k,
+    smallest_passing,
+)
 from opendp_wgm.privacy.gaussian import (
     wgm_privacy_loss,
 )
+from opendp_wgm.privacy.peeling import peeling_approx_epsilon, peeling_epsilon
 from opendp_wgm.privacy.threshold import (
     LATTICE_BITS,
     wgm_threshold_delta,
@@ -117,3 +125,44 @@ def test_budget_errors_name_the_budget(call: dict, match: str) -> None:
     # the stated bound is a real one: at it, calibration succeeds within the limit
     at_bound = {"rho": 4.55e-13} if "rho" in call else {"epsilon": 1.18e-6}
     assert calibrate_wgm(max_contributions=10, delta=1e-7, **at_bound).scale <= 2.0**20
+
+
+def test_wgm_then_peel_reference_parameters() -> None:
+    """§7.3 at ε = 1, δ = 1e-5, Δ0 = 100: σ ≈ 7.661 and T ≈ 41.863 (reference: 7.6611, 41.8632), and ε'."""
+    cal = calibrate_wgm_top_k(k=100, max_contributions=100, epsilon=1.0, delta=1e-5)
+    assert cal.wgm.scale == pytest.approx(7.6611328125, abs=1e-3)
+    assert cal.wgm.threshold == pytest.approx(41.863212, abs=2e-3)
+    assert cal.wgm == calibrate_wgm(max_contributions=100, epsilon=0.5, delta=5e-6)
+    for k, eps_prime in [(10, 0.063360), (20, 0.044802), (50, 0.028336), (100, 0.020036)]:
+        cal = calibrate_wgm_top_k(k=k, max_contributions=100, epsilon=1.0, delta=1e-5)
+        assert cal.peel_local_epsilon == pytest.approx(eps_prime, abs=1e-6)
+        assert 1.0 / cal.peel_scale <= peeling_epsilon(0.5, 5e-6, k) * (1 + 1e-9)
+
+
+# --- the one search ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("boundary", "lower"), [(0.3, 0.0), (7.25, 1e-12), (3e5, 0.0), (1.5, 1.0)])
+def test_smallest_passing_returns_the_smallest_passing_value(boundary: float, lower: float) -> None:
+    """The result passes, and the float just below it does not (binary_search's resolution is one ulp)."""
+    budget = Budget.of(epsilon=1.0, delta=1e-5)
+    found = smallest_passing(lambda x: x >= boundary, lower=lower, parameter="scale", budget=budget)
+    assert found >= boundary
+    assert math.nextafter(found, -math.inf) < boundary
+
+
+def test_smallest_passing_refuses_a_predicate_that_never_passes() -> None:
+    budget = Budget.of(rho=0.5, delta=1e-6)
+    match = (
+        r"calibration failed: no finite `peel_scale` satisfies the budget "
+        r"ρ = 0.5, δ = 1e-06 per user \[approximate zCDP, approximate\(zero_concentrated_divergence\)\]"
+    )
+    with pytest.raises(ValueError, match=match):
+        smallest_passing(lambda x: False, lower=0.0, parameter="peel_scale", budget=budget)
+
+
+def test_top_k_peel_scale_is_the_smallest_that_fits() -> None:
+    """The stage-2 scale is now searched on its map (it was 1/ε' nudged up by ulps, ~1e-12 relative above)."""
+    cal = calibrate_wgm_top_k(k=100, max_contributions=100, epsilon=1.0, delta=1e-5)
+    fits = lambda s: peeling_approx_epsilon(1, k=100, scale=s, delta=cal.peel_delta) <= cal.peel_epsilon  # noqa: E731
+    assert fits(cal.peel_scale) and not fits(math.nextafter(cal.peel_scale, 0.0))
