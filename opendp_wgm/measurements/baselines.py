@@ -30,7 +30,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
+from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.measurements.wgm import (
     Noise,
@@ -40,7 +40,7 @@ from opendp_wgm.measurements.wgm import (
     _wgm_privacy_map,
 )
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
-from opendp_wgm.privacy.calibrate import calibrate_wgm
+from opendp_wgm.privacy.calibrate import calibrate_key_release, calibrate_policy_greedy, calibrate_wgm
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.transformations import _assert_features, _bound_plan, _seeds
 
@@ -671,18 +671,12 @@ def make_policy_greedy_from_budget(
     """
     _assert_idealized()
     budget = Budget.of(epsilon=epsilon, delta=delta)
-    epsilon, delta = budget.value, budget.delta
     alpha = _check_real("alpha", alpha, minimum=0.0)
-    scale = 1.0 / epsilon
-    while 1.0 / scale > epsilon:  # float rounding: never report more than ε
-        scale = math.nextafter(scale, math.inf)
-    lattice_scale = scale * _UNIT
-    # smallest F with P[Z >= F + 1 - 2^20] <= delta: closed form, then exact adjustment on the map
-    floor_t = _UNIT - 1 + max(1, math.ceil(-lattice_scale * math.log(delta * (1.0 + math.exp(-1.0 / lattice_scale)))))
-    while floor_t > _UNIT and _greedy_threshold_delta(scale, (floor_t - 1) / _UNIT, alpha, 1) <= delta:
-        floor_t -= 1
-    while _greedy_threshold_delta(scale, floor_t / _UNIT, alpha, 1) > delta:
-        floor_t += 1
+    scale, floor_t = calibrate_policy_greedy(
+        budget,
+        lattice_bits=LATTICE_BITS,
+        threshold_delta=lambda scale, floor_t: _greedy_threshold_delta(scale, floor_t / _UNIT, alpha, 1),
+    )
     return make_policy_greedy(
         input_domain, input_metric, scale=scale, threshold=floor_t / _UNIT, alpha=alpha, item=item
     )
@@ -907,59 +901,21 @@ def make_opendp_key_release(
 def _calibrate_key_release(
     groups: int, kind: str, noise_delta: float, budget: tuple[float, float]
 ) -> tuple[float, int]:
-    """Smallest global scale (and, for it, smallest threshold) whose OpenDP map at d_in = 1 meets ``budget``.
+    """Smallest global scale (and, for it, smallest threshold) whose OpenDP map at d_in = 1 meets ``budget``
+    (:func:`opendp_wgm.privacy.calibrate.calibrate_key_release` on the plan of this module)."""
 
-    The threshold's δ gets ``budget δ − noise_delta`` (all of δ under zCDP); under (ε, δ) the noise's δ is
-    what ``make_fix_delta`` leaves after the threshold's, so ε is searched with the threshold set for each scale.
-    """
-    threshold_budget = budget[1] - noise_delta
-
-    def inner_delta(scale: float, threshold: int) -> float:
+    def threshold_delta(scale: float, threshold: int) -> float:
         inner = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, "zcdp", scale, threshold, 0.0)
         return float(inner.map(1)[1])
 
-    hint = [2]
+    def loss(scale: float, threshold: int) -> tuple[float, float]:
+        measurement = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1])
+        return measurement.map(1)
 
-    def threshold_for(scale: float) -> int:
-        """Smallest integer threshold > 1 whose δ fits, by exponential search from the last answer."""
-        lo, hi = max(1, hint[0] - 1), hint[0]
-        if inner_delta(scale, hi) <= threshold_budget:
-            step = 1
-            while lo > 1 and inner_delta(scale, lo) <= threshold_budget:  # the answer is lower
-                hi, lo = lo, max(1, lo - step)
-                step *= 2
-        else:
-            step = 1
-            while inner_delta(scale, hi) > threshold_budget:
-                lo, hi = hi, hi + step
-                step *= 2
-                if hi > 2**31:
-                    raise ValueError("calibration failed: no threshold meets the budget")
-        while hi - lo > 1:  # invariant: lo fails (or is 1, which OpenDP refuses), hi fits
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if inner_delta(scale, mid) <= threshold_budget else (mid, hi)
-        hint[0] = hi
-        return hi
-
-    def fits(scale: float) -> bool:
-        try:
-            threshold = threshold_for(scale)
-            d_out = _opendp_measurement(
-                "user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1]
-            ).map(1)
-        except (dp.OpenDPException, ValueError):
-            return False
-        return float(d_out[0]) <= budget[0] and float(d_out[1]) <= budget[1]
-
-    lo, hi = 0.0, 1.0
-    while not fits(hi):
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:
-            raise ValueError("calibration failed: no noise scale meets the budget")
-    while hi - lo > 1e-5 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi, threshold_for(hi)
+    measure_kind = "approx_dp" if kind == "approx" else "approx_zcdp"
+    return calibrate_key_release(
+        Budget(measure_kind, budget[0], budget[1]), noise_delta=noise_delta, threshold_delta=threshold_delta, loss=loss
+    )
 
 
 then_policy_gaussian = _to_then(make_policy_gaussian)

@@ -18,7 +18,6 @@ Every release is a ``pl.DataFrame`` with the item column (the input's name and d
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 

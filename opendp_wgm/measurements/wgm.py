@@ -27,7 +27,7 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.noise import sample_discrete_gaussian
-from opendp_wgm.privacy.budget import check_gaussian_measure, measure_of
+from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
 from opendp_wgm.privacy.threshold import LATTICE_BITS, MAX_SCALE, check_max_contributions

@@ -3,8 +3,9 @@ r"""Calibration: the parameters of every mechanism from a budget, by searching o
 Each ``calibrate_*`` function turns a :class:`~opendp_wgm.privacy.budget.Budget` (built from the user's
 ``epsilon``/``rho`` and ``delta``) into the parameters of a measurement, and checks them against the map the
 measurement will publish, so ``measurement.check(1, budget)`` holds. Every search is :func:`smallest_passing`,
-on ``dp.binary_search``; the one exception is :func:`limited_domain_local_epsilon`, which reproduces the
-reference implementation's bisection bit for bit (an oracle value of the paper).
+on ``dp.binary_search``. Two exceptions, each documented where it is: :func:`limited_domain_local_epsilon`
+reproduces the reference implementation's bisection bit for bit (an oracle value of the paper), and
+:func:`calibrate_key_release` bisects OpenDP's own (costly) map to a relative 1e-5.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import opendp.prelude as dp
 
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability
 from opendp_wgm.privacy.budget import Budget, MeasureKind
-from opendp_wgm.privacy.gaussian import analytic_gaussian_delta, lattice_epsilon_slack, wgm_privacy_loss, wgm_rho
+from opendp_wgm.privacy.gaussian import (
+    analytic_gaussian_delta,
+    lattice_epsilon_slack,
+    wgm_privacy_loss,
+    wgm_rho,
+)
 from opendp_wgm.privacy.peeling import (
     USER_PEELING,
     add_up,
@@ -26,14 +33,21 @@ from opendp_wgm.privacy.peeling import (
     peeling_loss,
     peeling_rho,
 )
-from opendp_wgm.privacy.threshold import LATTICE_BITS, MAX_SCALE, _threshold_delta, check_max_contributions
+from opendp_wgm.privacy.threshold import (
+    LATTICE_BITS,
+    MAX_SCALE,
+    _threshold_delta,
+    check_max_contributions,
+)
 
 __all__ = [
     "HittingSetCalibration",
     "LimitedDomainCalibration",
     "WGMCalibration",
     "WGMTopKCalibration",
+    "calibrate_key_release",
     "calibrate_limited_domain",
+    "calibrate_policy_greedy",
     "calibrate_user_peeling",
     "calibrate_wgm",
     "calibrate_wgm_for",
@@ -49,20 +63,23 @@ __all__ = [
 # ==============================================================================================================
 
 
-def smallest_passing(predicate: Callable[[float], bool], *, lower: float, parameter: str, budget: Budget) -> float:
+def smallest_passing(predicate: Callable[[Any], bool], *, lower: Any, parameter: str, budget: Budget) -> Any:
     """The smallest ``x >= lower`` with ``predicate(x)``, for a predicate monotone increasing in ``x``.
 
-    The upper end is the first of 1, 2, 4, … (from ``lower`` when it exceeds 1) that passes; ``dp.binary_search``
-    then bisects to float resolution and returns a passing value. A predicate that passes nowhere below 1e300
-    is refused, naming the ``parameter`` searched and the ``budget`` it was searched for.
+    ``lower`` is a float or an int, and so is the result. The upper end is the first of 1, 2, 4, … (from
+    ``lower`` when it exceeds 1) that passes; ``dp.binary_search`` then bisects to the type's resolution (one
+    ulp, or 1) and returns a passing value. A predicate that passes nowhere below 1e300 is refused, naming the
+    ``parameter`` searched and the ``budget`` it was searched for.
     """
-    upper = max(1.0, lower)
+    if predicate(lower):
+        return lower
+    upper = max(type(lower)(1), lower)
     while not predicate(upper):
-        upper *= 2.0
+        upper *= 2
         if upper > 1e300:
             msg = f"calibration failed: no finite `{parameter}` satisfies the budget {budget.description}"
             raise ValueError(msg)
-    return float(dp.binary_search(predicate, bounds=(lower, upper)))
+    return dp.binary_search(predicate, bounds=(lower, upper))
 
 
 # ==============================================================================================================
@@ -582,3 +599,86 @@ def calibrate_limited_domain(*, epsilon: float, delta: float, k: int) -> Limited
     if eps_1 > epsilon:  # pragma: no cover - a bug guard (the bisection keeps a 1e-6 margin)
         raise AssertionError(f"limited-domain calibration gave ε = {eps_1} > {epsilon}")
     return LimitedDomainCalibration(scale, eps_1, delta_composition, delta_bottom)
+
+
+# ==============================================================================================================
+# Baselines: Policy Greedy and OpenDP's key release
+# ==============================================================================================================
+
+
+def calibrate_policy_greedy(
+    budget: Budget, *, lattice_bits: int, threshold_delta: Callable[[float, int], float]
+) -> tuple[float, int]:
+    r"""Policy Greedy's Laplace scale λ and threshold for an (ε, δ) budget: λ = 1/ε (rounded so that
+    1/λ ≤ ε) and the smallest lattice threshold :math:`F \ge 2^b` (in units :math:`2^{-b}`) with
+    ``threshold_delta(λ, F)`` ≤ δ (its map at one user, nonincreasing in F)."""
+    scale = 1.0 / budget.value
+    while 1.0 / scale > budget.value:  # float rounding: never report more than ε
+        scale = math.nextafter(scale, math.inf)
+    floor_t = smallest_passing(
+        lambda f: threshold_delta(scale, f) <= budget.delta, lower=1 << lattice_bits, parameter="threshold",
+        budget=budget,
+    )
+    return scale, floor_t
+
+
+def calibrate_key_release(
+    budget: Budget,
+    *,
+    noise_delta: float,
+    threshold_delta: Callable[[float, int], float],
+    loss: Callable[[float, int], tuple[float, float]],
+) -> tuple[float, int]:
+    """The smallest global scale of OpenDP's key release (to a relative 1e-5), and for it the smallest integer
+    threshold > 1, whose map at d_in = 1 meets ``budget``.
+
+    ``threshold_delta(scale, threshold)`` is the δ of OpenDP's threshold alone (it gets ``budget.delta −
+    noise_delta``: all of δ under zCDP), ``loss(scale, threshold)`` the measurement's map at one user; either
+    may raise where OpenDP refuses the parameters, which then do not fit.
+
+    The second exception to :func:`smallest_passing`: every evaluation builds OpenDP measurements (~10 ms), so
+    the scale is bisected to a relative 1e-5 (about 20 evaluations, where a search to one ulp needs 60 and took
+    8 times as long), and the threshold is searched from the previous answer.
+    """
+    threshold_budget = budget.delta - noise_delta
+    hint = [2]
+
+    def threshold_for(scale: float) -> int:
+        """Smallest integer threshold > 1 whose δ fits, by exponential search from the last answer."""
+        lo, hi = max(1, hint[0] - 1), hint[0]
+        if threshold_delta(scale, hi) <= threshold_budget:
+            step = 1
+            while lo > 1 and threshold_delta(scale, lo) <= threshold_budget:  # the answer is lower
+                hi, lo = lo, max(1, lo - step)
+                step *= 2
+        else:
+            step = 1
+            while threshold_delta(scale, hi) > threshold_budget:
+                lo, hi = hi, hi + step
+                step *= 2
+                if hi > 2**31:
+                    msg = f"calibration failed: no finite `threshold` satisfies the budget {budget.description}"
+                    raise ValueError(msg)
+        while hi - lo > 1:  # invariant: lo fails (or is 1, which OpenDP refuses), hi fits
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if threshold_delta(scale, mid) <= threshold_budget else (mid, hi)
+        hint[0] = hi
+        return hi
+
+    def fits(scale: float) -> bool:
+        try:
+            d_out = loss(scale, threshold_for(scale))
+        except (dp.OpenDPException, ValueError):
+            return False
+        return float(d_out[0]) <= budget.value and float(d_out[1]) <= budget.delta
+
+    lo, hi = 0.0, 1.0
+    while not fits(hi):
+        lo, hi = hi, hi * 2.0
+        if hi > 1e12:
+            msg = f"calibration failed: no finite `scale` satisfies the budget {budget.description}"
+            raise ValueError(msg)
+    while hi - lo > 1e-5 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi, threshold_for(hi)

@@ -12,8 +12,17 @@ import math
 import sys
 from functools import lru_cache
 
-from opendp_wgm._validation import _check_d_in, _check_positive, _check_probability, _check_real
-from opendp_wgm.privacy.threshold import _LATTICE_UNIT, _threshold_delta, check_max_contributions
+from opendp_wgm._validation import (
+    _check_d_in,
+    _check_positive,
+    _check_probability,
+    _check_real,
+)
+from opendp_wgm.privacy.threshold import (
+    _LATTICE_UNIT,
+    _threshold_delta,
+    check_max_contributions,
+)
 
 __all__ = [
     "analytic_gaussian_delta",

@@ -14,12 +14,17 @@ Derivations: ``docs/top_k.md`` §2–4 and ``docs/hitting_set.md`` §2–3.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability, _check_real
+from opendp_wgm._validation import (
+    _check_d_in,
+    _check_int,
+    _check_positive,
+    _check_probability,
+    _check_real,
+)
 from opendp_wgm.privacy.budget import MeasureKind
 from opendp_wgm.privacy.threshold import check_max_contributions
 
