@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import opendp.prelude as dp
 import pytest
-from scipy.special import ndtri
 
 from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.calibrate import (
@@ -19,26 +17,6 @@ from opendp_wgm.privacy.gaussian import (
     wgm_privacy_loss,
 )
 from opendp_wgm.privacy.peeling import peeling_approx_epsilon, peeling_epsilon
-from opendp_wgm.privacy.threshold import (
-    LATTICE_BITS,
-    wgm_threshold_delta,
-)
-
-LATTICE = 2.0**-LATTICE_BITS
-
-
-def smallest_threshold(scale: float, delta: float, max_contributions: int) -> float:
-    return dp.binary_search(
-        lambda t: wgm_threshold_delta(scale=scale, threshold=t, max_contributions=max_contributions) <= delta,
-        bounds=(0.0, 1e4),
-    )
-
-
-def reference_threshold(scale: float, delta: float, max_contributions: int) -> float:
-    """The reference's closed form (step 4 of the paper's calibration), continuous Gaussian, no lattice."""
-    t = np.arange(1, max_contributions + 1)
-    return float(np.max(t**-0.5 - scale * ndtri(-np.expm1(np.log1p(-delta) / t))))  # isf = -ndtri
-
 
 # --- the issue's calibration oracles (ε = 1, δ = 1e-5: δ/2 to noise, δ/2 to threshold) -----------------
 
