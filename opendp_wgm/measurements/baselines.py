@@ -912,10 +912,8 @@ def _calibrate_key_release(
         measurement = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1])
         return measurement.map(1)
 
-    measure_kind = "approx_dp" if kind == "approx" else "approx_zcdp"
-    return calibrate_key_release(
-        Budget(measure_kind, budget[0], budget[1]), noise_delta=noise_delta, threshold_delta=threshold_delta, loss=loss
-    )
+    total = Budget("approx_dp" if kind == "approx" else "approx_zcdp", budget[0], budget[1])
+    return calibrate_key_release(total, noise_delta=noise_delta, threshold_delta=threshold_delta, loss=loss)
 
 
 then_policy_gaussian = _to_then(make_policy_gaussian)

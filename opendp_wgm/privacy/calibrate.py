@@ -517,7 +517,7 @@ def calibrate_wgm_hitting_set(
         delta=budget.delta,
         epsilon=budget.epsilon,
         rho=budget.rho,
-        wgm_loss=tuple(wgm_loss),
+        wgm_loss=wgm_loss,
         peel_loss=tuple(peel_loss),
     )
 
