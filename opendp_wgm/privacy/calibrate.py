@@ -391,7 +391,7 @@ def calibrate_user_peeling(
 
     Examples
     --------
-    >>> from opendp_wgm.measurements.hitting_set import calibrate_user_peeling
+    >>> from opendp_wgm.privacy.calibrate import calibrate_user_peeling
     >>> round(1 / calibrate_user_peeling(k=10, epsilon=1.1, delta=0.1), 5)  # the reference's ε' = 0.29264
     0.29264
     """
@@ -473,7 +473,7 @@ def calibrate_wgm_hitting_set(
 
     Examples
     --------
-    >>> from opendp_wgm.measurements.hitting_set import calibrate_wgm_hitting_set
+    >>> from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set
     >>> cal = calibrate_wgm_hitting_set(k=100, max_contributions=100, epsilon=1.0, delta=1e-5)
     >>> round(cal.wgm.scale, 3), round(cal.peel_round_epsilon, 5)  # σ at (ε/2, δ/2); em_epsilon_cdp(ε/2, δ/2, k)
     (7.661, 0.02004)
