@@ -262,8 +262,10 @@ def limited_domain_group_loss(d_in: int, epsilon: float, delta: float) -> tuple[
 class Accounting:
     """How a module's peeling maps round, and which conversion δ they accept. Every choice is conservative.
 
-    The two policies are kept apart because the published maps of top-k and of the hitting set pin their
-    values to the last ulp (``tests/privacy/test_peeling.py``); they differ by a few ulps at most.
+    The two policies stay apart because unifying them moves a published map: under the float policy the
+    hitting set's exact map values change (``tests/test_hitting_set.py::test_map_charges_min_k_candidates_rounds``
+    pins them), and under the exact policy top-k's (ε, δ) map would grow by the conversion's relative 1e-12
+    (thousands of ulps) instead of 2^-50.
 
     Attributes
     ----------
