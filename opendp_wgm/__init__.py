@@ -16,7 +16,7 @@ from opendp_wgm._version import __version__
 
 if TYPE_CHECKING:
     from opendp_wgm import datasets, metrics
-    from opendp_wgm.accounting import WGMCalibration, WGMTopKCalibration, calibrate_wgm, calibrate_wgm_top_k
+    from opendp_wgm.privacy.calibrate import WGMCalibration, WGMTopKCalibration, calibrate_wgm, calibrate_wgm_top_k
     from opendp_wgm.domains import user_items_space
     from opendp_wgm.measurements import *  # noqa: F403 - the measurements' own __all__
     from opendp_wgm.transformations import (
@@ -32,10 +32,10 @@ if TYPE_CHECKING:
 # --help, --version and argument errors) does not import OpenDP, NumPy or the measurements.
 #: Public name -> the module that defines it; any other public name is one of the measurements'.
 _EXPORTS = {  # in the order of ``__all__``
-    "WGMCalibration": "opendp_wgm.accounting",
-    "WGMTopKCalibration": "opendp_wgm.accounting",
-    "calibrate_wgm": "opendp_wgm.accounting",
-    "calibrate_wgm_top_k": "opendp_wgm.accounting",
+    "WGMCalibration": "opendp_wgm.privacy.calibrate",
+    "WGMTopKCalibration": "opendp_wgm.privacy.calibrate",
+    "calibrate_wgm": "opendp_wgm.privacy.calibrate",
+    "calibrate_wgm_top_k": "opendp_wgm.privacy.calibrate",
     "datasets": "opendp_wgm.datasets",
     "make_bound_user_items": "opendp_wgm.transformations",
     "make_candidate_counts": "opendp_wgm.transformations",

@@ -8,7 +8,7 @@ Polars ``DataFrame`` of items, exactly like :func:`opendp_wgm.make_wgm` does on 
 2. each user keeps the at most Δ0 items of smallest key ``xxhash64(s1, s2, user, item)`` under a secret
    128-bit seed drawn from the OS for every release (``row_number`` over a window by user, ties broken by
    the item, so never more than Δ0 rows); the kept subset is a function of that user's rows and the seed;
-3. a user keeping ``t`` items gives each the lattice weight :func:`opendp_wgm.accounting.lattice_weights`
+3. a user keeping ``t`` items gives each the lattice weight :func:`opendp_wgm.privacy.threshold.lattice_weights`
    ``(Δ0)[t - 1]`` :math:`= \lfloor 2^{20}/\sqrt t\rfloor` (integers, exact), summed per item (``groupBy``);
 4. in the executors (``mapInArrow``), every item's integer sum gets discrete Gaussian noise
    :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)` from :func:`opendp_wgm.samplers.sample_discrete_gaussian`
@@ -38,15 +38,16 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.accounting import calibrate_wgm, calibrate_wgm_top_k, lattice_weights
 from opendp_wgm.domains import _assert_features, _check_column_names, _Space, _user_of_metric, user_items_space
 from opendp_wgm.measurements._peeling import _two_stage_arguments, _two_stage_function
-from opendp_wgm.measurements.hitting_set import _peel, calibrate_wgm_hitting_set
+from opendp_wgm.measurements.hitting_set import _peel
 from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set as _make_polars_wgm_hitting_set
 from opendp_wgm.measurements.top_k import _WGM_TOP_K_SAMPLER, _top_k_of_counts
 from opendp_wgm.measurements.top_k import make_wgm_top_k as _make_polars_wgm_top_k
 from opendp_wgm.measurements.wgm import _noisy_above_threshold, _weights_frame, _wgm_arguments
 from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
+from opendp_wgm.privacy.calibrate import calibrate_wgm, calibrate_wgm_hitting_set, calibrate_wgm_top_k
+from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
@@ -634,7 +635,7 @@ def make_wgm_top_k_from_budget(
     split: float = 0.5,
     method: str = "auto",
 ) -> dp.Measurement:
-    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.accounting.calibrate_wgm_top_k` (as on Polars)."""
+    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.calibrate_wgm_top_k` (as on Polars)."""
     _assert_features()
     calibration = calibrate_wgm_top_k(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
@@ -695,7 +696,7 @@ def make_wgm_hitting_set_from_budget(
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
 ) -> dp.Measurement:
-    """:func:`make_wgm_hitting_set` calibrated by ``hitting_set.calibrate_wgm_hitting_set`` (as on Polars)."""
+    """:func:`make_wgm_hitting_set` calibrated by :func:`opendp_wgm.calibrate_wgm_hitting_set` (as on Polars)."""
     _assert_features()
     calibration = calibrate_wgm_hitting_set(
         k=k,

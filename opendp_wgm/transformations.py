@@ -24,7 +24,7 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int
-from opendp_wgm.accounting import LATTICE_BITS, _lattice_weights
+from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.domains import (
     UserItemsDescriptor,
     _assert_features,
@@ -81,7 +81,7 @@ def _lattice_histogram_plan(lists: pl.LazyFrame, space: _Space, max_contribution
 
     ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items.
     """
-    weights = _lattice_weights(max_contributions)
+    weights = lattice_weights(max_contributions)
     kept = pl.col(space.item).list.len().cast(pl.Int64)
     weight = kept.replace_strict(
         old=pl.int_range(1, max_contributions + 1, eager=True),

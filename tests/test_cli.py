@@ -661,7 +661,7 @@ _IMPORTS = """
 import sys
 from opendp_wgm.cli import main
 code = main(sys.argv[1:])
-heavy = sorted(m for m in ("opendp", "numpy", "scipy", "polars", "opendp_wgm.measurements", "opendp_wgm.accounting")
+heavy = sorted(m for m in ("opendp", "numpy", "scipy", "polars", "opendp_wgm.measurements", "opendp_wgm.privacy")
                if m in sys.modules)
 print("HEAVY", heavy, code)
 """

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.stats import chi2
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import LATTICE_BITS, lattice_weights
+from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 
 LATTICE = 2.0**-LATTICE_BITS
 

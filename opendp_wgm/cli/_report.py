@@ -19,7 +19,7 @@ from opendp_wgm.cli._io import _exit_on_interrupt, _prepare_output, _read_input
 if TYPE_CHECKING:
     import opendp.prelude as dp
 
-    from opendp_wgm.accounting import WGMCalibration
+    from opendp_wgm.privacy.calibrate import WGMCalibration
 
 
 @dataclass
@@ -150,7 +150,9 @@ def _release_and_report(
     if args.output is None:
         show(released, stdout)
 
-    measure, first = _measure_description(planned.measurement.output_measure)
+    from opendp_wgm.privacy.budget import describe_measure
+
+    measure, first = describe_measure(planned.measurement.output_measure)
     lines = [
         f"{PROG} {args.command}: {planned.mechanism} released {released.height:,} items",
         f"  budget spent  {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "
@@ -167,17 +169,6 @@ def _release_and_report(
     lines.append(f"  run time      {stages.total:.2f} s ({timing})")
     print("\n".join(lines), file=stderr)
     return 0
-
-
-def _measure_description(measure: object) -> tuple[str, str]:
-    """A readable name of an output measure and the name of its first budget parameter."""
-    import opendp.prelude as dp
-
-    if measure == dp.approximate(dp.max_divergence()):
-        return "(ε, δ)-DP, approximate(max_divergence)", "ε"
-    if measure == dp.approximate(dp.zero_concentrated_divergence()):
-        return "approximate zCDP, approximate(zero_concentrated_divergence)", "ρ"
-    return str(measure), "d_out"
 
 
 def _loss(first: str, loss: tuple[float, float]) -> str:

@@ -63,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
     from opendp_wgm import metrics
-    from opendp_wgm.accounting import calibrate_wgm
+    from opendp_wgm.privacy.calibrate import calibrate_wgm
     from opendp_wgm.cli._report import (
         _not_private,
         _Plan,

@@ -9,7 +9,7 @@ Gopi et al. 2020 (arXiv 2002.09745, Thm B.2); "Missing Mass for Differentially P
 4. the items whose noisy sum exceeds the threshold T are released.
 
 Steps 2–4 run on the lattice :math:`2^{-20}\mathbb{Z}` with exact discrete Gaussian noise
-(:mod:`opendp_wgm.samplers.discrete_gaussian`); the privacy maps account for it (:mod:`opendp_wgm.accounting`).
+(:mod:`opendp_wgm.samplers.discrete_gaussian`); the privacy maps account for it (:mod:`opendp_wgm.privacy`).
 """
 
 from __future__ import annotations
@@ -25,16 +25,12 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import (
-    LATTICE_BITS,
-    MAX_SCALE,
-    WGMCalibration,
-    _check_max_contributions,
-    calibrate_wgm,
-    wgm_privacy_loss,
-)
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.samplers import sample_discrete_gaussian
+from opendp_wgm.privacy.budget import check_gaussian_measure
+from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
+from opendp_wgm.privacy.threshold import LATTICE_BITS, MAX_SCALE, check_max_contributions
 from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _lattice_histogram_plan
 
 __all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
@@ -47,14 +43,6 @@ _ENGINES = ("auto", "in-memory", "streaming")
 MAX_PASSES = 1024
 
 
-def _zcdp() -> dp.Measure:
-    return dp.approximate(dp.zero_concentrated_divergence())
-
-
-def _approx_dp() -> dp.Measure:
-    return dp.approximate(dp.max_divergence())
-
-
 def _check_noise(noise: str) -> str:
     if noise not in _NOISE_METHODS:
         msg = f"`noise` must be one of {_NOISE_METHODS}, got {noise!r}"
@@ -62,34 +50,10 @@ def _check_noise(noise: str) -> str:
     return noise
 
 
-def _check_gaussian_measure(
-    output_measure: dp.Measure | None, epsilon: float | None
-) -> tuple[dp.Measure, float | None]:
-    """The output measure (approximate zCDP by default, or (ε, δ)-DP, which needs ``epsilon``) and ``epsilon``
-    checked: the WGM and the baselines that share its map (:mod:`opendp_wgm.measurements.baselines`)."""
-    output_measure = _zcdp() if output_measure is None else output_measure
-    if output_measure == _zcdp():
-        if epsilon is not None:
-            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
-            raise ValueError(msg)
-    elif output_measure == _approx_dp():
-        if epsilon is None:
-            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
-            raise ValueError(msg)
-        epsilon = _check_positive("epsilon", epsilon)
-    else:
-        msg = (
-            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
-            f"dp.approximate(dp.max_divergence()), got {output_measure}"
-        )
-        raise ValueError(msg)
-    return output_measure, epsilon
-
-
 def _wgm_privacy_map(
     *, scale: float, threshold: float, max_contributions: int, epsilon: float | None
 ) -> Callable[[int], tuple[float, float]]:
-    """The WGM's privacy map (:func:`opendp_wgm.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a checked
+    """The WGM's privacy map (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a checked
     ``d_in``: the WGM and the baselines that share its map."""
 
     def privacy_map(d_in: int) -> tuple[float, float]:
@@ -197,7 +161,7 @@ def _wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any
         "max_contributions": calibration.max_contributions,
         "scale": calibration.scale,
         "threshold": calibration.threshold,
-        "output_measure": _approx_dp() if calibration.epsilon is not None else _zcdp(),
+        "output_measure": calibration.budget.measure,
         "epsilon": calibration.epsilon,
         **options,
     }
@@ -289,7 +253,7 @@ def make_wgm(
     (0.03314, True)
     """
     _assert_features()
-    max_contributions = _check_max_contributions(max_contributions)
+    max_contributions = check_max_contributions(max_contributions)
     scale = _check_positive("scale", scale)
     if scale > MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
         msg = f"`scale` must be <= 2**{LATTICE_BITS} = {MAX_SCALE!r} (found {scale!r})"
@@ -297,9 +261,9 @@ def make_wgm(
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
     passes, engine = _check_execution(passes, engine)
-    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     # docs/privacy.md Lemma 3: the (ε, δ) map needs at least one lattice step of noise
-    if output_measure == _approx_dp() and scale < 1.0 / MAX_SCALE:
+    if epsilon is not None and scale < 1.0 / MAX_SCALE:
         msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
         raise ValueError(msg)
     space = _resolve_space(input_domain, input_metric, item)
