@@ -465,7 +465,7 @@ def load_reddit_pushshift(
         msg = f"`kind` must be one of {{'comments', 'submissions'}} (found {kind!r})"
         raise ValueError(msg)
     files = _resolve_many(path, "reddit_pushshift", patterns)
-    schema = {"author": pl.String, **{field: pl.String for field in fields}}
+    schema = {"author": pl.String, **dict.fromkeys(fields, pl.String)}
     frames = []
     for file in files:  # a handful of files, not rows
         if _is_gzip(file):

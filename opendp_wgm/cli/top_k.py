@@ -94,7 +94,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     import opendp.prelude as dp
 
     from opendp_wgm import metrics
-    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
     from opendp_wgm.cli._report import (
         _not_private,
         _Plan,
@@ -109,6 +108,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         make_wgm,
         make_wgm_top_k_from_budget,
     )
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
 
     budget = _budget(args)
     wgm = args.mechanism == "wgm"

@@ -248,7 +248,9 @@ def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_f
     try:
         return calibrate_wgm_for(first, max_contributions=max_contributions, noise_delta_fraction=noise_delta_fraction)
     except _BudgetTooSmall as error:
-        context = f"`delta` = {budget.delta!r} and `split` = {split!r}" if budget.epsilon is not None else f"`split` = {split!r}"
+        context = f"`split` = {split!r}"
+        if budget.epsilon is not None:
+            context = f"`delta` = {budget.delta!r} and {context}"
         raise _restated(error, budget, split, context) from None
 
 
@@ -387,7 +389,8 @@ def calibrate_user_peeling(
       per-round ε' (``em_epsilon_cdp``, :func:`opendp_wgm.privacy.peeling.peeling_epsilon`);
     - ``epsilon`` alone: pure ε-DP by basic composition, :math:`\text{scale} = k/\varepsilon`.
 
-    The scale is found by :func:`smallest_passing` on the privacy map of :func:`opendp_wgm.measurements.hitting_set.make_user_peeling`.
+    The scale is found by :func:`smallest_passing` on the privacy map of
+    :func:`opendp_wgm.measurements.hitting_set.make_user_peeling`.
 
     Examples
     --------

@@ -49,7 +49,8 @@ def peeling_epsilon(epsilon: float, delta: float, k: int) -> float:
     r"""Per-step ε' of ``k`` adaptive ε'-bounded-range exponential-mechanism steps that are (ε, δ)-DP.
 
     Each step is ε'-BR, hence :math:`\varepsilon'^2/8`-zCDP; ``k`` steps compose to :math:`k\varepsilon'^2/8`,
-    converted with :func:`opendp_wgm.privacy.gaussian.rho_to_epsilon`. Solving for ε' (the reference implementation's ``em_epsilon_cdp``):
+    converted with :func:`opendp_wgm.privacy.gaussian.rho_to_epsilon`. Solving for ε' (the reference
+    implementation's ``em_epsilon_cdp``):
 
     .. math:: \varepsilon' = \max\Big(\frac{\varepsilon}{k},\
               \sqrt{\tfrac{8\ln(1/\delta) + 8\varepsilon}{k}} - \sqrt{\tfrac{8\ln(1/\delta)}{k}}\Big)
@@ -208,7 +209,7 @@ def _h_bottom_log_term(k_bar: int, max_contributions: int | None, delta: float, 
 def limited_domain_threshold_offset(
     *, k_bar: int, max_contributions: int | None, delta: float, scale: float, lattice_bits: int = 20
 ) -> int:
-    r"""The offset :math:`h_\perp - c_{(\bar k+1)}`, rounded *up* onto the lattice :math:`2^{-b}\mathbb{Z}` (lattice units).
+    r"""The offset :math:`h_\perp - c_{(\bar k+1)}` in lattice units, rounded *up* onto :math:`2^{-b}\mathbb{Z}`.
 
     With the Gumbel scale :math:`s = 1/\varepsilon'` of the mechanism, returns the integer
 

@@ -15,6 +15,7 @@ to equal the exact ones. The argument is in ``docs/noise.md``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import secrets
@@ -439,7 +440,7 @@ def _sample_lattice(sigma: float, size: int) -> np.ndarray:
         _fill(par, out, csprng())
         return out
     bounds = np.linspace(0, size, workers + 1).astype(np.int64)
-    parts = [out[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    parts = [out[lo:hi] for lo, hi in itertools.pairwise(bounds)]
     with ThreadPoolExecutor(max_workers=workers) as pool:  # NumPy ufuncs release the GIL
         for fut in [pool.submit(_fill, par, part, csprng()) for part in parts]:
             fut.result()
