@@ -33,7 +33,7 @@ __all__ = ["NOISE_METHODS", "NoiseMethod", "csprng", "sample_discrete_gaussian"]
 
 NoiseMethod = Literal["lattice", "opendp"]
 #: The values of ``method`` (:data:`NoiseMethod`).
-NOISE_METHODS = ("lattice", "opendp")
+NOISE_METHODS: tuple[NoiseMethod, ...] = ("lattice", "opendp")
 
 #: Largest accepted ``scale``: keeps every fast-path integer (|draw| <= ~45 sigma + 2^29) exact in float64.
 _MAX_SCALE = 2.0**40
@@ -57,9 +57,9 @@ _MIN_PER_WORKER = 1 << 18
 
 
 class _RawSource(Protocol):
-    """What the sampler needs from a bit generator: uniform 64-bit words."""
+    """What the exact refinement needs from a bit generator: one uniform 64-bit word per call."""
 
-    def random_raw(self, size: int | None = None) -> object: ...
+    def random_raw(self) -> int: ...
 
 
 def csprng() -> np.random.Generator:
