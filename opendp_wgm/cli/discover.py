@@ -17,6 +17,9 @@ from opendp_wgm.cli._args import (
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from opendp_wgm.cli._errors import _Parser
+
 _DISCOVER_DESCRIPTION = """\
 Release the items that many users hold, with the Weighted Gaussian Mechanism (WGM) calibrated to a per-user
 budget: (ε, δ)-DP with --epsilon (default ε = 1), or approximate (ρ, δ)-zCDP with --rho. Neighbouring
@@ -44,7 +47,7 @@ examples:
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
     parser = subparsers.add_parser(
         "discover",
