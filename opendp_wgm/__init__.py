@@ -12,21 +12,23 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from opendp_wgm._version import __version__
+from opendp_wgm._version import __version__ as __version__
 
-if TYPE_CHECKING:
-    from opendp_wgm import datasets, metrics
-    from opendp_wgm.privacy.calibrate import WGMCalibration, WGMTopKCalibration, calibrate_wgm, calibrate_wgm_top_k
-    from opendp_wgm.domains import user_items_space
+if TYPE_CHECKING:  # the lazily imported public names, re-exported (``name as name``) for type checkers
+    from opendp_wgm import datasets as datasets
+    from opendp_wgm import metrics as metrics
+    from opendp_wgm.domains import user_items_space as user_items_space
     from opendp_wgm.measurements import *  # noqa: F403 - the measurements' own __all__
-    from opendp_wgm.transformations import (
-        make_bound_user_items,
-        make_candidate_counts,
-        make_weighted_histogram,
-        then_bound_user_items,
-        then_candidate_counts,
-        then_weighted_histogram,
-    )
+    from opendp_wgm.privacy.calibrate import WGMCalibration as WGMCalibration
+    from opendp_wgm.privacy.calibrate import WGMTopKCalibration as WGMTopKCalibration
+    from opendp_wgm.privacy.calibrate import calibrate_wgm as calibrate_wgm
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k as calibrate_wgm_top_k
+    from opendp_wgm.transformations import make_bound_user_items as make_bound_user_items
+    from opendp_wgm.transformations import make_candidate_counts as make_candidate_counts
+    from opendp_wgm.transformations import make_weighted_histogram as make_weighted_histogram
+    from opendp_wgm.transformations import then_bound_user_items as then_bound_user_items
+    from opendp_wgm.transformations import then_candidate_counts as then_candidate_counts
+    from opendp_wgm.transformations import then_weighted_histogram as then_weighted_histogram
 
 # The public names are imported on first use (PEP 562), so that ``import opendp_wgm.cli`` (the command's
 # --help, --version and argument errors) does not import OpenDP, NumPy or the measurements.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # OpenDP's ``Transformation.__rshift__`` and ``(domain, metric) >> ...`` dispatch on this class, so a partial
 # must be an instance of it to chain; we use only its public behaviour (call with a domain and a metric).

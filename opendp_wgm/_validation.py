@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, TypeVar
+
+_Choice = TypeVar("_Choice", bound=str)
 
 __all__: list[str] = []
 
@@ -18,11 +20,12 @@ def _check_int(name: str, value: Any, *, minimum: int | None = None, maximum: in
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         bound = f" >= {minimum}" if minimum is not None else ""
         raise TypeError(f"`{name}` must be an integer{bound} (found {value!r})")
-    if minimum is not None and value < minimum:
+    integer = int(value)
+    if minimum is not None and integer < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum} (found {value!r})")
-    if maximum is not None and value > maximum:
+    if maximum is not None and integer > maximum:
         raise ValueError(f"`{name}` must be an integer <= {maximum} (found {value!r})")
-    return int(value)
+    return integer
 
 
 def _check_real(
@@ -37,16 +40,16 @@ def _check_real(
     """Return ``value`` as a finite ``float`` inside the given interval."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"`{name}` must be a real number (found {value!r})")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"`{name}` must be finite (found {value!r})")
-    lo_ok = minimum is None or (value >= minimum if minimum_inclusive else value > minimum)
-    hi_ok = maximum is None or (value <= maximum if maximum_inclusive else value < maximum)
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"`{name}` must be finite (found {number!r})")
+    lo_ok = minimum is None or (number >= minimum if minimum_inclusive else number > minimum)
+    hi_ok = maximum is None or (number <= maximum if maximum_inclusive else number < maximum)
     if not (lo_ok and hi_ok):
         left = "(-inf" if minimum is None else ("[" if minimum_inclusive else "(") + repr(minimum)
         right = "inf)" if maximum is None else repr(maximum) + ("]" if maximum_inclusive else ")")
-        raise ValueError(f"`{name}` must be in {left}, {right} (found {value!r})")
-    return value
+        raise ValueError(f"`{name}` must be in {left}, {right} (found {number!r})")
+    return number
 
 
 def _check_positive(name: str, value: Any) -> float:
@@ -61,13 +64,14 @@ def _check_probability(name: str, value: Any) -> float:
     )
 
 
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    """``value`` if it is one of ``allowed``; the message lists the allowed set."""
-    if value not in allowed:
-        options = "{" + ", ".join(map(repr, allowed)) + "}"
-        msg = f"`{name}` must be one of {options}, got {value!r}"
-        raise ValueError(msg)
-    return value
+def _check_choice(name: str, value: Any, allowed: tuple[_Choice, ...]) -> _Choice:
+    """``value`` if it is one of ``allowed`` (typed as the ``Literal`` of ``allowed``); the message lists them."""
+    for option in allowed:
+        if value == option:
+            return option
+    options = "{" + ", ".join(map(repr, allowed)) + "}"
+    msg = f"`{name}` must be one of {options}, got {value!r}"
+    raise ValueError(msg)
 
 
 def _check_d_in(d_in: Any) -> int:

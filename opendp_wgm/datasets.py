@@ -166,14 +166,13 @@ def _read_delimited(
     item: str | int,
     dtype: type[pl.DataType] = pl.Int64,
     separator: str = "\t",
-    has_header: bool = True,
     quote_char: str | None = None,
 ) -> pl.LazyFrame:
     """Read two columns of a (possibly gzip-compressed) delimited file, renamed to ``user`` and ``item``.
 
-    ``user`` and ``item`` are header names, or 0-based positions when ``has_header=False``.
+    ``user`` and ``item`` are both header names (the file has a header), or both 0-based positions (it has none).
     """
-    if has_header:
+    if isinstance(user, str) and isinstance(item, str):
         frame = pl.read_csv(
             file,
             separator=separator,
@@ -182,14 +181,13 @@ def _read_delimited(
             schema_overrides={user: dtype, item: dtype},
         )
         frame = frame.rename({user: "user", item: "item"})
-    else:
+    elif isinstance(user, int) and isinstance(item, int):
         frame = pl.read_csv(
             file, separator=separator, quote_char=quote_char, has_header=False, infer_schema=False
         )
-        frame = frame.select(
-            pl.nth(user).cast(dtype).alias("user"),  # type: ignore[arg-type]
-            pl.nth(item).cast(dtype).alias("item"),  # type: ignore[arg-type]
-        )
+        frame = frame.select(pl.nth(user).cast(dtype).alias("user"), pl.nth(item).cast(dtype).alias("item"))
+    else:  # pragma: no cover - a bug guard: the loaders pass two names or two positions
+        raise TypeError(f"`user` and `item` must both be names or both be positions (found {user!r}, {item!r})")
     return frame.lazy()
 
 
@@ -316,7 +314,7 @@ def load_amazon_magazine_subscriptions(path: PathLike, *, unique: bool = True) -
         path, "amazon_magazine_subscriptions", ("Magazine_Subscriptions.csv.gz", "Magazine_Subscriptions.csv")
     )
     lf = _read_delimited(
-        file, user=1, item=0, dtype=pl.String, separator=",", has_header=False, quote_char='"'
+        file, user=1, item=0, dtype=pl.String, separator=",", quote_char='"'
     )
     return _finish(lf, unique=unique)
 
@@ -339,7 +337,7 @@ def load_movielens_100k(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
         Columns ``user`` and ``item``, both ``Int64``. 943 users, 1,682 items, 100,000 pairs.
     """
     file = _resolve(path, "movielens_100k", ("u.data.gz", "u.data"))
-    return _finish(_read_delimited(file, user=0, item=1, has_header=False), unique=unique)
+    return _finish(_read_delimited(file, user=0, item=1), unique=unique)
 
 
 def load_movielens_latest_small(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
@@ -456,6 +454,8 @@ def load_reddit_pushshift(
         Columns ``user`` (author) and ``item`` (word), both ``String``. Comments: 969 users, 14,947 items,
         93,983 distinct pairs; submissions: 7,811 users, 11,474 items, 181,223 distinct pairs.
     """
+    patterns: tuple[str, ...]
+    fields: tuple[str, ...]
     if kind == "comments":
         patterns, fields = ("RC_*.jsonl.gz", "RC_*.jsonl"), ("body",)
     elif kind == "submissions":
@@ -465,12 +465,13 @@ def load_reddit_pushshift(
         msg = f"`kind` must be one of {{'comments', 'submissions'}} (found {kind!r})"
         raise ValueError(msg)
     files = _resolve_many(path, "reddit_pushshift", patterns)
-    schema = {"author": pl.String, **{field: pl.String for field in fields}}
+    schema = {"author": pl.String, **dict.fromkeys(fields, pl.String)}
     frames = []
     for file in files:  # a handful of files, not rows
         if _is_gzip(file):
             with gzip.open(file, "rb") as handle:
-                frames.append(pl.read_ndjson(handle, schema=schema))
+                # a GzipFile is a binary file object; polars annotates the source as typing.IO only
+                frames.append(pl.read_ndjson(handle, schema=schema))  # type: ignore[arg-type]
         else:
             frames.append(pl.read_ndjson(file, schema=schema))
     text = pl.concat_str([pl.col(field).fill_null("") for field in fields], separator=" ")

@@ -189,7 +189,7 @@ def _is_text(dtype: pl.DataType) -> bool:
     return isinstance(dtype, _TEXT_DTYPES) or dtype in _TEXT_DTYPES
 
 
-def _aligned(released: pl.Series, data_dtype: pl.DataType) -> tuple[pl.Series, pl.DataType | None]:
+def _aligned(released: pl.Series, data_dtype: pl.DataType) -> tuple[pl.Series, pl.DataType | type[pl.DataType] | None]:
     """Cast ``released`` so it compares with the data's items.
 
     Returns the cast series and, when the data column must be cast as well, the common dtype.
@@ -396,8 +396,7 @@ def linf_missing_mass(
     """
     summary = _summarise(data, user, item)
     marked = _mark_released(summary, _released_series(released, item), item)
-    worst = marked.filter(~pl.col("in_s")).get_column(_COUNT).max()
-    worst = 0.0 if worst is None else float(worst)
+    worst = float(marked.filter(~pl.col("in_s")).select(pl.col(_COUNT).max().fill_null(0)).item())
     return worst / summary.n_users if normalize else worst
 
 

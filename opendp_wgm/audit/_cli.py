@@ -72,7 +72,8 @@ def _names(text: str) -> tuple[str, ...]:
     names = tuple(v.strip() for v in text.split(",") if v.strip())
     unknown = [n for n in names if n not in MECHANISMS]
     if not names or unknown:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list among {', '.join(MECHANISMS)} (found {text!r})")
+        msg = f"expected a comma-separated list among {', '.join(MECHANISMS)} (found {text!r})"
+        raise argparse.ArgumentTypeError(msg)
     return names
 
 

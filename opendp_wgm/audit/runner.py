@@ -361,7 +361,7 @@ def audit(
     eps_lower, delta_lower = _bounds(claim, lo1, hi1, lo0, hi0)
     rows = pl.DataFrame(
         {
-            "pair": [p.label for p, e in zip(pairs, pair_events) for _ in e],
+            "pair": [p.label for p, e in zip(pairs, pair_events, strict=True) for _ in e],
             "event": [event.label for e in pair_events for event in e],
             "hits_d": hits_d,
             "hits_d_prime": hits_d_prime,

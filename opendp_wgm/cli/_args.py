@@ -11,12 +11,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from opendp_wgm.cli._errors import CLIError
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from opendp_wgm.measurements.wgm import Engine
+    from opendp_wgm.samplers.discrete_gaussian import NoiseMethod
 
 _DEFAULT_EPSILON = 1.0
 _DEFAULT_DEMO_USERS = 5_000
@@ -215,6 +218,31 @@ def _add_split_argument(parser: argparse._ActionsContainer, wgm_only: str = "") 
     )
 
 
+class _RequiredBudgetKwargs(TypedDict):
+    delta: float
+    max_contributions: int
+
+
+class _CoreBudgetKwargs(_RequiredBudgetKwargs, total=False):
+    """The budget keyword arguments of every calibration and ``*_from_budget`` constructor."""
+
+    epsilon: float
+    rho: float
+
+
+class _BudgetKwargs(_CoreBudgetKwargs, total=False):
+    """Those of the commands that calibrate the WGM's noise/threshold split of δ as well."""
+
+    noise_delta_fraction: float
+
+
+class _ExecutionKwargs(TypedDict):
+    """The execution keyword arguments of the WGM constructors."""
+
+    passes: int
+    engine: Engine
+
+
 @dataclass(frozen=True)
 class _Budget:
     """The normalised budget arguments (exactly one of ``epsilon`` and ``rho``)."""
@@ -225,14 +253,20 @@ class _Budget:
     rho: float | None
     noise_delta_fraction: float | None
 
-    def kwargs(self) -> dict[str, float | int]:
-        out: dict[str, float | int] = {"delta": self.delta, "max_contributions": self.max_contributions}
+    def kwargs(self) -> _BudgetKwargs:
+        out: _BudgetKwargs = {"delta": self.delta, "max_contributions": self.max_contributions}
         if self.epsilon is not None:
             out["epsilon"] = self.epsilon
-        else:
-            out["rho"] = self.rho  # type: ignore[assignment]
+        elif self.rho is not None:  # exactly one of the two is set
+            out["rho"] = self.rho
         if self.noise_delta_fraction is not None:
             out["noise_delta_fraction"] = self.noise_delta_fraction
+        return out
+
+    def core_kwargs(self) -> _CoreBudgetKwargs:
+        """The budget without ``noise_delta_fraction`` (for a command that has no such option)."""
+        out = self.kwargs()
+        out.pop("noise_delta_fraction", None)
         return out
 
 
@@ -246,7 +280,7 @@ def _budget(args: argparse.Namespace) -> _Budget:
     return _Budget(args.delta, args.max_contributions, epsilon, rho, fraction)
 
 
-def _noise(args: argparse.Namespace) -> str:
+def _noise(args: argparse.Namespace) -> NoiseMethod:
     return "lattice" if args.noise is None else args.noise
 
 
@@ -255,9 +289,9 @@ class _Execution:
     """The resolved ``--passes`` and ``--engine``: keyword arguments of the WGM constructors."""
 
     passes: int
-    engine: str
+    engine: Engine
 
-    def kwargs(self) -> dict[str, int | str]:
+    def kwargs(self) -> _ExecutionKwargs:
         return {"passes": self.passes, "engine": self.engine}
 
     def line(self) -> str:

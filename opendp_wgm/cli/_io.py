@@ -200,7 +200,8 @@ def _prepare_output(path: Path | None, inputs: Sequence[Path], *, force: bool) -
         )
     for source in inputs:
         if _same_file(path, source):
-            raise CLIError(f"--output {str(path)!r} is the input file: choose another path (the input is never overwritten)")
+            msg = f"--output {str(path)!r} is the input file: choose another path (the input is never overwritten)"
+            raise CLIError(msg)
     if path.is_dir():
         raise CLIError(f"cannot write {str(path)!r}: it is a directory")
     if path.exists() and not force:

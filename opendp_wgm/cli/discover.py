@@ -1,4 +1,4 @@
-"""``opendp-wgm discover``: release the items that many users hold, with the Weighted Gaussian Mechanism (DP set union)."""
+"""``opendp-wgm discover``: release the items that many users hold, with the Weighted Gaussian Mechanism."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from opendp_wgm.cli._args import (
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from opendp_wgm.cli._errors import _Parser
+
 _DISCOVER_DESCRIPTION = """\
 Release the items that many users hold, with the Weighted Gaussian Mechanism (WGM) calibrated to a per-user
 budget: (ε, δ)-DP with --epsilon (default ε = 1), or approximate (ρ, δ)-zCDP with --rho. Neighbouring
@@ -44,7 +47,7 @@ examples:
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
     parser = subparsers.add_parser(
         "discover",
@@ -63,7 +66,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
     from opendp_wgm import metrics
-    from opendp_wgm.privacy.calibrate import calibrate_wgm
     from opendp_wgm.cli._report import (
         _not_private,
         _Plan,
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     )
     from opendp_wgm.domains import user_items_space
     from opendp_wgm.measurements import make_wgm_from_budget
+    from opendp_wgm.privacy.calibrate import calibrate_wgm
 
     budget = _budget(args)
     noise = _noise(args)

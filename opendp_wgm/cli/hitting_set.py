@@ -20,6 +20,9 @@ from opendp_wgm.cli._args import (
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from opendp_wgm.cli._errors import _Parser
+
 _HITTING_SET_DESCRIPTION = """\
 Release at most K items that together cover many users (a k-hitting set: as many users as possible hold at
 least one of them), over an unknown item domain, calibrated to a per-user budget: (ε, δ)-DP with --epsilon
@@ -50,7 +53,7 @@ examples:
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
     parser = subparsers.add_parser(
         "hitting-set",

@@ -30,7 +30,7 @@ def _populate(parser: _Parser) -> None:
     add_reproduce_arguments(parser)
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`); its arguments are added on first use."""
     parser = subparsers.add_parser("reproduce", help=_HELP)
     parser.defer(_populate)

@@ -23,6 +23,9 @@ from opendp_wgm.cli._errors import CLIError
 
 if TYPE_CHECKING:
     import polars as pl
+
+    from opendp_wgm.cli._errors import _Parser
+
 _TOP_K_DESCRIPTION = """\
 Release a ranked list of at most K items held by the most users, over an unknown item domain, calibrated to
 a per-user budget: (ε, δ)-DP with --epsilon (default ε = 1), or approximate (ρ, δ)-zCDP with --rho.
@@ -58,7 +61,7 @@ examples:
 _WGM_ONLY = "; --mechanism wgm only"
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:
+def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
     parser = subparsers.add_parser(
         "top-k",
@@ -94,7 +97,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     import opendp.prelude as dp
 
     from opendp_wgm import metrics
-    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
     from opendp_wgm.cli._report import (
         _not_private,
         _Plan,
@@ -109,6 +111,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         make_wgm,
         make_wgm_top_k_from_budget,
     )
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
 
     budget = _budget(args)
     wgm = args.mechanism == "wgm"
@@ -128,9 +131,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
 
     def plan_wgm() -> _Plan:
         space = user_items_space(args.user, args.item)
-        cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.kwargs())
+        cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.core_kwargs())
         measurement = make_wgm_top_k_from_budget(
-            *space, k=args.k, split=split, noise=noise, **budget.kwargs(), **execution.kwargs()
+            *space, k=args.k, split=split, noise=noise, **budget.core_kwargs(), **execution.kwargs()
         )
         # each stage's loss is the map, at one user, of that stage as a measurement on its own (the composed
         # map is their sum); the peeling is charged k rounds, as in the composition
@@ -165,6 +168,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
 
     def plan_limited_domain() -> _Plan:
         k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar
+        if budget.epsilon is None:  # pragma: no cover - --rho is refused above
+            raise AssertionError("limited-domain top-k needs ε")
         measurement = make_limited_domain_top_k(
             *user_items_space(args.user, args.item),
             k=args.k,

@@ -103,7 +103,7 @@ def plots(summary: pl.DataFrame, experiment: str, x_name: str, variant_order: li
         cols = min(n, 3)
         rows_n = math.ceil(n / cols)
         fig, axes = plt.subplots(rows_n, cols, figsize=(5.2 * cols, 3.9 * rows_n), squeeze=False)
-        for ax, dataset in zip(axes.flat, datasets):
+        for ax, dataset in zip(axes.flat, datasets, strict=False):  # the grid may have spare cells
             part = summary.filter(pl.col("dataset") == dataset)
             for i, variant in enumerate(variant_order):
                 rows = part.filter(pl.col("variant") == variant)
@@ -137,7 +137,7 @@ def plots(summary: pl.DataFrame, experiment: str, x_name: str, variant_order: li
             ax.grid(alpha=0.3)
         for ax in list(axes.flat)[n:]:
             ax.set_visible(False)
-        found = dict(zip(*reversed(axes.flat[0].get_legend_handles_labels())))  # label -> handle
+        found = dict(zip(*reversed(axes.flat[0].get_legend_handles_labels()), strict=True))  # label -> handle
         order = [part["label"][0] for v in variant_order if (part := summary.filter(pl.col("variant") == v)).height]
         labels = [label for label in dict.fromkeys(order) if label in found]
         handles = [found[label] for label in labels]

@@ -63,7 +63,7 @@ _SCHEMA = {
     "k": pl.Int64,
     "k_bar": pl.Int64,
     "private": pl.Boolean,
-    **{c: pl.Float64 for c in COLUMNS[14:]},
+    **dict.fromkeys(COLUMNS[14:], pl.Float64),
 }
 
 
@@ -96,7 +96,7 @@ def _assert_features(config: Config) -> None:
 
 
 def _shuffle_users(frame: pl.DataFrame, rng: np.random.Generator) -> pl.DataFrame:
-    """Reorder the rows so users come in a random order, each user's rows kept in file order (as the paper's experiments do).
+    """Reorder the rows so users come in a random order, each user's rows kept in file order (as in the paper).
 
     The reference shuffles its user list once before all runs. Our policy mechanisms draw their own order at
     every call, so this changes none of their laws; it is kept so that order-dependent code sees the same
@@ -221,8 +221,8 @@ def reproduce(
         A folder laid out like the shared data folder: one directory per data set.
     out_dir
         Results go to ``<out_dir>/<experiment>/``: ``config.json`` (the run's settings), ``trials.csv`` (one
-        row per completed trial, appended as it completes), ``summary.md`` and ``summary.csv`` (mean ± std over trials, std with ddof = 0 as the
-        reference) and ``<experiment>_<metric>.png``.
+        row per completed trial, appended as it completes), ``summary.md`` and ``summary.csv`` (mean ± std over
+        trials, std with ddof = 0 as the reference) and ``<experiment>_<metric>.png``.
     datasets
         Names from :data:`opendp_wgm.datasets.DATASETS`; default: the paper's data sets present in the shared
         folder (set union: steam_200k, amazon_magazine_subscriptions, imdb_50k, fimi_retail,

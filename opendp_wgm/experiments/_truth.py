@@ -35,7 +35,9 @@ class Truth:
             "missing_mass": metrics.missing_mass(s, released, user=s.user, item=s.item),
             "captured_mass": metrics.captured_mass(s, released, user=s.user, item=s.item),
             "linf_missing_mass": metrics.linf_missing_mass(s, released, user=s.user, item=s.item),
-            "linf_missing_mass_per_user": metrics.linf_missing_mass(s, released, normalize=True, user=s.user, item=s.item),
+            "linf_missing_mass_per_user": metrics.linf_missing_mass(
+                s, released, normalize=True, user=s.user, item=s.item
+            ),
             "cardinality": float(metrics.cardinality(released, item=s.item)),
         }
 

@@ -23,6 +23,7 @@ from opendp_wgm._validation import _check_positive, _check_probability, _check_r
 
 __all__ = [
     "Budget",
+    "Loss",
     "MeasureKind",
     "check_gaussian_measure",
     "check_peeling_measure",
@@ -34,6 +35,9 @@ __all__ = [
 
 #: The output measures of the package: approximate zCDP (the default), zCDP, (ε, δ)-DP and pure ε-DP.
 MeasureKind = Literal["approx_zcdp", "zcdp", "approx_dp", "pure_dp"]
+
+#: A distance in one of those measures: ε or ρ, or ``(ε, δ)`` / ``(ρ, δ)`` for the approximate kinds.
+Loss = float | tuple[float, float]
 
 #: How each kind's measure is written in messages (OpenDP's constructors).
 _SPELLING: dict[MeasureKind, str] = {
@@ -233,7 +237,7 @@ class Budget:
         return measure_of(self.kind)
 
     @property
-    def d_out(self) -> float | tuple[float, float]:
+    def d_out(self) -> Loss:
         """The distance in :attr:`measure`: ``(value, delta)`` for the approximate kinds, ``value`` otherwise."""
         return (self.value, self.delta) if self.kind in ("approx_dp", "approx_zcdp") else self.value
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import opendp.prelude as dp
 
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability
-from opendp_wgm.privacy.budget import Budget, MeasureKind
+from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind
 from opendp_wgm.privacy.gaussian import (
     analytic_gaussian_delta,
     lattice_epsilon_slack,
@@ -63,7 +63,13 @@ __all__ = [
 # ==============================================================================================================
 
 
-def smallest_passing(predicate: Callable[[Any], bool], *, lower: Any, parameter: str, budget: Budget) -> Any:
+#: A searched parameter: a float (a scale) or an int (a threshold in lattice units).
+_Number = TypeVar("_Number", int, float)
+
+
+def smallest_passing(
+    predicate: Callable[[_Number], bool], *, lower: _Number, parameter: str, budget: Budget
+) -> _Number:
     """The smallest ``x >= lower`` with ``predicate(x)``, for a predicate monotone increasing in ``x``.
 
     ``lower`` is a float or an int, and so is the result. The upper end is the first of 1, 2, 4, … (from
@@ -79,7 +85,10 @@ def smallest_passing(predicate: Callable[[Any], bool], *, lower: Any, parameter:
         if upper > 1e300:
             msg = f"calibration failed: no finite `{parameter}` satisfies the budget {budget.description}"
             raise ValueError(msg)
-    return dp.binary_search(predicate, bounds=(lower, upper))
+    # OpenDP annotates binary_search for floats; it searches the type of the bounds (int or float)
+    search: Callable[..., Any] = dp.binary_search
+    found: _Number = search(predicate, bounds=(lower, upper))
+    return found
 
 
 # ==============================================================================================================
@@ -248,7 +257,9 @@ def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_f
     try:
         return calibrate_wgm_for(first, max_contributions=max_contributions, noise_delta_fraction=noise_delta_fraction)
     except _BudgetTooSmall as error:
-        context = f"`delta` = {budget.delta!r} and `split` = {split!r}" if budget.epsilon is not None else f"`split` = {split!r}"
+        context = f"`split` = {split!r}"
+        if budget.epsilon is not None:
+            context = f"`delta` = {budget.delta!r} and {context}"
         raise _restated(error, budget, split, context) from None
 
 
@@ -359,8 +370,15 @@ def calibrate_wgm_top_k(
 # ==============================================================================================================
 
 
-def _first(d_out: float | tuple[float, float]) -> float:
+def _first(d_out: Loss) -> float:
     return d_out[0] if isinstance(d_out, tuple) else d_out
+
+
+def _pair(d_out: Loss) -> tuple[float, float]:
+    """The ``(value, delta)`` of an approximate measure's loss."""
+    if not isinstance(d_out, tuple):  # pragma: no cover - a bug guard: the approximate kinds give pairs
+        raise AssertionError(f"expected a (value, delta) loss (found {d_out!r})")
+    return d_out
 
 
 def calibrate_peeling_for(budget: Budget, k: int) -> float:
@@ -387,7 +405,8 @@ def calibrate_user_peeling(
       per-round ε' (``em_epsilon_cdp``, :func:`opendp_wgm.privacy.peeling.peeling_epsilon`);
     - ``epsilon`` alone: pure ε-DP by basic composition, :math:`\text{scale} = k/\varepsilon`.
 
-    The scale is found by :func:`smallest_passing` on the privacy map of :func:`opendp_wgm.measurements.hitting_set.make_user_peeling`.
+    The scale is found by :func:`smallest_passing` on the privacy map of
+    :func:`opendp_wgm.measurements.hitting_set.make_user_peeling`.
 
     Examples
     --------
@@ -495,7 +514,7 @@ def calibrate_wgm_hitting_set(
     kind = budget.kind
 
     def fits(scale: float) -> bool:
-        peel = peeling_loss(1, k=k, scale=scale, kind=kind, accounting=USER_PEELING, delta=peel_delta)
+        peel = _pair(peeling_loss(1, k=k, scale=scale, kind=kind, accounting=USER_PEELING, delta=peel_delta))
         return (
             add_up(wgm_loss[0], peel[0], USER_PEELING) <= budget.value
             and add_up(wgm_loss[1], peel[1], USER_PEELING) <= budget.delta
@@ -507,7 +526,7 @@ def calibrate_wgm_hitting_set(
     peel_scale = smallest_passing(fits, lower=1e-12, parameter="peel_scale", budget=budget)
     if not fits(peel_scale):  # pragma: no cover - a bug guard
         raise AssertionError(f"calibration produced peel_scale={peel_scale}, over the budget {budget.d_out}")
-    peel_loss = peeling_loss(1, k=k, scale=peel_scale, kind=kind, accounting=USER_PEELING, delta=peel_delta)
+    peel_loss = _pair(peeling_loss(1, k=k, scale=peel_scale, kind=kind, accounting=USER_PEELING, delta=peel_delta))
     return HittingSetCalibration(
         wgm=wgm,
         peel_scale=peel_scale,
@@ -518,7 +537,7 @@ def calibrate_wgm_hitting_set(
         epsilon=budget.epsilon,
         rho=budget.rho,
         wgm_loss=wgm_loss,
-        peel_loss=tuple(peel_loss),
+        peel_loss=peel_loss,
     )
 
 

@@ -86,14 +86,14 @@ def _gaussian_delta_up(epsilon: float, scale: float, sensitivity: float) -> floa
             return math.ulp(0.0)  # δ ≤ Φ(a - b) < 2^-1074
         head = ctx.ncdf(a - b)
         if a + b > _HUGE_ARGUMENT:
-            return min(1.0, to_float(head._mpf_, rnd=round_ceiling))
+            return min(1.0, float(to_float(head._mpf_, rnd=round_ceiling)))
         delta = head - ctx.exp(eps) * ctx.ncdf(-a - b)
         # each term carries a relative error far below 2^-(prec-8), and the second is at most the first
         error = head * ctx.ldexp(1, 8 - prec)
         if delta > 0 and error <= delta * ctx.ldexp(1, -56):
-            return min(1.0, to_float((delta + error)._mpf_, rnd=round_ceiling))
+            return min(1.0, float(to_float((delta + error)._mpf_, rnd=round_ceiling)))
         if prec >= 1 << 14:  # more than ~4900 bits cancelled: keep the first term, itself an upper bound
-            return min(1.0, to_float(head._mpf_, rnd=round_ceiling))
+            return min(1.0, float(to_float(head._mpf_, rnd=round_ceiling)))
         prec *= 2
 
 

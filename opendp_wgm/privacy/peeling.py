@@ -14,9 +14,9 @@ Derivations: ``docs/top_k.md`` §2–4 and ``docs/hitting_set.md`` §2–3.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 from opendp_wgm._validation import (
     _check_d_in,
@@ -25,7 +25,7 @@ from opendp_wgm._validation import (
     _check_probability,
     _check_real,
 )
-from opendp_wgm.privacy.budget import MeasureKind
+from opendp_wgm.privacy.budget import Loss, MeasureKind
 from opendp_wgm.privacy.threshold import check_max_contributions
 
 __all__ = [
@@ -49,7 +49,8 @@ def peeling_epsilon(epsilon: float, delta: float, k: int) -> float:
     r"""Per-step ε' of ``k`` adaptive ε'-bounded-range exponential-mechanism steps that are (ε, δ)-DP.
 
     Each step is ε'-BR, hence :math:`\varepsilon'^2/8`-zCDP; ``k`` steps compose to :math:`k\varepsilon'^2/8`,
-    converted with :func:`opendp_wgm.privacy.gaussian.rho_to_epsilon`. Solving for ε' (the reference implementation's ``em_epsilon_cdp``):
+    converted with :func:`opendp_wgm.privacy.gaussian.rho_to_epsilon`. Solving for ε' (the reference
+    implementation's ``em_epsilon_cdp``):
 
     .. math:: \varepsilon' = \max\Big(\frac{\varepsilon}{k},\
               \sqrt{\tfrac{8\ln(1/\delta) + 8\varepsilon}{k}} - \sqrt{\tfrac{8\ln(1/\delta)}{k}}\Big)
@@ -107,7 +108,7 @@ def peeling_pure_epsilon(d_in: int, *, k: int, scale: float) -> float:
     return _peeling_loss_up(lambda d, k, s: k * d / s, d_in, k, scale)
 
 
-def _peeling_loss_up(formula, d_in: int, k: int, scale: float) -> float:
+def _peeling_loss_up(formula: Callable[[int, int, float], float], d_in: int, k: int, scale: float) -> float:
     """``formula(d_in, k, scale)`` rounded up, after the checks and the cases it does not cover: 0 without users
     or rounds, ∞ without noise."""
     d_in = _check_d_in(d_in)
@@ -208,7 +209,7 @@ def _h_bottom_log_term(k_bar: int, max_contributions: int | None, delta: float, 
 def limited_domain_threshold_offset(
     *, k_bar: int, max_contributions: int | None, delta: float, scale: float, lattice_bits: int = 20
 ) -> int:
-    r"""The offset :math:`h_\perp - c_{(\bar k+1)}`, rounded *up* onto the lattice :math:`2^{-b}\mathbb{Z}` (lattice units).
+    r"""The offset :math:`h_\perp - c_{(\bar k+1)}` in lattice units, rounded *up* onto :math:`2^{-b}\mathbb{Z}`.
 
     With the Gumbel scale :math:`s = 1/\varepsilon'` of the mechanism, returns the integer
 
@@ -330,7 +331,7 @@ _CONVERSION_INFLATION = 1.0 + 1e-12
 
 def peeling_loss(
     d_in: int, *, k: int, scale: float, kind: MeasureKind, accounting: Accounting, delta: float = 0.0
-) -> Any:
+) -> Loss:
     r"""Privacy loss of ``k`` peeling rounds whose scores move monotonically by at most ``d_in``.
 
     Each round selects with :math:`\Pr[x] \propto e^{c(x)/s}` (or permute-and-flip under pure DP): it is

@@ -14,6 +14,7 @@ import math
 from functools import lru_cache
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.special import ndtr
 
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
@@ -80,14 +81,14 @@ def _lattice_weights(max_contributions: int) -> np.ndarray:
     return weights
 
 
-def _weights_at(t: np.ndarray) -> np.ndarray:
+def _weights_at(t: NDArray[np.int64]) -> NDArray[np.int64]:
     r"""``isqrt(4^k // t)`` for an int64 array ``t`` of values in [1, 2^40], vectorised and exact.
 
     The float square root is within one of the answer; the two integer corrections make it exact:
     the result w is the unique integer with :math:`t w^2 \le 4^k < t (w+1)^2` (all products < 2^62).
     """
     four_k = np.int64(1) << np.int64(2 * LATTICE_BITS)
-    w = np.floor(np.sqrt(four_k / t.astype(float))).astype(np.int64)
+    w: NDArray[np.int64] = np.floor(np.sqrt(four_k / t.astype(float))).astype(np.int64)
     w -= (t * w * w > four_k).astype(np.int64)
     w += (t * (w + 1) * (w + 1) <= four_k).astype(np.int64)
     return w

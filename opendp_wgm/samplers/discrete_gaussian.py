@@ -15,6 +15,7 @@ to equal the exact ones. The argument is in ``docs/noise.md``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import secrets
@@ -32,7 +33,7 @@ __all__ = ["NOISE_METHODS", "NoiseMethod", "csprng", "sample_discrete_gaussian"]
 
 NoiseMethod = Literal["lattice", "opendp"]
 #: The values of ``method`` (:data:`NoiseMethod`).
-NOISE_METHODS = ("lattice", "opendp")
+NOISE_METHODS: tuple[NoiseMethod, ...] = ("lattice", "opendp")
 
 #: Largest accepted ``scale``: keeps every fast-path integer (|draw| <= ~45 sigma + 2^29) exact in float64.
 _MAX_SCALE = 2.0**40
@@ -56,9 +57,9 @@ _MIN_PER_WORKER = 1 << 18
 
 
 class _RawSource(Protocol):
-    """What the sampler needs from a bit generator: uniform 64-bit words."""
+    """What the exact refinement needs from a bit generator: one uniform 64-bit word per call."""
 
-    def random_raw(self, size: int | None = None) -> object: ...
+    def random_raw(self) -> int: ...
 
 
 def csprng() -> np.random.Generator:
@@ -439,7 +440,7 @@ def _sample_lattice(sigma: float, size: int) -> np.ndarray:
         _fill(par, out, csprng())
         return out
     bounds = np.linspace(0, size, workers + 1).astype(np.int64)
-    parts = [out[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    parts = [out[lo:hi] for lo, hi in itertools.pairwise(bounds)]
     with ThreadPoolExecutor(max_workers=workers) as pool:  # NumPy ufuncs release the GIL
         for fut in [pool.submit(_fill, par, part, csprng()) for part in parts]:
             fut.result()

@@ -26,13 +26,17 @@ The exactness argument is in ``docs/top_k.md`` ("Exact selection").
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from mpmath.ctx_iv import MPIntervalContext
+from numpy.typing import NDArray
 
 from opendp_wgm._validation import _check_choice, _check_int, _check_real
-from opendp_wgm.samplers.discrete_gaussian import csprng
+from opendp_wgm.samplers.discrete_gaussian import _RawSource, csprng
+
+if TYPE_CHECKING:
+    from mpmath.ctx_iv import ivmpf
 
 __all__ = [
     "SELECTION_MEASURES",
@@ -46,8 +50,8 @@ __all__ = [
 SelectionMeasure = Literal["zcdp", "max_divergence"]
 SelectionMethod = Literal["auto", "opendp", "fast"]
 #: The values of ``measure`` (:data:`SelectionMeasure`) and ``method`` (:data:`SelectionMethod`).
-SELECTION_MEASURES = ("zcdp", "max_divergence")
-SELECTION_METHODS = ("auto", "opendp", "fast")
+SELECTION_MEASURES: tuple[SelectionMeasure, ...] = ("zcdp", "max_divergence")
+SELECTION_METHODS: tuple[SelectionMethod, ...] = ("auto", "opendp", "fast")
 
 #: ``method="auto"`` uses OpenDP when ``len(scores) * k`` is at most this (≲ 0.1 s there).
 _OPENDP_MAX_WORK = 20_000
@@ -271,7 +275,9 @@ def _fast_top_k(
     return out
 
 
-def _race(offsets: np.ndarray, counts: np.ndarray, scale: float, measure: str, source) -> int:
+def _race(
+    offsets: NDArray[np.int64], counts: NDArray[np.int64], scale: float, measure: str, source: np.random.BitGenerator
+) -> int:
     r"""The winning level of one round: :math:`\arg\min_j K_j`, exactly.
 
     For level ``j`` with offset :math:`d_j` (score below the top) and :math:`c_j` remaining items,
@@ -325,11 +331,10 @@ def _race(offsets: np.ndarray, counts: np.ndarray, scale: float, measure: str, s
     return int(contenders[winner])
 
 
-def _g(v: np.ndarray, c: np.ndarray, measure: str) -> np.ndarray:
+def _g(v: NDArray[np.float64], c: NDArray[np.int64], measure: str) -> NDArray[np.float64]:
     """The level's key minus its offset, in float64 (see :func:`_race`); ``v`` may be 0 or 1."""
-    if measure == "zcdp":
-        return np.log(-np.log(v)) - np.log(c)
-    return np.log(-np.expm1(np.log(v) / c))
+    g: NDArray[np.float64] = np.log(-np.log(v)) - np.log(c) if measure == "zcdp" else np.log(-np.expm1(np.log(v) / c))
+    return g
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -337,7 +342,7 @@ def _g(v: np.ndarray, c: np.ndarray, measure: str) -> np.ndarray:
 
 
 def _exact_race(
-    offsets: list[int], counts: list[int], words: list[int], scale: float, measure: str, source
+    offsets: list[int], counts: list[int], words: list[int], scale: float, measure: str, source: _RawSource
 ) -> int:
     r"""Exact :math:`\arg\min_j K_j` among contenders, with lazily refined uniforms and interval arithmetic.
 
@@ -370,7 +375,7 @@ def _exact_race(
         bits += 64
 
 
-def _g_exact(ctx: MPIntervalContext, numerator: int, bits: int, count: int, measure: str):
+def _g_exact(ctx: MPIntervalContext, numerator: int, bits: int, count: int, measure: str) -> ivmpf:
     r"""An interval containing :math:`g(V)` at :math:`V = \text{numerator} \cdot 2^{-\text{bits}}` exactly."""
     if numerator == 0:
         return ctx.inf if measure == "zcdp" else ctx.mpf(0)  # -log 0 = inf; 1 - 0^(1/c) = 1
