@@ -360,16 +360,16 @@ def test_passes_on_a_parquet_file(
     command: str, options: list[str], expected: str,
 ) -> None:
     """--passes 2: the WGM (stage 1 of top-k and hitting-set) builds one plan per user bucket, same release."""
-    from opendp_wgm.measurements import wgm as wgm_module
+    from opendp_wgm.engines import polars as kernel
 
     plans: list[int] = []
-    bounded_lists_plan = wgm_module._bounded_lists_plan
+    bounded_lists_plan = kernel.bounded_lists_plan
 
     def counted(*args):
         plans.append(1)
         return bounded_lists_plan(*args)
 
-    monkeypatch.setattr(wgm_module, "_bounded_lists_plan", counted)
+    monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
     source = tmp_path / "ranked.parquet"
     pl.read_csv(ranked_csv).write_parquet(source)
     code, out, err = _run_command(capsys, command, source, "--user", "uid", "--item", "thing", *options)

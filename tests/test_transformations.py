@@ -14,6 +14,7 @@ from scipy.stats import chi2
 
 import opendp_wgm as wgm
 from opendp_wgm.accounting import LATTICE_BITS, lattice_weights
+from opendp_wgm.transformations import user_distance, weighted_histogram_l02inf
 
 LATTICE = 2.0**-LATTICE_BITS
 
@@ -56,8 +57,11 @@ def test_stability_maps() -> None:
     bound = wgm.make_bound_user_items(*wgm.user_items_space(), max_contributions=7)
     assert [bound.map(d) for d in range(4)] == [0, 1, 2, 3]
     hist = bound >> wgm.then_weighted_histogram()
-    assert hist.map(1) == (7, 1.0, 1.0)
-    assert hist.map(3) == (21, 3.0, 3.0)
+    # a distance in users (the WGM's map needs the weights tied to t); the (ℓ0, ℓ2, ℓ∞) bound is a function
+    assert hist.output_metric == user_distance(7)
+    assert hist.map(1) == 1 and hist.map(3) == 3
+    assert weighted_histogram_l02inf(1, 7) == (7, 1.0, 1.0)
+    assert weighted_histogram_l02inf(3, 7) == (21, 3.0, 3.0)
     with pytest.raises(ValueError, match="not representable by u32"):  # OpenDP rejects it before our map
         hist.map(-1)
 

@@ -21,7 +21,7 @@ from scipy.special import ndtr
 
 import opendp_wgm as wgm
 from opendp_wgm.domains import _Space
-from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
+from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
 
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
@@ -78,7 +78,7 @@ def to_spark(spark, frame: pl.DataFrame, ddl: str):
 
 def polars_histogram(frame: pl.DataFrame, max_contributions: int) -> dict:
     space = _Space("user", "item", None, False)
-    plan = _lattice_histogram_plan(_bounded_lists_plan(frame.lazy().drop_nulls(), space, max_contributions), space, max_contributions)
+    plan = lattice_histogram_plan(bounded_lists_plan(frame.lazy().drop_nulls(), space, max_contributions), space, max_contributions)
     return dict(plan.collect().iter_rows())
 
 
