@@ -195,7 +195,7 @@ def _make_wgm_then_peeling(
     engine: Engine,
     peeling: Peeling,
     accounting: _Accounting,
-    make_stage_1: Callable[..., dp.Measurement] = make_wgm,
+    make_stage_1: Callable[..., dp.Measurement] | None = None,
     preparation: Preparation | None = None,
 ) -> dp.Measurement:
     r"""Stage 1, the WGM, releases candidates; stage 2, ``peeling``, peels ``k`` of them on the *unclipped* data
@@ -203,7 +203,7 @@ def _make_wgm_then_peeling(
 
     The caller asserts the features and checks its own parameters first; this checks the shared ones, in
     signature order and composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``:
-    :func:`opendp_wgm.make_wgm`, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2 is one more pass, and
+    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2 is one more pass, and
     keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
@@ -216,9 +216,9 @@ def _make_wgm_then_peeling(
         output_measure, wgm_epsilon, peel_delta, accounting
     )
     passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
-    options: dict[str, Any] = {"noise": noise, "passes": passes, "engine": engine}
-    if make_stage_1 is not make_wgm:  # an engine's WGM: its own execution options
-        options = {}
+    options: dict[str, Any] = {}  # an engine's WGM has its own execution options
+    if make_stage_1 is None:
+        make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}
     stage_1 = functools.partial(
         make_stage_1,
         max_contributions=max_contributions,
