@@ -214,7 +214,9 @@ class BoundedUserItems:
 
     def lists(self, users: pl.Expr | None = None) -> pl.LazyFrame:
         """One row per user (of those ``users`` keeps, a filter on the user key): the list of its kept items."""
-        from opendp_wgm.engines.polars import bounded_lists_plan  # the kernel imports this module
+        from opendp_wgm.engines.polars import (
+            bounded_lists_plan,  # the kernel imports this module
+        )
 
         lf = self.prepared if users is None else self.prepared.filter(users)
         return bounded_lists_plan(lf, self.space, self.max_contributions, self.seeds)

@@ -3,5 +3,5 @@
 The engine lives in :mod:`opendp_wgm.engines.spark`; this module re-exports its public names.
 """
 
-from opendp_wgm.engines.spark import *  # noqa: F403 - the engine's own __all__
-from opendp_wgm.engines.spark import __all__ as __all__  # noqa: PLE0605
+from opendp_wgm.engines.spark import *
+from opendp_wgm.engines.spark import __all__ as __all__

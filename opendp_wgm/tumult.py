@@ -3,5 +3,5 @@
 The adapter lives in :mod:`opendp_wgm.engines.tumult`; this module re-exports its public names.
 """
 
-from opendp_wgm.engines.tumult import *  # noqa: F403 - the adapter's own __all__
-from opendp_wgm.engines.tumult import __all__ as __all__  # noqa: PLE0605
+from opendp_wgm.engines.tumult import *
+from opendp_wgm.engines.tumult import __all__ as __all__

@@ -39,12 +39,31 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm.accounting import calibrate_wgm, calibrate_wgm_top_k, lattice_weights
-from opendp_wgm.domains import _assert_features, _check_column_names, _Space, _user_of_metric, user_items_space
+from opendp_wgm.domains import (
+    _assert_features,
+    _check_column_names,
+    _Space,
+    _user_of_metric,
+    user_items_space,
+)
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
 from opendp_wgm.measurements._peeling import _TOP_K, _USER_PEELING
-from opendp_wgm.measurements.hitting_set import _peel, calibrate_wgm_hitting_set, make_user_peeling
-from opendp_wgm.measurements.top_k import _WGM_TOP_K_SAMPLER, _check_method, _top_k_of_counts, make_peeling_top_k
-from opendp_wgm.measurements.two_stage import Preparation, _make_wgm_then_peeling, _two_stage_arguments
+from opendp_wgm.measurements.hitting_set import (
+    _peel,
+    calibrate_wgm_hitting_set,
+    make_user_peeling,
+)
+from opendp_wgm.measurements.top_k import (
+    _WGM_TOP_K_SAMPLER,
+    _check_method,
+    _top_k_of_counts,
+    make_peeling_top_k,
+)
+from opendp_wgm.measurements.two_stage import (
+    Preparation,
+    _make_wgm_then_peeling,
+    _two_stage_arguments,
+)
 from opendp_wgm.measurements.wgm import _wgm_arguments
 from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
 

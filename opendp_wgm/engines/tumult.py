@@ -35,8 +35,16 @@ import math
 import numbers
 from typing import Any
 
-from opendp_wgm._validation import _check_int, _check_positive, _check_probability, _check_real
-from opendp_wgm.accounting import _check_max_contributions, calibrate_wgm, wgm_privacy_loss
+from opendp_wgm._validation import (
+    _check_positive,
+    _check_probability,
+    _check_real,
+)
+from opendp_wgm.accounting import (
+    _check_max_contributions,
+    calibrate_wgm,
+    wgm_privacy_loss,
+)
 
 __all__ = [
     "INSTALL_HINT",
@@ -52,7 +60,10 @@ __all__ = [
 INSTALL_HINT = 'pip install "opendp-wgm[tumult]"'
 
 try:
-    from tmlt.core.domains.spark_domains import SparkDataFrameDomain, SparkFloatColumnDescriptor
+    from tmlt.core.domains.spark_domains import (
+        SparkDataFrameDomain,
+        SparkFloatColumnDescriptor,
+    )
     from tmlt.core.measurements.base import Measurement as _TumultMeasurement
     from tmlt.core.measures import ApproxDP, RhoZCDP
     from tmlt.core.metrics import IfGroupedBy, SymmetricDifference
@@ -285,7 +296,10 @@ class WGMMeasurement(_UserItemsMeasurement):
         """Release on ``sdf``: a materialised Spark DataFrame of (item, noisy_weight), sorted by item."""
         from pyspark.sql import types
 
-        from opendp_wgm.engines.spark import SparkUserItemsDescriptor, _spark_wgm_function
+        from opendp_wgm.engines.spark import (
+            SparkUserItemsDescriptor,
+            _spark_wgm_function,
+        )
 
         # the Spark measurement's release (opendp_wgm.engines.spark.make_wgm), run on the checked frame
         release = _spark_wgm_function(

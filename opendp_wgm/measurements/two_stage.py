@@ -32,8 +32,20 @@ from opendp_wgm.domains import (
     _Space,
     user_items_domain,
 )
-from opendp_wgm.measurements._peeling import _Accounting, _add_up, _peeling_loss, _two_stage_measure
-from opendp_wgm.measurements.wgm import Engine, Noise, _approx_dp, _check_noise, _zcdp, make_wgm
+from opendp_wgm.measurements._peeling import (
+    _Accounting,
+    _add_up,
+    _peeling_loss,
+    _two_stage_measure,
+)
+from opendp_wgm.measurements.wgm import (
+    Engine,
+    Noise,
+    _approx_dp,
+    _check_noise,
+    _zcdp,
+    make_wgm,
+)
 from opendp_wgm.transformations import _check_execution
 
 __all__ = ["make_two_stage"]

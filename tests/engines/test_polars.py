@@ -48,7 +48,7 @@ def test_passes_give_the_one_pass_histogram_exactly(engine: str) -> None:
 
 def test_threshold_in_integers() -> None:
     weights = np.array([0, 2**LATTICE_BITS, 3 * 2**LATTICE_BITS], dtype=np.int64)
-    noisy, keep = kernel.noisy_above_threshold(weights, scale=2.0**-LATTICE_BITS / 1e6, threshold=1.0)
+    _, keep = kernel.noisy_above_threshold(weights, scale=2.0**-LATTICE_BITS / 1e6, threshold=1.0)
     assert keep.tolist() == [False, False, True]  # noisy > floor(T 2^k): 2^k itself is not above T = 1
     histogram = pl.DataFrame({"item": ["z", "a", "m"], kernel.WEIGHT_LAT: [5 * 2**LATTICE_BITS, 2**LATTICE_BITS, 2**LATTICE_BITS * 4]})
     released = kernel.release_above_threshold(histogram, "item", scale=1e-9, threshold=2.0, noise="lattice")

@@ -8,7 +8,12 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.measurements._peeling import _TOP_K, _USER_PEELING, _add_up, _peeling_loss
+from opendp_wgm.measurements._peeling import (
+    _TOP_K,
+    _USER_PEELING,
+    _add_up,
+    _peeling_loss,
+)
 from opendp_wgm.measurements.top_k import make_peeling_top_k, make_wgm_top_k
 from opendp_wgm.measurements.two_stage import make_two_stage
 
@@ -36,7 +41,7 @@ def spy(counter: list[str], name: str, constructor):
 def test_map_is_the_sum_of_the_stage_maps_and_stage_1_is_built_once() -> None:
     calls: list[str] = []
     stage_1 = spy(calls, "stage 1", wgm.then_wgm(**WGM))
-    stage_2_map = lambda d: _peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=_TOP_K)  # noqa: E731
+    stage_2_map = lambda d: _peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=_TOP_K)
 
     def stage_2(domain, metric, candidates):
         calls.append("stage 2")
