@@ -179,7 +179,8 @@ def make_noisy_threshold(
     -----
     The noise is added on the lattice: ``weight`` times :math:`2^{20}` (an integer for every histogram of
     :func:`~opendp_wgm.make_weighted_histogram`; a weight off the lattice is rounded down) plus
-    :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)`, compared with :math:`\lfloor T 2^{20}floor`. The
+    :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)`, compared with :math:`\lfloor T 2^{20}
+floor`. The
     privacy map, in users, is the WGM's (``docs/privacy.md`` §2–4; :func:`opendp_wgm.wgm_privacy_loss`): it uses
     that each user adds :math:`w(t)` to each of its :math:`t \le \Delta_0` items, which the input metric states.
 
@@ -274,6 +275,10 @@ def make_wgm(
 
     Notes
     -----
+    The measurement is the chain ``make_bound_user_items(max_contributions) >> make_weighted_histogram(passes,
+    engine) >> make_noisy_threshold(scale, threshold, ...)``: the histogram aggregates the bound step's per-user
+    lists directly (:class:`~opendp_wgm.domains.BoundedUserItems`), so the data is bounded once.
+
     Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Privacy map
     (``docs/privacy.md`` §2–4), with :math:`w(t) = \lfloor 2^{20}/\sqrt t\rfloor 2^{-20}` and
     :math:`q(w) = \bar\Phi((\lfloor T 2^{20}\rfloor 2^{-20} - w)/\sigma)`:
