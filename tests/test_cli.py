@@ -615,12 +615,12 @@ def test_release_error_shows_the_callbacks_message(capsys: pytest.CaptureFixture
 _SLOW_RELEASE = """
 import sys, time
 from opendp_wgm.measurements import wgm
-original = wgm._lattice_histogram
+original = wgm.release_above_threshold
 def slow(*args, **kwargs):  # inside the measurement's callback: announce it, then wait for SIGINT
     print("RELEASING", file=sys.stderr, flush=True)
     time.sleep(120)
     return original(*args, **kwargs)
-wgm._lattice_histogram = slow
+wgm.release_above_threshold = slow
 from opendp_wgm.cli import main
 sys.exit(main(sys.argv[1:]))
 """
