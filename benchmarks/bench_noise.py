@@ -13,7 +13,8 @@ import time
 
 import opendp.prelude as dp
 
-from opendp_wgm.noise import _workers, sample_discrete_gaussian
+from opendp_wgm.samplers import sample_discrete_gaussian
+from opendp_wgm.samplers.discrete_gaussian import _workers
 
 SIGMAS = (1.0, 100.0, 4000.0, 1e6)
 

@@ -47,8 +47,8 @@ import opendp.prelude as dp
 import polars as pl
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import LATTICE_BITS
-from opendp_wgm.noise import sample_discrete_gaussian
+from opendp_wgm.privacy.threshold import LATTICE_BITS
+from opendp_wgm.samplers import sample_discrete_gaussian
 
 # Private plan pieces of the library, imported so that the stage breakdown times exactly the code m(df) runs.
 from opendp_wgm.domains import _Space

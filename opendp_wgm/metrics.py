@@ -18,13 +18,15 @@ items (a list, a set, a NumPy array). Released items that are not in the data co
 strings are never compared with numbers.
 
 Every function reads the data once, in Polars, with no Python loop over rows, users or items, and never
-modifies its inputs.
+modifies its inputs. To evaluate many releases against one data set, summarise it once with
+:meth:`Truth.of` and pass the :class:`Truth` as ``data``: the data is then not read again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -32,6 +34,7 @@ import polars as pl
 from opendp_wgm._validation import _check_int
 
 __all__ = [
+    "Truth",
     "captured_mass",
     "cardinality",
     "coverage",
@@ -49,15 +52,6 @@ _TEXT_DTYPES = (pl.String, pl.Categorical, pl.Enum)
 # --------------------------------------------------------------------------------------------------------
 # private helpers
 # --------------------------------------------------------------------------------------------------------
-class _Summary(NamedTuple):
-    """Distinct (user, item) pairs of the data and the per-item user counts."""
-
-    pairs: pl.DataFrame  # distinct (user, item) rows
-    counts: pl.DataFrame  # one row per distinct item: item, _COUNT (= c(x), UInt32)
-    total_mass: int  # M
-    n_users: int  # N
-
-
 def _check_column_name(name: str, value: Any) -> str:
     if not isinstance(value, str):
         msg = f"`{name}` must be a column name (str) (found {value!r})"
@@ -65,37 +59,93 @@ def _check_column_name(name: str, value: Any) -> str:
     return value
 
 
-def _summarise(data: Any, user: str, item: str) -> _Summary:
-    """Validate ``data`` and return its distinct pairs and item counts (one collect)."""
-    user = _check_column_name("user", user)
-    item = _check_column_name("item", item)
-    if user == item:
-        msg = f"`user` and `item` must name different columns (both are {user!r})"
-        raise ValueError(msg)
-    if isinstance(data, pl.DataFrame):
-        lf = data.lazy()
-    elif isinstance(data, pl.LazyFrame):
-        lf = data
-    else:
-        msg = f"`data` must be a polars DataFrame or LazyFrame (found {type(data).__name__})"
-        raise TypeError(msg)
-    columns = lf.collect_schema().names()
-    for column in (user, item):
-        if column not in columns:
-            msg = f"column {column!r} not found in data (columns: {columns})"
+@dataclass(frozen=True, eq=False)
+class Truth:
+    r"""What every metric needs from the data, computed once: distinct pairs, c(x), M and N.
+
+    Each metric function accepts a ``Truth`` in place of ``data`` and then does not read the data again, so
+    evaluating many releases against one data set costs one pass over it (:meth:`of`) plus one join per release.
+
+    Attributes
+    ----------
+    pairs : polars.DataFrame
+        The distinct (user, item) rows.
+    counts : polars.DataFrame
+        One row per distinct item: the item column and its user count :math:`c(x)`.
+    total_mass : int
+        :math:`M = \sum_x c(x)`, the number of distinct pairs.
+    n_users : int
+        :math:`N`, the number of distinct users.
+    user, item : str
+        The column names; a metric given a ``Truth`` must be called with these (the defaults match
+        ``Truth.of``'s).
+    """
+
+    pairs: pl.DataFrame
+    counts: pl.DataFrame
+    total_mass: int
+    n_users: int
+    user: str
+    item: str
+
+    @classmethod
+    def of(cls, data: pl.DataFrame | pl.LazyFrame, *, user: str = "user", item: str = "item") -> Truth:
+        """Validate ``data`` and summarise it (one collect).
+
+        Raises
+        ------
+        TypeError
+            If ``data`` is not a Polars frame or a column name is not a string.
+        ValueError
+            On a missing column, nulls in ``user``/``item``, or empty data.
+
+        Examples
+        --------
+        >>> import polars as pl
+        >>> truth = Truth.of(pl.DataFrame({"user": [0, 1, 1, 1], "item": ["a", "a", "b", "b"]}))
+        >>> truth.total_mass, truth.n_users, missing_mass(truth, ["a"])
+        (3, 2, 0.3333333333333333)
+        """
+        user = _check_column_name("user", user)
+        item = _check_column_name("item", item)
+        if user == item:
+            msg = f"`user` and `item` must name different columns (both are {user!r})"
             raise ValueError(msg)
-    # Nulls and emptiness survive `unique`, so one pass over the distinct pairs validates everything.
-    pairs = lf.select(user, item).unique().collect()
-    if pairs.height == 0:
-        msg = "data is empty: metrics need at least one (user, item) row"
-        raise ValueError(msg)
-    for column in (user, item):
-        if pairs.get_column(column).null_count() > 0:
-            msg = f"column {column!r} contains null values: every row must name a user and an item"
+        if isinstance(data, pl.DataFrame):
+            lf = data.lazy()
+        elif isinstance(data, pl.LazyFrame):
+            lf = data
+        else:
+            msg = f"`data` must be a polars DataFrame or LazyFrame (found {type(data).__name__})"
+            raise TypeError(msg)
+        columns = lf.collect_schema().names()
+        for column in (user, item):
+            if column not in columns:
+                msg = f"column {column!r} not found in data (columns: {columns})"
+                raise ValueError(msg)
+        # Nulls and emptiness survive `unique`, so one pass over the distinct pairs validates everything.
+        pairs = lf.select(user, item).unique().collect()
+        if pairs.height == 0:
+            msg = "data is empty: metrics need at least one (user, item) row"
             raise ValueError(msg)
-    counts = pairs.group_by(item).agg(pl.len().alias(_COUNT))
-    n_users = pairs.get_column(user).n_unique()
-    return _Summary(pairs=pairs, counts=counts, total_mass=pairs.height, n_users=n_users)
+        for column in (user, item):
+            if pairs.get_column(column).null_count() > 0:
+                msg = f"column {column!r} contains null values: every row must name a user and an item"
+                raise ValueError(msg)
+        counts = pairs.group_by(item).agg(pl.len().alias(_COUNT))
+        n_users = pairs.get_column(user).n_unique()
+        return cls(pairs=pairs, counts=counts, total_mass=pairs.height, n_users=n_users, user=user, item=item)
+
+
+def _summarise(data: Any, user: str, item: str) -> Truth:
+    """``data``'s :class:`Truth`: itself if it is one (with matching column names), else computed."""
+    if not isinstance(data, Truth):
+        return Truth.of(data, user=user, item=item)
+    for name, given, own in (("user", user, data.user), ("item", item, data.item)):
+        if given != own:
+            msg = f"`{name}` must be the Truth's {name} column {own!r} (found {given!r})"
+            raise ValueError(msg)
+    return data
 
 
 def _released_series(released: Any, item: str) -> pl.Series:
@@ -168,14 +218,14 @@ def _aligned(released: pl.Series, data_dtype: pl.DataType) -> tuple[pl.Series, p
     raise TypeError(msg)
 
 
-def _mark_released(summary: _Summary, released: pl.Series, item: str) -> pl.DataFrame:
+def _mark_released(summary: Truth, released: pl.Series, item: str) -> pl.DataFrame:
     """The item counts with a boolean column ``in_s`` telling whether each item is released."""
     released, common = _aligned(released.unique(), summary.counts.schema[item])
     key = pl.col(item) if common is None else pl.col(item).cast(common)
     return summary.counts.with_columns(key.is_in(released.implode()).alias("in_s"))
 
 
-def _released_counts(summary: _Summary, released: pl.Series, item: str) -> pl.Series:
+def _released_counts(summary: Truth, released: pl.Series, item: str) -> pl.Series:
     """c(s) for each *distinct* released item, in first-occurrence order (0 for items not in the data)."""
     released = released.unique(maintain_order=True)
     aligned, common = _aligned(released, summary.counts.schema[item])
@@ -203,7 +253,7 @@ def _check_at_most_k(released: pl.Series, k: int) -> int:
 # set union
 # --------------------------------------------------------------------------------------------------------
 def captured_mass(
-    data: pl.DataFrame | pl.LazyFrame, released: Any, *, user: str = "user", item: str = "item"
+    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str = "item"
 ) -> float:
     r"""Fraction of the total mass held by released items (the paper's plotted set-union utility).
 
@@ -214,7 +264,7 @@ def captured_mass(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
@@ -248,7 +298,7 @@ def captured_mass(
 
 
 def missing_mass(
-    data: pl.DataFrame | pl.LazyFrame, released: Any, *, user: str = "user", item: str = "item"
+    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str = "item"
 ) -> float:
     r"""The ℓ1 missing mass: fraction of the total mass held by items that were *not* released.
 
@@ -262,7 +312,7 @@ def missing_mass(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
         Items not in the data count 0; duplicates count once.
@@ -297,7 +347,7 @@ def missing_mass(
 
 
 def linf_missing_mass(
-    data: pl.DataFrame | pl.LazyFrame,
+    data: pl.DataFrame | pl.LazyFrame | Truth,
     released: Any,
     *,
     user: str = "user",
@@ -317,7 +367,7 @@ def linf_missing_mass(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
@@ -381,7 +431,7 @@ def cardinality(released: Any, *, item: str = "item") -> int:
 # top-k
 # --------------------------------------------------------------------------------------------------------
 def top_k_missing_mass(
-    data: pl.DataFrame | pl.LazyFrame,
+    data: pl.DataFrame | pl.LazyFrame | Truth,
     released: Any,
     k: int,
     *,
@@ -400,7 +450,7 @@ def top_k_missing_mass(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         At most ``k`` distinct released items.
     k
@@ -436,7 +486,7 @@ def top_k_missing_mass(
 
 
 def top_k_l1_loss(
-    data: pl.DataFrame | pl.LazyFrame,
+    data: pl.DataFrame | pl.LazyFrame | Truth,
     released: Any,
     k: int,
     *,
@@ -461,7 +511,7 @@ def top_k_l1_loss(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         At most ``k`` distinct released items; for ``order="output"`` their order matters (a repeated item
         keeps its first position).
@@ -529,7 +579,7 @@ def _missed_and_total(data: Any, released: Any, user: str, item: str, n_users: i
 
 
 def missed_users(
-    data: pl.DataFrame | pl.LazyFrame,
+    data: pl.DataFrame | pl.LazyFrame | Truth,
     released: Any,
     *,
     user: str = "user",
@@ -545,7 +595,7 @@ def missed_users(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
@@ -579,7 +629,7 @@ def missed_users(
 
 
 def coverage(
-    data: pl.DataFrame | pl.LazyFrame,
+    data: pl.DataFrame | pl.LazyFrame | Truth,
     released: Any,
     *,
     user: str = "user",
@@ -595,7 +645,7 @@ def coverage(
     Parameters
     ----------
     data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence.
+        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item

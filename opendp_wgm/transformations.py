@@ -24,7 +24,6 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int
-from opendp_wgm.accounting import LATTICE_BITS
 from opendp_wgm.domains import (
     _BOUND_STEP,
     BoundedUserItems,
@@ -44,6 +43,7 @@ from opendp_wgm.engines.polars import (
     fresh_seeds,
     lattice_histogram,
 )
+from opendp_wgm.privacy.threshold import LATTICE_BITS
 
 __all__ = [
     "BoundedUserItems",

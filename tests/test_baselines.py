@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import lattice_weights
+from opendp_wgm.privacy.threshold import lattice_weights
 from opendp_wgm.domains import _Space
 from opendp_wgm.measurements import baselines as bl
 

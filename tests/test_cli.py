@@ -174,13 +174,13 @@ ERROR_CASES = {
     "missing column": (["{csv}", "--user", "uid", "--item", "nope"], "column 'nope' not found"),
     "empty csv": (["{empty_csv}"], "has no rows"),
     "empty parquet": (["{empty_parquet}"], "has no rows"),
-    "epsilon zero": (["--epsilon", "0"], "--epsilon must be in (0.0, inf)"),
-    "epsilon negative": (["--epsilon", "-1"], "--epsilon must be in (0.0, inf)"),
+    "epsilon zero": (["--epsilon", "0"], "argument --epsilon: must be in (0.0, inf) (found 0.0)"),
+    "epsilon negative": (["--epsilon", "-1"], "argument --epsilon: must be in (0.0, inf) (found -1.0)"),
     "epsilon not a number": (["--epsilon", "one"], "argument --epsilon: invalid float value"),
-    "rho zero": (["--rho", "0"], "--rho must be in (0.0, inf)"),
-    "delta zero": (["--delta", "0"], "--delta must be in (0.0, 1.0)"),
-    "delta one": (["--delta", "1"], "--delta must be in (0.0, 1.0)"),
-    "max contributions zero": (["--max-contributions", "0"], "--max-contributions must be an integer >= 1"),
+    "rho zero": (["--rho", "0"], "argument --rho: must be in (0.0, inf) (found 0.0)"),
+    "delta zero": (["--delta", "0"], "argument --delta: must be in (0.0, 1.0) (found 0.0)"),
+    "delta one": (["--delta", "1"], "argument --delta: must be in (0.0, 1.0) (found 1.0)"),
+    "max contributions zero": (["--max-contributions", "0"], "argument --max-contributions: must be an integer >= 1 (found 0)"),
     "epsilon and rho": (["--epsilon", "1", "--rho", "1"], "argument --rho: not allowed with argument --epsilon"),
     "fraction with rho": (["--rho", "1", "--noise-delta-fraction", "0.3"], "--noise-delta-fraction applies only"),
     "output suffix": (["{csv}", "--user", "uid", "--item", "thing", "-o", "{tmp}/out.json"], "unsupported output type"),
@@ -393,16 +393,16 @@ def test_new_commands_help(capsys: pytest.CaptureFixture[str], command: str) -> 
 
 
 NEW_ERROR_CASES = {
-    "top-k k zero": (["top-k", "--k", "0"], "--k must be an integer >= 1 (found 0)"),
+    "top-k k zero": (["top-k", "--k", "0"], "argument --k: must be an integer >= 1 (found 0)"),
     "top-k k negative, limited domain": (["top-k", "--k", "-1", "--mechanism", "limited-domain"],
-                                         "--k must be an integer >= 1 (found -1)"),
+                                         "argument --k: must be an integer >= 1 (found -1)"),
     "top-k without k": (["top-k"], "the following arguments are required: --k"),
     "top-k k-bar with wgm": (["top-k", "--k", "2", "--k-bar", "10"], "--k-bar applies only to --mechanism limited-domain"),
     "top-k k-bar below k": (["top-k", "--k", "5", "--mechanism", "limited-domain", "--k-bar", "4"],
                             "--k (5) must be <= --k-bar (4)"),
-    "top-k split one": (["top-k", "--k", "2", "--split", "1"], "--split must be in (0.0, 1.0) (found 1.0)"),
-    "top-k split zero": (["top-k", "--k", "2", "--split", "0"], "--split must be in (0.0, 1.0) (found 0.0)"),
-    "top-k split negative": (["top-k", "--k", "2", "--split", "-0.5"], "--split must be in (0.0, 1.0) (found -0.5)"),
+    "top-k split one": (["top-k", "--k", "2", "--split", "1"], "argument --split: must be in (0.0, 1.0) (found 1.0)"),
+    "top-k split zero": (["top-k", "--k", "2", "--split", "0"], "argument --split: must be in (0.0, 1.0) (found 0.0)"),
+    "top-k split negative": (["top-k", "--k", "2", "--split", "-0.5"], "argument --split: must be in (0.0, 1.0) (found -0.5)"),
     "top-k limited domain with rho": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--rho", "0.5"],
                                       "--mechanism limited-domain is (ε, δ)-DP only"),
     "top-k limited domain with split": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--split", "0.5"],
@@ -411,7 +411,7 @@ NEW_ERROR_CASES = {
                                         "--noise applies only to --mechanism wgm"),
     "top-k bad mechanism": (["top-k", "--k", "2", "--mechanism", "greedy"], "argument --mechanism: invalid choice"),
     "top-k noise delta fraction": (["top-k", "--k", "2", "--noise-delta-fraction", "0.3"], "unrecognized arguments"),
-    "top-k delta one": (["top-k", "--k", "2", "--delta", "1"], "--delta must be in (0.0, 1.0)"),
+    "top-k delta one": (["top-k", "--k", "2", "--delta", "1"], "argument --delta: must be in (0.0, 1.0) (found 1.0)"),
     "top-k passes zero": (["top-k", "--k", "2", "--passes", "0"],
                           "argument --passes: must be an integer >= 1 (found 0)"),
     "top-k bad engine": (["top-k", "--k", "2", "--engine", "gpu"], "argument --engine: invalid choice: 'gpu'"),
@@ -421,9 +421,9 @@ NEW_ERROR_CASES = {
         ["top-k", "--k", "2", "--mechanism", "limited-domain", "--engine", "streaming"],
         "--engine applies only to --mechanism wgm",
     ),
-    "hitting-set k zero": (["hitting-set", "--k", "0"], "--k must be an integer >= 1 (found 0)"),
-    "hitting-set split one": (["hitting-set", "--k", "2", "--split", "1"], "--split must be in (0.0, 1.0) (found 1.0)"),
-    "hitting-set split above one": (["hitting-set", "--k", "2", "--split", "1.5"], "--split must be in (0.0, 1.0)"),
+    "hitting-set k zero": (["hitting-set", "--k", "0"], "argument --k: must be an integer >= 1 (found 0)"),
+    "hitting-set split one": (["hitting-set", "--k", "2", "--split", "1"], "argument --split: must be in (0.0, 1.0) (found 1.0)"),
+    "hitting-set split above one": (["hitting-set", "--k", "2", "--split", "1.5"], "argument --split: must be in (0.0, 1.0) (found 1.5)"),
     "hitting-set fraction with rho": (["hitting-set", "--k", "2", "--rho", "1", "--noise-delta-fraction", "0.3"],
                                       "--noise-delta-fraction applies only"),
     "hitting-set k-bar": (["hitting-set", "--k", "2", "--k-bar", "4"], "unrecognized arguments: --k-bar"),
@@ -530,13 +530,14 @@ def test_unwritable_output_directory_is_refused_before_the_release(
 ) -> None:
     import tempfile
 
-    from opendp_wgm import cli, measurements
+    from opendp_wgm import measurements
+    from opendp_wgm.cli import _report
 
     def never(*args: object, **kwargs: object) -> None:
         pytest.fail("the measurement was built or the data read before the output was checked")
 
     monkeypatch.setattr(measurements, "make_wgm_from_budget", never)
-    monkeypatch.setattr(cli, "_read_input", never)
+    monkeypatch.setattr(_report, "_read_input", never)
     if failure == "access denied":  # root passes every permission check: ask os.access directly
         monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
     else:
@@ -651,3 +652,65 @@ def test_ctrl_c_during_the_release_exits_130_and_writes_nothing(csv_path: Path, 
     assert err.strip() == "opendp-wgm: interrupted; nothing was written"
     assert out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == [csv_path.name]
+
+
+# --------------------------------------------------------------------------------------------------------
+# start-up: --help, --version and argument errors import nothing heavy
+# --------------------------------------------------------------------------------------------------------
+_IMPORTS = """
+import sys
+from opendp_wgm.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("opendp", "numpy", "scipy", "polars", "opendp_wgm.measurements", "opendp_wgm.privacy")
+               if m in sys.modules)
+print("HEAVY", heavy, code)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["--version"], ["discover", "--epsilon", "0"], ["top-k", "--help"], ["nope"]],
+    ids=["help", "version", "argument error", "command help", "unknown command"],
+)
+def test_start_up_imports_nothing_heavy(argv: list[str]) -> None:
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS, *argv], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert result.stdout.splitlines()[-1] in ("HEAVY [] 0", "HEAVY [] 2"), result.stdout + result.stderr
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import opendp_wgm
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"opendp-wgm {opendp_wgm.__version__}\n"
+
+
+def test_reproduce_help_is_the_experiments_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """The one-line help listed by `opendp-wgm --help` is the experiments' (kept in cli to start fast);
+    `reproduce --help` shows the experiments' arguments, added on first use."""
+    from opendp_wgm.cli import reproduce
+    from opendp_wgm.experiments import REPRODUCE_DESCRIPTION, REPRODUCE_HELP
+
+    assert reproduce._HELP == REPRODUCE_HELP
+    assert main(["--help"]) == 0
+    assert "reproduce" in capsys.readouterr().out
+    assert main(["reproduce", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert REPRODUCE_DESCRIPTION.splitlines()[0] in out and "--data" in out
+
+
+def test_audit_help_is_the_audit_packages_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """`audit` is listed with the audit package's one-line help; its arguments are added on first use."""
+    from opendp_wgm.audit._cli import AUDIT_DESCRIPTION, AUDIT_HELP
+    from opendp_wgm.cli import audit
+
+    assert audit._HELP == AUDIT_HELP
+    assert main(["--help"]) == 0
+    assert "audit" in capsys.readouterr().out
+    assert main(["audit", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert AUDIT_DESCRIPTION.splitlines()[0] in out and "--mechanism" in out

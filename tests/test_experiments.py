@@ -113,6 +113,16 @@ def test_truth_metrics_agree_with_the_metrics_module() -> None:
         assert tk["top_k_l1_loss"] == pytest.approx(metrics.top_k_l1_loss(df, released, k))
 
 
+def test_truth_top_k_l1_loss_matches_items_to_ranks_in_output_order() -> None:
+    """As the reference: the j-th released item against the j-th largest count (metrics' order="output")."""
+    df = synthetic_zipf(200, 8, exponent=1.2, seed=11)
+    ranked = df.unique().group_by("item").len().sort("len", "item", descending=True)["item"]
+    released = pl.DataFrame({"item": ranked[:5].reverse()})  # the true top-5, worst first
+    loss = Truth.of(df).top_k(released, 5)["top_k_l1_loss"]
+    assert loss == metrics.top_k_l1_loss(df, released, 5, order="output") > 0
+    assert metrics.top_k_l1_loss(df, released, 5) == 0
+
+
 # ------------------------------------------------------------------------------------------------------
 # bad input: clear errors, before any data is read
 # ------------------------------------------------------------------------------------------------------

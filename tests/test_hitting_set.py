@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import calibrate_wgm, peeling_epsilon, rho_to_epsilon
+from opendp_wgm.privacy.calibrate import calibrate_wgm
+from opendp_wgm.privacy.gaussian import rho_to_epsilon
+from opendp_wgm.privacy.peeling import peeling_epsilon
 from opendp_wgm.measurements.hitting_set import (
     _Coverage,
     calibrate_user_peeling,

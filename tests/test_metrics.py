@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from opendp_wgm.metrics import (
+    Truth,
     captured_mass,
     cardinality,
     coverage,
@@ -364,3 +365,25 @@ def test_frame_kinds_and_duplicates_agree(lists: list[list[int]], released: set[
         first = values[(fn.__name__, 0)]
         for i in range(1, 4):
             assert math.isclose(values[(fn.__name__, i)], first, rel_tol=1e-12, abs_tol=1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lists=user_lists, released=item_sets)
+def test_a_truth_gives_the_same_values_as_the_data(lists: list[list[int]], released: set[int]) -> None:
+    df = frame(lists, user="u", item="x")
+    truth = Truth.of(df, user="u", item="x")
+    items = sorted(released)
+    for fn in ALL_DATA_METRICS:
+        assert fn(truth, items, user="u", item="x") == fn(df, items, user="u", item="x")
+    k = max(len(items), 1)
+    for fn in (top_k_missing_mass, top_k_l1_loss):
+        assert fn(truth, items, k, user="u", item="x") == fn(df, items, k, user="u", item="x")
+    assert (truth.total_mass, truth.n_users) == (df.unique().height, df["u"].n_unique())
+
+
+def test_a_truth_is_used_with_its_own_column_names() -> None:
+    truth = Truth.of(frame(FIVE, item="x"), item="x")
+    with pytest.raises(ValueError, match=r"^`item` must be the Truth's item column 'x' \(found 'item'\)$"):
+        missing_mass(truth, [1])
+    with pytest.raises(ValueError, match="contains null values"):
+        Truth.of(pl.DataFrame({"user": [0, None], "item": [1, 2]}))

@@ -13,19 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import (
-    WGMTopKCalibration,
-    calibrate_wgm,
-    calibrate_wgm_top_k,
-    limited_domain_epsilon,
-    limited_domain_h_bottom,
-    limited_domain_local_epsilon,
-    limited_domain_threshold_offset,
-    peeling_approx_epsilon,
-    peeling_epsilon,
-    peeling_pure_epsilon,
-    peeling_rho,
-)
 from opendp_wgm.measurements.top_k import (
     make_limited_domain_top_k,
     make_peeling_top_k,
@@ -35,6 +22,15 @@ from opendp_wgm.measurements.top_k import (
     then_peeling_top_k,
     then_wgm_top_k,
     then_wgm_top_k_from_budget,
+)
+from opendp_wgm.privacy.calibrate import (
+    WGMTopKCalibration,
+    calibrate_wgm_top_k,
+)
+from opendp_wgm.privacy.peeling import (
+    peeling_approx_epsilon,
+    peeling_pure_epsilon,
+    peeling_rho,
 )
 
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
@@ -63,81 +59,6 @@ def frame(users: list[list]) -> pl.DataFrame:
     return pl.DataFrame(
         {"user": [i for i, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
     )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# oracle values of the paper's reference code
-
-
-def test_em_epsilon_cdp_oracle() -> None:
-    assert peeling_epsilon(1.1, 0.0, 10) == pytest.approx(0.11, abs=1e-9)
-    assert peeling_epsilon(1.1, 0.1, 1) == pytest.approx(1.1, abs=1e-9)
-    assert round(peeling_epsilon(1.1, 0.1, 10), 4) == 0.2926  # the reference's 0.29264 to 4 places
-    assert peeling_epsilon(1.1, 0.1, 10) == pytest.approx(0.29264, abs=1e-5)
-
-
-def test_limited_domain_oracles() -> None:
-    assert limited_domain_epsilon(1.1, 0.1, 1) == pytest.approx(1.1)
-    assert limited_domain_epsilon(1.1, 0.1, 10) == pytest.approx(9.782377233428313, abs=1e-6)
-    assert limited_domain_local_epsilon(1.1, 0.05, 1) == pytest.approx(1.1, abs=1e-4)
-    local = limited_domain_local_epsilon(1.1, 0.05, 10)
-    assert local == 0.22107791900634766  # bit for bit: the reference's bisection
-    assert limited_domain_epsilon(local, 0.05, 10) <= 1.1
-    # §7.2 examples at ε = 1, δ' = 5e-6
-    for k, expected in [(1, 0.99999905), (10, 0.118949), (50, 0.053195), (100, 0.037615)]:
-        assert limited_domain_local_epsilon(1.0, 5e-6, k) == pytest.approx(expected, abs=1e-6)
-    with pytest.raises(ValueError, match=r"`delta` must be in \(0.0, 1.0\) \(found 1.0\)"):
-        limited_domain_local_epsilon(1.1, 1.0, 10)
-
-
-def test_h_bottom_oracle() -> None:
-    """§12: counts [(1,1),(2,2),(3,3)], Δ0 = 5, δ = 0.1, ε' = 1.1; k̄ = 2 uses c_(3) = 3, k̄ = 4 uses 0."""
-    assert limited_domain_h_bottom(3, k_bar=2, max_contributions=5, delta=0.1, local_epsilon=1.1) == pytest.approx(
-        3 + 1 + math.log(2 / 0.1) / 1.1
-    )
-    assert limited_domain_h_bottom(0, k_bar=4, max_contributions=5, delta=0.1, local_epsilon=1.1) == pytest.approx(
-        1 + math.log(4 / 0.1) / 1.1
-    )
-    assert limited_domain_h_bottom(0, k_bar=4, max_contributions=None, delta=0.1, local_epsilon=1.1) == pytest.approx(
-        1 + math.log(4 / 0.1) / 1.1
-    )
-
-
-@pytest.mark.parametrize("bits", [0, 5, 20])
-@pytest.mark.parametrize(
-    ("k_bar", "max_contributions", "delta", "scale"), [(2, 5, 0.1, 1 / 1.1), (50, 100, 5e-6, 26.5)]
-)
-def test_threshold_offset_is_rounded_up_by_less_than_one_step(bits, k_bar, max_contributions, delta, scale) -> None:
-    exact = (1 + math.log(min(k_bar, max_contributions) / delta) * scale) * 2**bits
-    offset = limited_domain_threshold_offset(
-        k_bar=k_bar, max_contributions=max_contributions, delta=delta, scale=scale, lattice_bits=bits
-    )
-    assert exact <= offset < exact + 1 + 1e-6
-
-
-def test_wgm_then_peel_reference_parameters() -> None:
-    """§7.3 at ε = 1, δ = 1e-5, Δ0 = 100: σ ≈ 7.661 and T ≈ 41.863 (reference: 7.6611, 41.8632), and ε'."""
-    cal = calibrate_wgm_top_k(k=100, max_contributions=100, epsilon=1.0, delta=1e-5)
-    assert cal.wgm.scale == pytest.approx(7.6611328125, abs=1e-3)
-    assert cal.wgm.threshold == pytest.approx(41.863212, abs=2e-3)
-    assert cal.wgm == calibrate_wgm(max_contributions=100, epsilon=0.5, delta=5e-6)
-    for k, eps_prime in [(10, 0.063360), (20, 0.044802), (50, 0.028336), (100, 0.020036)]:
-        cal = calibrate_wgm_top_k(k=k, max_contributions=100, epsilon=1.0, delta=1e-5)
-        assert cal.peel_local_epsilon == pytest.approx(eps_prime, abs=1e-6)
-        assert 1.0 / cal.peel_scale <= peeling_epsilon(0.5, 5e-6, k) * (1 + 1e-9)
-
-
-def test_peeling_loss_functions() -> None:
-    assert peeling_rho(1, k=2, scale=2.0) == pytest.approx(2 / 32)
-    assert peeling_pure_epsilon(2, k=3, scale=2.0) == pytest.approx(3.0)
-    rho = 10 * 0.5**2 / 8
-    assert peeling_approx_epsilon(1, k=10, scale=2.0, delta=1e-5) == pytest.approx(
-        min(5.0, rho + 2 * math.sqrt(rho * math.log(1e5)))
-    )
-    assert peeling_rho(0, k=3, scale=1.0) == 0.0 and peeling_rho(1, k=3, scale=0.0) == math.inf
-    # the reference's ε' meets its ε exactly (up to the 1e-12 rounding)
-    eps_prime = peeling_epsilon(1.1, 0.1, 10)
-    assert peeling_approx_epsilon(1, k=10, scale=1 / eps_prime, delta=0.1) <= 1.1
 
 
 def test_peeling_measurement_maps_per_measure(monkeypatch) -> None:

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from scipy.stats import chi2
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import LATTICE_BITS, lattice_weights, wgm_privacy_loss
 from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
+from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.transformations import user_distance, weighted_histogram_l02inf
 
 LATTICE = 2.0**-LATTICE_BITS

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.special import ndtr
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import wgm_threshold_delta
+from opendp_wgm.privacy.threshold import wgm_threshold_delta
 
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
 APPROX_DP = dp.approximate(dp.max_divergence())
@@ -255,3 +255,11 @@ def test_execution_options_are_checked() -> None:
         wgm.make_wgm(*space, max_contributions=1, scale=1.0, threshold=1.0, passes=0)
     with pytest.raises(ValueError, match="`engine` must be one of"):
         wgm.make_wgm(*space, max_contributions=1, scale=1.0, threshold=1.0, engine="gpu")
+
+
+def test_passes_upper_bound() -> None:
+    import opendp_wgm as wgm
+
+    dp.enable_features("contrib", "honest-but-curious")
+    with pytest.raises(ValueError, match=r"`passes` must be an integer <= 1024 \(found 1025\)"):
+        wgm.make_wgm(*wgm.user_items_space(), max_contributions=3, scale=1.0, threshold=5.0, passes=1025)

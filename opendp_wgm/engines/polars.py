@@ -24,9 +24,9 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from opendp_wgm.accounting import LATTICE_BITS, _lattice_weights
 from opendp_wgm.domains import _Space, _value_key
-from opendp_wgm.noise import sample_discrete_gaussian
+from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
+from opendp_wgm.samplers import sample_discrete_gaussian
 
 __all__ = [
     "WEIGHT_LAT",
@@ -97,7 +97,7 @@ def lattice_histogram_plan(lists: pl.LazyFrame, space: _Space, max_contributions
 
     ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items.
     """
-    weights = _lattice_weights(max_contributions)
+    weights = lattice_weights(max_contributions)
     kept = pl.col(space.item).list.len().cast(pl.Int64)
     weight = kept.replace_strict(
         old=pl.int_range(1, max_contributions + 1, eager=True),

@@ -8,10 +8,10 @@ Polars ``DataFrame`` of items, exactly like :func:`opendp_wgm.make_wgm` does on 
 2. each user keeps the at most Δ0 items of smallest key ``xxhash64(s1, s2, user, item)`` under a secret
    128-bit seed drawn from the OS for every release (``row_number`` over a window by user, ties broken by
    the item, so never more than Δ0 rows); the kept subset is a function of that user's rows and the seed;
-3. a user keeping ``t`` items gives each the lattice weight :func:`opendp_wgm.accounting.lattice_weights`
+3. a user keeping ``t`` items gives each the lattice weight :func:`opendp_wgm.privacy.threshold.lattice_weights`
    ``(Δ0)[t - 1]`` :math:`= \lfloor 2^{20}/\sqrt t\rfloor` (integers, exact), summed per item (``groupBy``);
 4. in the executors (``mapInArrow``), every item's integer sum gets discrete Gaussian noise
-   :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)` from :func:`opendp_wgm.noise.sample_discrete_gaussian`
+   :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)` from :func:`opendp_wgm.samplers.sample_discrete_gaussian`
    (the package's exact sampler; each call keys a fresh AES-CTR generator from the executor's OS entropy), and
    only the items whose noisy sum exceeds :math:`\lfloor T 2^{20}\rfloor` leave the executors.
 
@@ -21,7 +21,7 @@ Polars path (``docs/privacy.md``): the measurement's privacy map *is* the map of
 ``map`` this measurement calls. See ``docs/engines.md``.
 
 The executors import this package (step 4 is the Polars kernel's ``noisy_above_threshold`` and its sampler,
-:mod:`opendp_wgm.noise`): on a cluster, install it on every executor (or ship it with
+:mod:`opendp_wgm.samplers`): on a cluster, install it on every executor (or ship it with
 ``SparkContext.addPyFile``).
 """
 
@@ -38,7 +38,6 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.accounting import calibrate_wgm, calibrate_wgm_top_k, lattice_weights
 from opendp_wgm.domains import (
     _assert_features,
     _check_column_names,
@@ -47,12 +46,7 @@ from opendp_wgm.domains import (
     user_items_space,
 )
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
-from opendp_wgm.measurements._peeling import _TOP_K, _USER_PEELING
-from opendp_wgm.measurements.hitting_set import (
-    _peel,
-    calibrate_wgm_hitting_set,
-    make_user_peeling,
-)
+from opendp_wgm.measurements.hitting_set import _peel, make_user_peeling
 from opendp_wgm.measurements.top_k import (
     _WGM_TOP_K_SAMPLER,
     _check_method,
@@ -66,6 +60,13 @@ from opendp_wgm.measurements.two_stage import (
 )
 from opendp_wgm.measurements.wgm import _wgm_arguments
 from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
+from opendp_wgm.privacy.calibrate import (
+    calibrate_wgm,
+    calibrate_wgm_hitting_set,
+    calibrate_wgm_top_k,
+)
+from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
+from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from pyspark.sql import DataFrame
@@ -660,7 +661,7 @@ def make_wgm_top_k(
     del parameters["method"]
     stage_2 = functools.partial(_top_k_stage_2, method=method)
     peeling = functools.partial(_spark_peeling(make_peeling_top_k, stage_2), method=method)
-    return _make_two_stage(input_domain, input_metric, peeling, _TOP_K, parameters)
+    return _make_two_stage(input_domain, input_metric, peeling, TOP_K, parameters)
 
 
 def make_wgm_top_k_from_budget(
@@ -675,7 +676,7 @@ def make_wgm_top_k_from_budget(
     split: float = 0.5,
     method: str = "auto",
 ) -> dp.Measurement:
-    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.accounting.calibrate_wgm_top_k` (as on Polars)."""
+    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.calibrate_wgm_top_k` (as on Polars)."""
     _assert_features()
     calibration = calibrate_wgm_top_k(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
@@ -721,7 +722,7 @@ def make_wgm_hitting_set(
         peel_delta=peel_delta,
     )
     _assert_features()
-    return _make_two_stage(input_domain, input_metric, _spark_peeling(make_user_peeling, _hitting_set_stage_2), _USER_PEELING, parameters)
+    return _make_two_stage(input_domain, input_metric, _spark_peeling(make_user_peeling, _hitting_set_stage_2), USER_PEELING, parameters)
 
 
 def make_wgm_hitting_set_from_budget(
@@ -736,7 +737,7 @@ def make_wgm_hitting_set_from_budget(
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
 ) -> dp.Measurement:
-    """:func:`make_wgm_hitting_set` calibrated by ``hitting_set.calibrate_wgm_hitting_set`` (as on Polars)."""
+    """:func:`make_wgm_hitting_set` calibrated by :func:`opendp_wgm.calibrate_wgm_hitting_set` (as on Polars)."""
     _assert_features()
     calibration = calibrate_wgm_hitting_set(
         k=k,

@@ -13,7 +13,7 @@ two warning filters); importing :mod:`opendp_wgm` alone does not.
   differ, 1 for a user added or removed and 2 for a user whose rows changed, which is exactly the number of
   users added or removed that :mod:`opendp_wgm`'s maps take as ``d_in``,
 - output measure is ``ApproxDP()``, with ``privacy_function`` computed by
-  :func:`opendp_wgm.accounting.wgm_privacy_loss`, the function behind every WGM map of this package,
+  :func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`, the function behind every WGM map of this package,
 - release is computed by the Spark engine (:mod:`opendp_wgm.spark`): noise is drawn in the executors and only
   the released items reach the driver.
 
@@ -40,11 +40,13 @@ from opendp_wgm._validation import (
     _check_probability,
     _check_real,
 )
-from opendp_wgm.accounting import (
-    _check_max_contributions,
+from opendp_wgm.privacy.calibrate import (
     calibrate_wgm,
-    wgm_privacy_loss,
+    calibrate_wgm_hitting_set,
+    calibrate_wgm_top_k,
 )
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
+from opendp_wgm.privacy.threshold import check_max_contributions
 
 __all__ = [
     "INSTALL_HINT",
@@ -229,7 +231,7 @@ class WGMMeasurement(_UserItemsMeasurement):
     ``IfGroupedBy([user], SymmetricDifference())``; output measure ``ApproxDP()``; output a materialised Spark
     DataFrame with columns ``item`` (the input's type) and ``noisy_weight`` (double), sorted by item.
 
-    Privacy guarantee (``docs/privacy.md`` §3, :func:`opendp_wgm.accounting.wgm_privacy_loss`), with
+    Privacy guarantee (``docs/privacy.md`` §3, :func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`), with
     :math:`k = \lfloor d_{in} \rfloor` (distances between datasets are integers):
 
     - :math:`d_{in} < 1`: :math:`(0, 0)`;
@@ -253,7 +255,7 @@ class WGMMeasurement(_UserItemsMeasurement):
         output_measure: Any = None,
     ) -> None:
         _require_tmlt()
-        max_contributions = _check_max_contributions(max_contributions)
+        max_contributions = check_max_contributions(max_contributions)
         scale = _check_positive("scale", scale)
         threshold = _check_real("threshold", threshold)
         epsilon_float = _epsilon_down(epsilon)
@@ -462,12 +464,10 @@ def create_wgm_top_k_measurement(
     input_domain: Any, user: str, item: str, *, k: int, epsilon: Any, delta: Any, max_contributions: int,
     split: float = 0.5, method: str = "auto",
 ) -> WGMTopKMeasurement:  # fmt: skip
-    """A :class:`WGMTopKMeasurement` calibrated to (ε, δ) by ``opendp_wgm.accounting.calibrate_wgm_top_k``.
+    """A :class:`WGMTopKMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_top_k`.
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """
-    from opendp_wgm.accounting import calibrate_wgm_top_k
-
     _require_tmlt()
     cal = calibrate_wgm_top_k(
         k=k,
@@ -487,12 +487,10 @@ def create_wgm_hitting_set_measurement(
     input_domain: Any, user: str, item: str, *, k: int, epsilon: Any, delta: Any, max_contributions: int,
     split: float = 0.5, noise_delta_fraction: float = 0.5,
 ) -> WGMHittingSetMeasurement:  # fmt: skip
-    """A :class:`WGMHittingSetMeasurement` calibrated to (ε, δ) by ``hitting_set.calibrate_wgm_hitting_set``.
+    """A :class:`WGMHittingSetMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_hitting_set`.
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """
-    from opendp_wgm.measurements.hitting_set import calibrate_wgm_hitting_set
-
     _require_tmlt()
     cal = calibrate_wgm_hitting_set(
         k=k,

@@ -1,96 +1,57 @@
-"""The paper's utility metrics against one data set, with its counts computed once.
+"""The paper's utility metrics of a release against one data set, summarised once.
 
-:mod:`opendp_wgm.metrics` re-reads the data on every call (a few seconds for imdb_50k's 7M rows); a run
-evaluates hundreds of releases, so :class:`Truth` summarises the data once and evaluates each release with a
-join on the per-item counts. The definitions are those of :mod:`opendp_wgm.metrics`
-(``tests/test_experiments.py`` checks that both agree).
+A run evaluates hundreds of releases against each data set, so :class:`Truth` summarises the data once
+(:class:`opendp_wgm.metrics.Truth`: distinct pairs, per-item counts, M and N) and evaluates every release
+with the functions of :mod:`opendp_wgm.metrics`, which then do not read the data again: one definition of
+every metric.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import polars as pl
+
+from opendp_wgm import metrics
 
 __all__: list[str] = []
 
-_C = "__count__"
 
-
-@dataclass
+@dataclass(frozen=True)
 class Truth:
-    """Distinct (user, item) pairs, per-item user counts c(x), M and N of one data set."""
+    """One data set's :class:`opendp_wgm.metrics.Truth` and the metric rows of each experiment."""
 
-    pairs: pl.DataFrame
-    counts: pl.DataFrame  # item, _C (Int64)
-    sorted_counts: np.ndarray  # c_(1) >= c_(2) >= ...
-    total_mass: int  # M
-    n_users: int  # N
-    item: str
+    summary: metrics.Truth
 
     @classmethod
     def of(cls, frame: pl.DataFrame, *, user: str = "user", item: str = "item") -> Truth:
-        pairs = frame.lazy().select(user, item).drop_nulls().unique().collect()
-        counts = pairs.group_by(item).agg(pl.len().cast(pl.Int64).alias(_C))
-        sorted_counts = np.sort(counts[_C].to_numpy())[::-1]
-        return cls(
-            pairs=pairs,
-            counts=counts,
-            sorted_counts=sorted_counts,
-            total_mass=int(pairs.height),
-            n_users=int(pairs[user].n_unique()),
-            item=item,
-        )
-
-    def _released(self, released: pl.DataFrame) -> pl.Series:
-        return released.get_column(self.item)
-
-    def counts_in_order(self, released: pl.DataFrame) -> np.ndarray:
-        """c(s_j) of each released item in output order (0 for items not in the data)."""
-        items = self._released(released)
-        if items.len() == 0:
-            return np.zeros(0, dtype=np.int64)
-        frame = pl.DataFrame({self.item: items}).with_row_index("_pos")
-        joined = frame.join(self.counts, on=self.item, how="left").sort("_pos")
-        return joined[_C].fill_null(0).to_numpy().astype(np.int64)
-
-    def _captured(self, released: pl.DataFrame) -> int:
-        items = self._released(released).unique()
-        return int(self.counts.filter(pl.col(self.item).is_in(items.implode()))[_C].sum())
+        # a row with a null user or item names no pair: dropped here (the metrics module rejects nulls)
+        pairs = frame.lazy().select(user, item).drop_nulls()
+        return cls(metrics.Truth.of(pairs, user=user, item=item))
 
     def set_union(self, released: pl.DataFrame) -> dict[str, float]:
-        captured = self._captured(released)
-        items = self._released(released).unique()
-        missing = self.counts.filter(~pl.col(self.item).is_in(items.implode()))[_C]
-        linf = int(missing.max()) if missing.len() else 0
+        s = self.summary
         return {
-            "missing_mass": 1.0 - captured / self.total_mass,
-            "captured_mass": captured / self.total_mass,
-            "linf_missing_mass": float(linf),
-            "linf_missing_mass_per_user": linf / self.n_users,
-            "cardinality": float(items.len()),
+            "missing_mass": metrics.missing_mass(s, released, user=s.user, item=s.item),
+            "captured_mass": metrics.captured_mass(s, released, user=s.user, item=s.item),
+            "linf_missing_mass": metrics.linf_missing_mass(s, released, user=s.user, item=s.item),
+            "linf_missing_mass_per_user": metrics.linf_missing_mass(s, released, normalize=True, user=s.user, item=s.item),
+            "cardinality": float(metrics.cardinality(released, item=s.item)),
         }
 
     def top_k(self, released: pl.DataFrame, k: int) -> dict[str, float]:
-        top = self.sorted_counts[: min(k, self.sorted_counts.size)]
-        in_order = self.counts_in_order(released)[:k]
-        padded_out = np.zeros(k, dtype=np.int64)
-        padded_out[: in_order.size] = in_order
-        padded_top = np.zeros(k, dtype=np.int64)
-        padded_top[: top.size] = top
-        captured = self._captured(released)
+        s = self.summary
         return {
-            "top_k_missing_mass": (int(top.sum()) - captured) / self.total_mass,
-            "top_k_l1_loss": float(np.abs(padded_top - padded_out).sum()),
-            "cardinality": float(self._released(released).n_unique()),
+            "top_k_missing_mass": metrics.top_k_missing_mass(s, released, k, user=s.user, item=s.item),
+            # the reference matches the j-th released item with the j-th largest count
+            "top_k_l1_loss": metrics.top_k_l1_loss(s, released, k, order="output", user=s.user, item=s.item),
+            "cardinality": float(metrics.cardinality(released, item=s.item)),
         }
 
-    def hitting_set(self, released: pl.DataFrame, user: str = "user") -> dict[str, float]:
-        items = self._released(released).unique()
-        covered = self.pairs.filter(pl.col(self.item).is_in(items.implode()))[user].n_unique()
+    def hitting_set(self, released: pl.DataFrame) -> dict[str, float]:
+        s = self.summary
         return {
-            "missed_users": float(self.n_users - covered),
-            "coverage": covered / self.n_users,
-            "cardinality": float(items.len()),
+            "missed_users": float(metrics.missed_users(s, released, user=s.user, item=s.item)),
+            "coverage": metrics.coverage(s, released, user=s.user, item=s.item),
+            "cardinality": float(metrics.cardinality(released, item=s.item)),
         }

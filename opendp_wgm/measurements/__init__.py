@@ -14,9 +14,6 @@ from opendp_wgm.measurements.baselines import (
     then_policy_greedy_from_budget,
 )
 from opendp_wgm.measurements.hitting_set import (
-    HittingSetCalibration,
-    calibrate_user_peeling,
-    calibrate_wgm_hitting_set,
     greedy_hitting_set,
     make_user_peeling,
     make_user_peeling_from_budget,
@@ -45,6 +42,11 @@ from opendp_wgm.measurements.wgm import (
     then_noisy_threshold,
     then_wgm,
     then_wgm_from_budget,
+)
+from opendp_wgm.privacy.calibrate import (
+    HittingSetCalibration,
+    calibrate_user_peeling,
+    calibrate_wgm_hitting_set,
 )
 
 __all__ = [

@@ -30,19 +30,22 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import LATTICE_BITS, _check_max_contributions, _prepare_budget, calibrate_wgm
+from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
+from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements.wgm import (
     Noise,
-    _approx_dp,
-    _check_gaussian_measure,
     _check_noise,
     _wgm_arguments,
     _wgm_privacy_map,
-    _zcdp,
 )
-from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
+from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
+from opendp_wgm.privacy.calibrate import (
+    calibrate_key_release,
+    calibrate_policy_greedy,
+    calibrate_wgm,
+)
+from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.transformations import _assert_features
 
 __all__ = [
@@ -389,7 +392,7 @@ def make_policy_gaussian(
 
     Notes
     -----
-    The map is the WGM's (:func:`opendp_wgm.accounting.wgm_privacy_loss`): for ``d_in = 1``,
+    The map is the WGM's (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`): for ``d_in = 1``,
     :math:`\rho = 1/(2\sigma^2)` and :math:`\delta_T = \max_{t \le \Delta_0} 1 - (1 - q(w(t)))^t`; for
     ``d_in > 1`` the WGM's group bound. Why the same map (``docs/baselines.md`` §2): (a) every user's increment
     has ℓ2 ≤ 1 exactly (rounded down, checked in integers); (b) with a contractive update the histograms
@@ -420,13 +423,13 @@ def make_policy_gaussian(
     True
     """
     _assert_idealized()
-    max_contributions = _check_max_contributions(max_contributions)
+    max_contributions = check_max_contributions(max_contributions)
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
     alpha = _check_real("alpha", alpha, minimum=0.0)
     descent = _check_descent(descent)
     noise = _check_noise(noise)
-    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     cap = _cap_on_lattice(threshold + alpha * scale)
     if cap < 1:
         msg = f"the cap `threshold + alpha * scale` must be > 0 (found {threshold + alpha * scale!r})"
@@ -644,7 +647,7 @@ def make_policy_greedy(
             return 0.0, 0.0
         return d_in / scale, _greedy_threshold_delta(scale, threshold, alpha, d_in)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, _approx_dp(), function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, measure_of("approx_dp"), function, privacy_map)
 
 
 def make_policy_greedy_from_budget(
@@ -671,18 +674,13 @@ def make_policy_greedy_from_budget(
     True
     """
     _assert_idealized()
-    epsilon, _, delta = _prepare_budget(epsilon, None, delta)
+    budget = Budget.of(epsilon=epsilon, delta=delta)
     alpha = _check_real("alpha", alpha, minimum=0.0)
-    scale = 1.0 / epsilon
-    while 1.0 / scale > epsilon:  # float rounding: never report more than ε
-        scale = math.nextafter(scale, math.inf)
-    lattice_scale = scale * _UNIT
-    # smallest F with P[Z >= F + 1 - 2^20] <= delta: closed form, then exact adjustment on the map
-    floor_t = _UNIT - 1 + max(1, math.ceil(-lattice_scale * math.log(delta * (1.0 + math.exp(-1.0 / lattice_scale)))))
-    while floor_t > _UNIT and _greedy_threshold_delta(scale, (floor_t - 1) / _UNIT, alpha, 1) <= delta:
-        floor_t -= 1
-    while _greedy_threshold_delta(scale, floor_t / _UNIT, alpha, 1) > delta:
-        floor_t += 1
+    scale, floor_t = calibrate_policy_greedy(
+        budget,
+        lattice_bits=LATTICE_BITS,
+        threshold_delta=lambda scale, floor_t: _greedy_threshold_delta(scale, floor_t / _UNIT, alpha, 1),
+    )
     return make_policy_greedy(
         input_domain, input_metric, scale=scale, threshold=floor_t / _UNIT, alpha=alpha, item=item
     )
@@ -772,7 +770,7 @@ def _opendp_measurement(
     plan = _key_release_plan(user, item, user_dtype, item_dtype, groups)
     metric = dp.symmetric_id_distance(pl.col(user))
     inner = dp.m.make_private_lazyframe(
-        domain, metric, _zcdp(), plan, global_scale=global_scale, threshold=threshold
+        domain, metric, measure_of("approx_zcdp"), plan, global_scale=global_scale, threshold=threshold
     )
     if measure_kind == "zcdp":
         return inner
@@ -846,8 +844,9 @@ def make_opendp_key_release(
     Required features: ``contrib``, ``honest-but-curious``.
     """
     _assert_features()
-    max_contributions = _check_max_contributions(max_contributions)
-    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
+    max_contributions = check_max_contributions(max_contributions)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    epsilon, delta = budget.epsilon, budget.delta
     fraction = _check_real(
         "noise_delta_fraction",
         noise_delta_fraction,
@@ -860,8 +859,7 @@ def make_opendp_key_release(
     groups = max_contributions + 1
     kind = "approx" if epsilon is not None else "zcdp"
     noise_delta = fraction * delta if epsilon is not None else 0.0
-    budget = (epsilon, delta) if epsilon is not None else (rho, delta)
-    global_scale, threshold = _calibrate_key_release(groups, kind, noise_delta, budget)
+    global_scale, threshold = _calibrate_key_release(groups, kind, noise_delta, (budget.value, delta))
     user_name, item_name = "user", "item"
 
     @lru_cache(maxsize=8)
@@ -900,67 +898,26 @@ def make_opendp_key_release(
         profile, threshold_delta = dp.c.make_zCDP_to_approxDP(inner_reference).map(d_in)
         return d_in * epsilon_1, min(1.0, float(profile.delta(d_in * epsilon_1)) + float(threshold_delta))
 
-    output_measure = _approx_dp() if epsilon is not None else _zcdp()
-    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, budget.measure, function, privacy_map)
 
 
 @lru_cache(maxsize=256)
 def _calibrate_key_release(
     groups: int, kind: str, noise_delta: float, budget: tuple[float, float]
 ) -> tuple[float, int]:
-    """Smallest global scale (and, for it, smallest threshold) whose OpenDP map at d_in = 1 meets ``budget``.
+    """Smallest global scale (and, for it, smallest threshold) whose OpenDP map at d_in = 1 meets ``budget``
+    (:func:`opendp_wgm.privacy.calibrate.calibrate_key_release` on the plan of this module)."""
 
-    The threshold's δ gets ``budget δ − noise_delta`` (all of δ under zCDP); under (ε, δ) the noise's δ is
-    what ``make_fix_delta`` leaves after the threshold's, so ε is searched with the threshold set for each scale.
-    """
-    threshold_budget = budget[1] - noise_delta
-
-    def inner_delta(scale: float, threshold: int) -> float:
+    def threshold_delta(scale: float, threshold: int) -> float:
         inner = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, "zcdp", scale, threshold, 0.0)
         return float(inner.map(1)[1])
 
-    hint = [2]
+    def loss(scale: float, threshold: int) -> tuple[float, float]:
+        measurement = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1])
+        return measurement.map(1)
 
-    def threshold_for(scale: float) -> int:
-        """Smallest integer threshold > 1 whose δ fits, by exponential search from the last answer."""
-        lo, hi = max(1, hint[0] - 1), hint[0]
-        if inner_delta(scale, hi) <= threshold_budget:
-            step = 1
-            while lo > 1 and inner_delta(scale, lo) <= threshold_budget:  # the answer is lower
-                hi, lo = lo, max(1, lo - step)
-                step *= 2
-        else:
-            step = 1
-            while inner_delta(scale, hi) > threshold_budget:
-                lo, hi = hi, hi + step
-                step *= 2
-                if hi > 2**31:
-                    raise ValueError("calibration failed: no threshold meets the budget")
-        while hi - lo > 1:  # invariant: lo fails (or is 1, which OpenDP refuses), hi fits
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if inner_delta(scale, mid) <= threshold_budget else (mid, hi)
-        hint[0] = hi
-        return hi
-
-    def fits(scale: float) -> bool:
-        try:
-            threshold = threshold_for(scale)
-            d_out = _opendp_measurement(
-                "user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1]
-            ).map(1)
-        except (dp.OpenDPException, ValueError):
-            return False
-        return float(d_out[0]) <= budget[0] and float(d_out[1]) <= budget[1]
-
-    lo, hi = 0.0, 1.0
-    while not fits(hi):
-        lo, hi = hi, hi * 2.0
-        if hi > 1e12:
-            raise ValueError("calibration failed: no noise scale meets the budget")
-    while hi - lo > 1e-5 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    return hi, threshold_for(hi)
+    total = Budget("approx_dp" if kind == "approx" else "approx_zcdp", budget[0], budget[1])
+    return calibrate_key_release(total, noise_delta=noise_delta, threshold_delta=threshold_delta, loss=loss)
 
 
 then_policy_gaussian = _to_then(make_policy_gaussian)

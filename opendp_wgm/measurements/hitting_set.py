@@ -21,10 +21,8 @@ plus ``k`` exact noisy-max draws.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,31 +30,24 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._selection import noisy_max
-from opendp_wgm._validation import _check_int, _check_positive, _check_probability
-from opendp_wgm.accounting import (
-    WGMCalibration,
-    _BudgetTooSmall,
-    _check_epsilon_or_rho,
-    _check_max_contributions,
-    _prepare_budget,
-    _restated,
-    _smallest_passing,
-    calibrate_wgm,
-    wgm_privacy_loss,
-)
+from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import cast_candidates
-from opendp_wgm.measurements._peeling import (
-    _USER_PEELING,
-    _add_up,
-    _measures,
-    _peeling_kind,
-    _peeling_loss,
-    _PeelingKind,
+from opendp_wgm.measurements.two_stage import (
+    _make_wgm_then_peeling,
+    _ranked_frame,
+    _two_stage_arguments,
 )
-from opendp_wgm.measurements.two_stage import _make_wgm_then_peeling, _ranked_frame, _two_stage_arguments
 from opendp_wgm.measurements.wgm import Engine, Noise
+from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
+from opendp_wgm.privacy.calibrate import (
+    HittingSetCalibration,
+    calibrate_peeling_for,
+    calibrate_user_peeling,
+    calibrate_wgm_hitting_set,
+)
+from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
+from opendp_wgm.samplers import noisy_max
 from opendp_wgm.transformations import _check_candidates, _check_candidates_for
 
 __all__ = [
@@ -178,7 +169,7 @@ def _peel(
 
     Round ``r`` draws candidate ``x`` among those not chosen yet with probability
     :math:`\propto \exp(c_r(x)/\text{scale})`, :math:`c_r(x)` = users holding ``x`` that no earlier pick covers
-    (exact sampler: :func:`opendp_wgm._selection.noisy_max`, Gumbel/EM form). The number of rounds is
+    (exact sampler: :func:`opendp_wgm.samplers.noisy_max`, Gumbel/EM form). The number of rounds is
     ``min(k, |candidates|)`` whatever the data: once everyone is covered, rounds go on choosing uniformly
     among the remaining candidates (stopping early would make the output length depend on the data).
     ``timings`` (benchmarks only) receives the seconds spent building the arrays and in the rounds.
@@ -323,7 +314,7 @@ def make_user_peeling(
     series = _check_candidates(candidates)
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
-    kind, delta = _peeling_kind(output_measure, delta, _USER_PEELING)
+    kind, delta = check_peeling_measure(output_measure, delta, zero_delta=USER_PEELING.zero_delta)
     space = _resolve_space(input_domain, input_metric, item)
     series = _check_candidates_for(series, space)
     rounds = min(k, series.len())  # public: the candidate list is
@@ -332,63 +323,9 @@ def make_user_peeling(
         return _peel(_prepare_frame(frame, space), space, series, k, scale)
 
     def privacy_map(d_in: int) -> Any:
-        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=_USER_PEELING, delta=delta)
+        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, _measures()[kind], function, privacy_map)
-
-
-def _budget_kind(
-    epsilon: float | None, rho: float | None, delta: float | None
-) -> tuple[_PeelingKind, float, float]:
-    """Normalise a peeling budget: ρ (approximate zCDP), ε with δ ((ε, δ)-DP) or ε alone (pure DP)."""
-    _check_epsilon_or_rho(epsilon, rho)
-    if rho is not None:
-        if delta is not None:
-            msg = "`delta` applies only with `epsilon` (peeling spends no δ under zCDP)"
-            raise ValueError(msg)
-        return "approx_zcdp", _check_positive("rho", rho), 0.0
-    epsilon = _check_positive("epsilon", epsilon)
-    if delta is None:
-        return "pure_dp", epsilon, 0.0
-    return "approx_dp", epsilon, _check_probability("delta", delta)
-
-
-def _first(d_out: Any) -> float:
-    return d_out[0] if isinstance(d_out, tuple) else d_out
-
-
-def _calibrate_peeling(k: int, kind: _PeelingKind, budget: float, delta: float) -> float:
-    """Smallest scale whose map at d_in = 1 fits the budget (a search on the map, never a closed form)."""
-    def fits(scale: float) -> bool:
-        return _first(_peeling_loss(1, k=k, scale=scale, kind=kind, accounting=_USER_PEELING, delta=delta)) <= budget
-
-    scale = _smallest_passing(fits, 1e-12)
-    if not fits(scale):  # pragma: no cover
-        raise AssertionError(f"calibration produced a scale over the budget {budget}")
-    return scale
-
-
-def calibrate_user_peeling(
-    *, k: int, epsilon: float | None = None, rho: float | None = None, delta: float | None = None
-) -> float:
-    r"""The smallest user-peeling ``scale`` whose ``k`` rounds fit a budget for one user.
-
-    - ``rho``: approximate zCDP, :math:`k/(8\,\text{scale}^2) \le \rho`;
-    - ``epsilon`` and ``delta``: (ε, δ)-DP through zCDP, so :math:`1/\text{scale}` equals the reference's
-      per-round ε' (``em_epsilon_cdp``, :func:`opendp_wgm.accounting.peeling_epsilon`);
-    - ``epsilon`` alone: pure ε-DP by basic composition, :math:`\text{scale} = k/\varepsilon`.
-
-    The scale is found by ``dp.binary_search`` on the privacy map of :func:`make_user_peeling`.
-
-    Examples
-    --------
-    >>> from opendp_wgm.measurements.hitting_set import calibrate_user_peeling
-    >>> round(1 / calibrate_user_peeling(k=10, epsilon=1.1, delta=0.1), 5)  # the reference's ε' = 0.29264
-    0.29264
-    """
-    k = _check_int("k", k, minimum=1)
-    kind, budget, delta_ = _budget_kind(epsilon, rho, delta)
-    return _calibrate_peeling(k, kind, budget, delta_)
+    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, privacy_map)
 
 
 def make_user_peeling_from_budget(
@@ -421,16 +358,16 @@ def make_user_peeling_from_budget(
     _assert_features()
     series = _check_candidates(candidates)
     k = _check_int("k", k, minimum=1)
-    kind, budget, delta_ = _budget_kind(epsilon, rho, delta)
-    scale = _calibrate_peeling(max(1, min(k, series.len())), kind, budget, delta_)
+    budget = Budget.of_peeling(epsilon=epsilon, rho=rho, delta=delta)
+    scale = calibrate_peeling_for(budget, max(1, min(k, series.len())))
     return make_user_peeling(
         input_domain,
         input_metric,
         candidates=series,
         k=k,
         scale=scale,
-        output_measure=_measures()[kind],
-        delta=delta_ if kind == "approx_dp" else None,
+        output_measure=budget.measure,
+        delta=budget.delta if budget.kind == "approx_dp" else None,
         item=item,
     )
 
@@ -538,146 +475,7 @@ def make_wgm_hitting_set(
         passes=passes,
         engine=engine,
         peeling=make_user_peeling,
-        accounting=_USER_PEELING,
-    )
-
-
-@dataclass(frozen=True)
-class HittingSetCalibration:
-    """The two stages of :func:`make_wgm_hitting_set` calibrated to a budget.
-
-    Attributes
-    ----------
-    wgm
-        Stage 1: σ, T and Δ0 (:class:`opendp_wgm.WGMCalibration`), calibrated to ``split`` of the budget.
-    peel_scale
-        Stage 2: the exponential mechanism's scale; ``1 / peel_scale`` is the per-round ε'.
-    peel_delta
-        Stage 2's zCDP → (ε, δ) conversion δ under (ε, δ)-DP; 0 under zCDP.
-    k, split
-        Rounds, and the share of ε (and of δ) or of ρ given to stage 1.
-    epsilon, rho, delta
-        The total budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
-    wgm_loss, peel_loss
-        Each stage's privacy map at ``d_in = 1``: (ε, δ) or (ρ, δ).
-    """
-
-    wgm: WGMCalibration
-    peel_scale: float
-    peel_delta: float
-    k: int
-    split: float
-    delta: float
-    epsilon: float | None
-    rho: float | None
-    wgm_loss: tuple[float, float]
-    peel_loss: tuple[float, float]
-
-    @property
-    def peel_round_epsilon(self) -> float:
-        """ε' of one peeling round for one user, ``1 / peel_scale``."""
-        return 1.0 / self.peel_scale
-
-
-def calibrate_wgm_hitting_set(
-    *,
-    k: int,
-    max_contributions: int,
-    delta: float,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    split: float = 0.5,
-    noise_delta_fraction: float = 0.5,
-) -> HittingSetCalibration:
-    r"""Calibrate both stages of :func:`make_wgm_hitting_set` to one per-user budget.
-
-    - ``epsilon`` ((ε, δ)-DP, the reference's accounting): stage 1 is :func:`opendp_wgm.calibrate_wgm` at
-      (split·ε, split·δ) (``noise_delta_fraction`` of that δ pays for its noise); stage 2 gets the rest,
-      (1 − split)·δ for its zCDP → (ε, δ) conversion and the smallest ``peel_scale`` for which the composed
-      map is within (ε, δ). With ``split = 0.5`` this is the reference's (ε/2, δ/2) per stage and its
-      per-round ε' = ``em_epsilon_cdp(ε/2, δ/2, k)`` (the paper's reference code).
-    - ``rho`` (approximate zCDP): stage 1 gets split·ρ and all of δ (for its threshold); stage 2 gets the
-      rest of ρ and no δ.
-
-    Parameters
-    ----------
-    k
-        Peeling rounds, ≥ 1.
-    max_contributions
-        Δ0 ≥ 1 of the WGM.
-    delta
-        δ ∈ (0, 1).
-    epsilon, rho
-        Exactly one of them, > 0.
-    split
-        Share of the budget given to stage 1, in (0, 1) (default 1/2, as the reference).
-    noise_delta_fraction
-        Under (ε, δ): share of stage 1's δ spent on its Gaussian noise, in (0, 1).
-
-    Examples
-    --------
-    >>> from opendp_wgm.measurements.hitting_set import calibrate_wgm_hitting_set
-    >>> cal = calibrate_wgm_hitting_set(k=100, max_contributions=100, epsilon=1.0, delta=1e-5)
-    >>> round(cal.wgm.scale, 3), round(cal.peel_round_epsilon, 5)  # σ at (ε/2, δ/2); em_epsilon_cdp(ε/2, δ/2, k)
-    (7.661, 0.02004)
-    """
-    k = _check_int("k", k, minimum=1)
-    max_contributions = _check_max_contributions(max_contributions)
-    split = _check_probability("split", split)
-    epsilon, rho, delta = _prepare_budget(epsilon, rho, delta)
-    if epsilon is not None:
-        try:
-            wgm = calibrate_wgm(
-                max_contributions=max_contributions,
-                epsilon=split * epsilon,
-                delta=split * delta,
-                noise_delta_fraction=noise_delta_fraction,
-            )
-        except _BudgetTooSmall as error:
-            raise _restated(error, epsilon, split, f"`delta` = {delta!r} and `split` = {split!r}") from None
-        wgm_loss = wgm_privacy_loss(
-            1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions, epsilon=wgm.epsilon
-        )
-        peel_delta = (1.0 - split) * delta
-        while _add_up(wgm_loss[1], peel_delta, _USER_PEELING) > delta:  # at most a few ulps
-            peel_delta = math.nextafter(peel_delta, 0.0)
-        kind: _PeelingKind = "approx_dp"
-        budget = (epsilon, delta)
-    else:
-        try:
-            wgm = calibrate_wgm(max_contributions=max_contributions, rho=split * rho, delta=delta)
-        except _BudgetTooSmall as error:
-            raise _restated(error, rho, split, f"`split` = {split!r}") from None
-        wgm_loss = wgm_privacy_loss(1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions)
-        peel_delta = 0.0
-        kind = "approx_zcdp"
-        budget = (rho, delta)
-
-    def fits(scale: float) -> bool:
-        peel = _peeling_loss(1, k=k, scale=scale, kind=kind, accounting=_USER_PEELING, delta=peel_delta)
-        return (
-            _add_up(wgm_loss[0], peel[0], _USER_PEELING) <= budget[0]
-            and _add_up(wgm_loss[1], peel[1], _USER_PEELING) <= budget[1]
-        )
-
-    if not fits(1e300):
-        msg = f"stage 1 alone spends {wgm_loss}, the whole budget {budget}: lower `split`"  # pragma: no cover
-        raise ValueError(msg)  # pragma: no cover
-    peel_scale = _smallest_passing(fits, 1e-12)
-    if not fits(peel_scale):  # pragma: no cover - a bug guard
-        raise AssertionError(f"calibration produced peel_scale={peel_scale}, over the budget {budget}")
-    peel_loss = _peeling_loss(1, k=k, scale=peel_scale, kind=kind, accounting=_USER_PEELING, delta=peel_delta)
-    return HittingSetCalibration(
-        wgm=wgm,
-        peel_scale=peel_scale,
-        peel_delta=peel_delta,
-        k=k,
-        split=split,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        wgm_loss=tuple(wgm_loss),
-        peel_loss=tuple(peel_loss),
+        accounting=USER_PEELING,
     )
 
 
@@ -822,9 +620,9 @@ def user_peeling_on_true_domain(
     """
     space = _check_columns(user, item)
     k = _check_int("k", k, minimum=1)
-    kind, budget, delta_ = _budget_kind(epsilon, rho, delta)
+    budget = Budget.of_peeling(epsilon=epsilon, rho=rho, delta=delta)
     lf = _check_data(data, space)
-    scale = _calibrate_peeling(k, kind, budget, delta_)
+    scale = calibrate_peeling_for(budget, k)
     return _peel(lf, space, None, k, scale)
 
 

@@ -12,13 +12,12 @@ The baseline is the limited-domain mechanism of Durfee & Rogers (2019, Algorithm
 
 Every release is a ``pl.DataFrame`` with the item column (the input's name and dtype) and ``rank``
 (``UInt32``, 1 = best), in rank order; nothing else. Selections are sampled exactly
-(:mod:`opendp_wgm._selection`). Privacy arguments: ``docs/top_k.md``.
+(:mod:`opendp_wgm.samplers.selection`). Privacy arguments: ``docs/top_k.md``.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -27,21 +26,36 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._selection import _METHODS, SelectionMethod, noisy_top_k
-from opendp_wgm._validation import _check_choice, _check_d_in, _check_int, _check_positive, _check_probability
-from opendp_wgm.accounting import (
-    _check_max_contributions,
-    calibrate_wgm_top_k,
-    limited_domain_epsilon,
-    limited_domain_local_epsilon,
-    limited_domain_threshold_offset,
+from opendp_wgm._validation import (
+    _check_choice,
+    _check_d_in,
+    _check_int,
+    _check_positive,
+    _check_probability,
 )
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import bound_plan, candidate_counts, cast_candidates
-from opendp_wgm.measurements._peeling import _TOP_K, _measures, _peeling_kind, _peeling_loss, _PeelingKind
-from opendp_wgm.measurements.two_stage import _make_wgm_then_peeling, _ranked_frame, _two_stage_arguments
+from opendp_wgm.measurements.two_stage import (
+    _make_wgm_then_peeling,
+    _ranked_frame,
+    _two_stage_arguments,
+)
 from opendp_wgm.measurements.wgm import Engine, Noise
-from opendp_wgm.transformations import _assert_features, _check_candidates, _check_candidates_for
+from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
+from opendp_wgm.privacy.calibrate import calibrate_limited_domain, calibrate_wgm_top_k
+from opendp_wgm.privacy.peeling import (
+    TOP_K,
+    limited_domain_group_loss,
+    limited_domain_threshold_offset,
+    peeling_loss,
+)
+from opendp_wgm.privacy.threshold import check_max_contributions
+from opendp_wgm.samplers import SELECTION_METHODS, SelectionMethod, noisy_top_k
+from opendp_wgm.transformations import (
+    _assert_features,
+    _check_candidates,
+    _check_candidates_for,
+)
 
 __all__ = [
     "make_limited_domain_top_k",
@@ -63,13 +77,13 @@ LD_LATTICE_BITS = 20
 # selection on exact counts
 
 
-def _selection_sampler(kind: _PeelingKind) -> Literal["zcdp", "max_divergence"]:
+def _selection_sampler(kind: MeasureKind) -> Literal["zcdp", "max_divergence"]:
     """Pure DP uses permute-and-flip (OpenDP's exponential noise); every other measure the Gumbel/EM form."""
     return "max_divergence" if kind == "pure_dp" else "zcdp"
 
 
 def _check_method(method: Any) -> str:
-    return _check_choice("method", method, _METHODS)
+    return _check_choice("method", method, SELECTION_METHODS)
 
 
 def _item_dtype(lf: pl.LazyFrame, space: _Space) -> pl.DataType:
@@ -145,7 +159,7 @@ def make_peeling_top_k(
         Only with ``dp.approximate(dp.max_divergence())``: the δ at which the zCDP of the peeling is
         converted to ε (the accounting of the paper's reference code).
     method : {'auto', 'opendp', 'fast'}
-        The exact sampler (:func:`opendp_wgm._selection.noisy_top_k`); all draw the same distribution.
+        The exact sampler (:func:`opendp_wgm.samplers.noisy_top_k`); all draw the same distribution.
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
 
@@ -180,7 +194,7 @@ def make_peeling_top_k(
     _assert_features()
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
-    kind, delta_value = _peeling_kind(output_measure, delta, _TOP_K)
+    kind, delta_value = check_peeling_measure(output_measure, delta, zero_delta=TOP_K.zero_delta)
     method = _check_method(method)
     space = _resolve_space(input_domain, input_metric, item)
     series = _check_candidates_for(_check_candidates(candidates), space)
@@ -192,9 +206,9 @@ def make_peeling_top_k(
         return _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
 
     def privacy_map(d_in: int) -> Any:
-        return _peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=_TOP_K, delta=delta_value)
+        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta_value)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, _measures()[kind], function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, privacy_map)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -306,7 +320,7 @@ def make_wgm_top_k(
         passes=passes,
         engine=engine,
         peeling=functools.partial(make_peeling_top_k, method=method),
-        accounting=_TOP_K,
+        accounting=TOP_K,
     )
 
 
@@ -329,7 +343,7 @@ def make_wgm_top_k_from_budget(
     r"""WGM-then-top-k calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
     ``split`` (default 1/2, the reference's) is the share of the budget given to stage 1 (the WGM); the
-    calibrated parameters are those of :func:`opendp_wgm.accounting.calibrate_wgm_top_k`, which returns them
+    calibrated parameters are those of :func:`opendp_wgm.calibrate_wgm_top_k`, which returns them
     for inspection. The result is :func:`make_wgm_top_k` with those parameters, so ``m.check(1, budget)``.
 
     - ``epsilon``: stage 1 is (split·ε, split·δ)-DP (its δ half for noise, half for the threshold, as the
@@ -375,20 +389,6 @@ def make_wgm_top_k_from_budget(
 # limited domain (Durfee & Rogers 2019)
 
 
-def _group_approx_dp(d_in: int, epsilon: float, delta: float) -> tuple[float, float]:
-    r"""Group privacy of an (ε, δ)-DP map at ``d_in``: :math:`(d\varepsilon,\ \delta \sum_{i<d} e^{i\varepsilon})`."""
-    if d_in == 0:
-        return 0.0, 0.0
-    if d_in == 1:
-        return epsilon, delta
-    eps = d_in * epsilon * (1.0 + 2.0**-50)
-    try:
-        growth = math.expm1(d_in * epsilon) / math.expm1(epsilon)
-    except OverflowError:
-        return eps, 1.0
-    return eps, min(1.0, delta * growth * (1.0 + 1e-12))
-
-
 def make_limited_domain_top_k(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -407,7 +407,7 @@ def make_limited_domain_top_k(
        keeps all, and then :math:`\Delta_0 = \infty` below).
     2. δ' = δ/2 pays for composition, :math:`\delta_\perp` = δ − δ' for the threshold.
     3. ε' is the largest value with :math:`E(\varepsilon') \le \varepsilon`
-       (:func:`opendp_wgm.accounting.limited_domain_local_epsilon`, the reference's bisection).
+       (:func:`opendp_wgm.privacy.calibrate.limited_domain_local_epsilon`, the reference's bisection).
     4. The k̄ items with the largest bounded counts :math:`c_{(1)} \ge \dots \ge c_{(\bar k)}` (ties broken
        by item value) compete with :math:`\perp` of score
        :math:`h_\perp = c_{(\bar k+1)} + 1 + \ln(\min(\Delta_0, \bar k)/\delta_\perp)/\varepsilon'`
@@ -467,23 +467,18 @@ def make_limited_domain_top_k(
         msg = f"`k` ({k}) must be <= `k_bar` ({k_bar}): the limited domain holds k_bar items"
         raise ValueError(msg)
     if max_contributions is not None:
-        max_contributions = _check_max_contributions(max_contributions)
+        max_contributions = check_max_contributions(max_contributions)
     epsilon = _check_positive("epsilon", epsilon)
     delta = _check_probability("delta", delta)
     method = _check_method(method)
     space = _resolve_space(input_domain, input_metric, item)
 
-    delta_composition = delta / 2.0
-    delta_bottom = delta - delta_composition
-    local = limited_domain_local_epsilon(epsilon, delta_composition, k)
-    scale = 1.0 / local * (1.0 + 1e-12)  # the Gumbel scale; the ε' actually used is 1/scale <= local
-    eps_1 = limited_domain_epsilon(1.0 / scale, delta_composition, k) * (1.0 + 1e-12)
-    if eps_1 > epsilon:  # pragma: no cover - a bug guard (the bisection keeps a 1e-6 margin)
-        raise AssertionError(f"limited-domain calibration gave ε = {eps_1} > {epsilon}")
+    calibration = calibrate_limited_domain(epsilon=epsilon, delta=delta, k=k)
+    scale, eps_1 = calibration.scale, calibration.epsilon
     offset = limited_domain_threshold_offset(
         k_bar=k_bar,
         max_contributions=max_contributions,
-        delta=delta_bottom,
+        delta=calibration.delta_bottom,
         scale=scale,
         lattice_bits=LD_LATTICE_BITS,
     )
@@ -514,9 +509,9 @@ def make_limited_domain_top_k(
         return _ranked_frame(top[space.item].head(present), chosen, space.item)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
-        return _group_approx_dp(_check_d_in(d_in), eps_1, delta)
+        return limited_domain_group_loss(_check_d_in(d_in), eps_1, delta)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, _measures()["approx_dp"], function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, measure_of("approx_dp"), function, privacy_map)
 
 
 then_peeling_top_k = _to_then(make_peeling_top_k)

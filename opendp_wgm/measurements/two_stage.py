@@ -23,7 +23,6 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.accounting import WGMCalibration, _check_max_contributions
 from opendp_wgm.domains import (
     UserItemsDescriptor,
     _prepare_frame,
@@ -32,20 +31,11 @@ from opendp_wgm.domains import (
     _Space,
     user_items_domain,
 )
-from opendp_wgm.measurements._peeling import (
-    _Accounting,
-    _add_up,
-    _peeling_loss,
-    _two_stage_measure,
-)
-from opendp_wgm.measurements.wgm import (
-    Engine,
-    Noise,
-    _approx_dp,
-    _check_noise,
-    _zcdp,
-    make_wgm,
-)
+from opendp_wgm.measurements.wgm import Engine, Noise, _check_noise, make_wgm
+from opendp_wgm.privacy.budget import check_two_stage_measure, measure_of
+from opendp_wgm.privacy.calibrate import WGMCalibration
+from opendp_wgm.privacy.peeling import Accounting, add_up, peeling_loss
+from opendp_wgm.privacy.threshold import check_max_contributions
 from opendp_wgm.transformations import _check_execution
 
 __all__ = ["make_two_stage"]
@@ -89,12 +79,12 @@ def _polars_preparation(input_domain: dp.Domain, input_metric: dp.Metric, item: 
     return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
 
 
-def _add_losses(first: Any, second: Any, accounting: _Accounting) -> Any:
+def _add_losses(first: Any, second: Any, accounting: Accounting) -> Any:
     """Two stage losses added and rounded up as ``accounting`` says: (ρ or ε, δ) pairs add componentwise."""
     if isinstance(first, tuple):
-        delta = _add_up(first[1], second[1], accounting)
-        return _add_up(first[0], second[0], accounting), (min(1.0, delta) if accounting.cap_delta else delta)
-    return _add_up(first, second, accounting)
+        delta = add_up(first[1], second[1], accounting)
+        return add_up(first[0], second[0], accounting), (min(1.0, delta) if accounting.cap_delta else delta)
+    return add_up(first, second, accounting)
 
 
 def make_two_stage(
@@ -104,7 +94,7 @@ def make_two_stage(
     stage_1: Stage1,
     stage_2: Stage2,
     stage_2_map: Callable[[int], Any],
-    accounting: _Accounting,
+    accounting: Accounting,
     item: str | None = None,
     preparation: Preparation | None = None,
 ) -> dp.Measurement:
@@ -124,7 +114,7 @@ def make_two_stage(
         Stage 2's charged map: a map that holds for *every* candidate list (e.g. ``k`` peeling rounds whatever
         the number of candidates), so that the sum does not depend on stage 1's release.
     accounting
-        How the two maps add and round up (the stage-2 module's :class:`~._peeling._Accounting`).
+        How the two maps add and round up (the stage-2 module's :class:`~opendp_wgm.privacy.peeling.Accounting`).
     item
         Item column, when the input domain is OpenDP's and holds more than one other column.
     preparation
@@ -206,7 +196,7 @@ def _make_wgm_then_peeling(
     passes: int,
     engine: Engine,
     peeling: Peeling,
-    accounting: _Accounting,
+    accounting: Accounting,
     make_stage_1: Callable[..., dp.Measurement] | None = None,
     preparation: Preparation | None = None,
 ) -> dp.Measurement:
@@ -219,13 +209,13 @@ def _make_wgm_then_peeling(
     keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
-    max_contributions = _check_max_contributions(max_contributions)
+    max_contributions = check_max_contributions(max_contributions)
     wgm_scale = _check_positive("wgm_scale", wgm_scale)
     wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
     peel_scale = _check_positive("peel_scale", peel_scale)
     noise = _check_noise(noise)
-    output_measure, kind, wgm_epsilon, peel_delta_value = _two_stage_measure(
-        output_measure, wgm_epsilon, peel_delta, accounting
+    output_measure, kind, wgm_epsilon, peel_delta_value = check_two_stage_measure(
+        output_measure, wgm_epsilon, peel_delta, zero_delta=accounting.zero_delta
     )
     passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
     options: dict[str, Any] = {}  # an engine's WGM has its own execution options
@@ -248,7 +238,7 @@ def _make_wgm_then_peeling(
         )
 
     def stage_2_map(d_in: int) -> Any:  # k rounds, whatever the number of candidates
-        return _peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, accounting=accounting, delta=peel_delta_value)
+        return peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, accounting=accounting, delta=peel_delta_value)
 
     return make_two_stage(
         input_domain,
@@ -273,7 +263,7 @@ def _two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> d
         "wgm_scale": calibration.wgm.scale,
         "wgm_threshold": calibration.wgm.threshold,
         "peel_scale": calibration.peel_scale,
-        "output_measure": _approx_dp() if approx_dp else _zcdp(),
+        "output_measure": measure_of("approx_dp" if approx_dp else "approx_zcdp"),
         "wgm_epsilon": calibration.wgm.epsilon if approx_dp else None,
         "peel_delta": calibration.peel_delta if approx_dp else None,
         **options,

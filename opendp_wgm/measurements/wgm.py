@@ -9,9 +9,9 @@ Gopi et al. 2020 (arXiv 2002.09745, Thm B.2); "Missing Mass for Differentially P
 4. the items whose noisy sum exceeds the threshold T are released.
 
 Steps 2–4 run on the lattice :math:`2^{-20}\mathbb{Z}` with exact discrete Gaussian noise
-(:mod:`opendp_wgm.noise`); the privacy maps account for it (:mod:`opendp_wgm.accounting`). Steps 1–2 are
-:func:`opendp_wgm.make_bound_user_items` and :func:`opendp_wgm.make_weighted_histogram`, steps 3–4
-:func:`make_noisy_threshold`; :func:`make_wgm` is their chain, run by the kernel's plan functions
+(:mod:`opendp_wgm.samplers.discrete_gaussian`); the privacy maps account for it (:mod:`opendp_wgm.privacy`).
+Steps 1–2 are :func:`opendp_wgm.make_bound_user_items` and :func:`opendp_wgm.make_weighted_histogram`, steps
+3–4 :func:`make_noisy_threshold`; :func:`make_wgm` is their chain, run by the kernel's plan functions
 (:mod:`opendp_wgm.engines.polars`).
 """
 
@@ -25,15 +25,15 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
-from opendp_wgm.accounting import (
+from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
+from opendp_wgm.privacy.budget import check_gaussian_measure
+from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
+from opendp_wgm.privacy.threshold import (
     LATTICE_BITS,
     MAX_SCALE,
-    WGMCalibration,
-    _check_max_contributions,
-    calibrate_wgm,
-    wgm_privacy_loss,
+    check_max_contributions,
 )
-from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
 from opendp_wgm.transformations import (
     UserDistanceDescriptor,
     WeightedHistogramDescriptor,
@@ -57,14 +57,6 @@ Engine = Literal["auto", "in-memory", "streaming"]
 _NOISE_METHODS = ("lattice", "opendp")
 
 
-def _zcdp() -> dp.Measure:
-    return dp.approximate(dp.zero_concentrated_divergence())
-
-
-def _approx_dp() -> dp.Measure:
-    return dp.approximate(dp.max_divergence())
-
-
 def _check_noise(noise: str) -> str:
     if noise not in _NOISE_METHODS:
         msg = f"`noise` must be one of {_NOISE_METHODS}, got {noise!r}"
@@ -72,34 +64,10 @@ def _check_noise(noise: str) -> str:
     return noise
 
 
-def _check_gaussian_measure(
-    output_measure: dp.Measure | None, epsilon: float | None
-) -> tuple[dp.Measure, float | None]:
-    """The output measure (approximate zCDP by default, or (ε, δ)-DP, which needs ``epsilon``) and ``epsilon``
-    checked: the WGM and the baselines that share its map (:mod:`opendp_wgm.measurements.baselines`)."""
-    output_measure = _zcdp() if output_measure is None else output_measure
-    if output_measure == _zcdp():
-        if epsilon is not None:
-            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
-            raise ValueError(msg)
-    elif output_measure == _approx_dp():
-        if epsilon is None:
-            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
-            raise ValueError(msg)
-        epsilon = _check_positive("epsilon", epsilon)
-    else:
-        msg = (
-            "`output_measure` must be dp.approximate(dp.zero_concentrated_divergence()) or "
-            f"dp.approximate(dp.max_divergence()), got {output_measure}"
-        )
-        raise ValueError(msg)
-    return output_measure, epsilon
-
-
 def _wgm_privacy_map(
     *, scale: float, threshold: float, max_contributions: int, epsilon: float | None
 ) -> Callable[[int], tuple[float, float]]:
-    """The WGM's privacy map (:func:`opendp_wgm.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a checked
+    """The WGM's privacy map (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a checked
     ``d_in``: the WGM and the baselines that share its map."""
 
     def privacy_map(d_in: int) -> tuple[float, float]:
@@ -121,7 +89,7 @@ def _wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any
         "max_contributions": calibration.max_contributions,
         "scale": calibration.scale,
         "threshold": calibration.threshold,
-        "output_measure": _approx_dp() if calibration.epsilon is not None else _zcdp(),
+        "output_measure": calibration.budget.measure,
         "epsilon": calibration.epsilon,
         **options,
     }
@@ -135,9 +103,9 @@ def _check_scale(scale: float) -> float:
     return scale
 
 
-def _check_lattice_scale(output_measure: dp.Measure, scale: float) -> None:
-    # docs/privacy.md Lemma 3: the (ε, δ) map needs at least one lattice step of noise
-    if output_measure == _approx_dp() and scale < 1.0 / MAX_SCALE:
+def _check_lattice_scale(epsilon: float | None, scale: float) -> None:
+    # docs/privacy.md Lemma 3: the (ε, δ) map (the one with an ε) needs at least one lattice step of noise
+    if epsilon is not None and scale < 1.0 / MAX_SCALE:
         msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
         raise ValueError(msg)
 
@@ -190,8 +158,8 @@ floor`. The
     scale = _check_scale(scale)
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
-    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
-    _check_lattice_scale(output_measure, scale)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
+    _check_lattice_scale(epsilon, scale)
     histogram = getattr(input_domain, "descriptor", None)
     distance = getattr(input_metric, "descriptor", None)
     if not isinstance(histogram, WeightedHistogramDescriptor):
@@ -312,13 +280,13 @@ def make_wgm(
     """
     _assert_features()
     # the checks (and their order) of the steps below, before any is built
-    max_contributions = _check_max_contributions(max_contributions)
+    max_contributions = check_max_contributions(max_contributions)
     scale = _check_scale(scale)
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
     passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
-    output_measure, epsilon = _check_gaussian_measure(output_measure, epsilon)
-    _check_lattice_scale(output_measure, scale)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
+    _check_lattice_scale(epsilon, scale)
     bound = make_bound_user_items(input_domain, input_metric, max_contributions=max_contributions, item=item)
     histogram = make_weighted_histogram(bound.output_domain, bound.output_metric, passes=passes, engine=engine)
     release = make_noisy_threshold(

@@ -6,9 +6,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from opendp_wgm.accounting import LATTICE_BITS, lattice_weights
 from opendp_wgm.domains import _Space
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 
 SPACE = _Space("user", "item", None, False)
 SEEDS = (1, 2, 3, 4)

@@ -17,7 +17,8 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.accounting import calibrate_wgm, wgm_privacy_loss
+from opendp_wgm.privacy.calibrate import calibrate_wgm
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),

@@ -8,14 +8,9 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.measurements._peeling import (
-    _TOP_K,
-    _USER_PEELING,
-    _add_up,
-    _peeling_loss,
-)
 from opendp_wgm.measurements.top_k import make_peeling_top_k, make_wgm_top_k
 from opendp_wgm.measurements.two_stage import make_two_stage
+from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, add_up, peeling_loss
 
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
 WGM = dict(max_contributions=4, scale=1e-7, threshold=0.5)  # no noise to speak of: the support is released
@@ -41,21 +36,21 @@ def spy(counter: list[str], name: str, constructor):
 def test_map_is_the_sum_of_the_stage_maps_and_stage_1_is_built_once() -> None:
     calls: list[str] = []
     stage_1 = spy(calls, "stage 1", wgm.then_wgm(**WGM))
-    stage_2_map = lambda d: _peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=_TOP_K)
+    stage_2_map = lambda d: peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=TOP_K)
 
     def stage_2(domain, metric, candidates):
         calls.append("stage 2")
         return make_peeling_top_k(domain, metric, candidates=candidates, k=2, scale=3.0)
 
     m = make_two_stage(
-        *wgm.user_items_space(), stage_1=stage_1, stage_2=stage_2, stage_2_map=stage_2_map, accounting=_TOP_K
+        *wgm.user_items_space(), stage_1=stage_1, stage_2=stage_2, stage_2_map=stage_2_map, accounting=TOP_K
     )
     assert calls == ["stage 1"]  # at construction, once; stage 2 waits for the candidates
     first = wgm.make_wgm(*wgm.user_items_space(), **WGM)
     for d in (0, 1, 3):
         rho_1, delta_1 = first.map(d)
         rho_2, delta_2 = stage_2_map(d)
-        assert m.map(d) == (_add_up(rho_1, rho_2, _TOP_K), min(1.0, _add_up(delta_1, delta_2, _TOP_K)))
+        assert m.map(d) == (add_up(rho_1, rho_2, TOP_K), min(1.0, add_up(delta_1, delta_2, TOP_K)))
     released = m(data())
     assert calls == ["stage 1", "stage 2"]  # a release builds stage 2 once, and never stage 1 again
     assert released.columns == ["item", "rank"] and set(released["item"]) <= {"a", "b", "c"}
@@ -93,7 +88,7 @@ def test_a_custom_stage_2_reads_the_prepared_frame_once_prepared() -> None:
 
     m = make_two_stage(
         domain, metric, stage_1=wgm.then_wgm(**WGM), stage_2=stage_2, stage_2_map=lambda d: (0.0, 0.0),
-        accounting=_USER_PEELING,
+        accounting=USER_PEELING,
     )
     frame = pl.DataFrame({"person": [0, 1, 2, 4, 5], "item": ["a", "a", "b", "c", "c"]})
     released = m(frame.lazy())
@@ -109,7 +104,7 @@ def test_stage_2_must_share_stage_1s_measure() -> None:
 
     m = make_two_stage(
         *wgm.user_items_space(), stage_1=wgm.then_wgm(**WGM), stage_2=stage_2, stage_2_map=lambda d: (0.0, 0.0),
-        accounting=_TOP_K,
+        accounting=TOP_K,
     )
     with pytest.raises(dp.OpenDPException, match="`stage_2` must measure privacy in"):
         m(data())

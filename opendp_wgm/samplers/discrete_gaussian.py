@@ -28,10 +28,11 @@ from randomgen import AESCounter
 
 from opendp_wgm._validation import _check_choice, _check_int, _check_positive
 
-__all__ = ["csprng", "sample_discrete_gaussian"]
+__all__ = ["NOISE_METHODS", "NoiseMethod", "csprng", "sample_discrete_gaussian"]
 
 NoiseMethod = Literal["lattice", "opendp"]
-_METHODS = ("lattice", "opendp")
+#: The values of ``method`` (:data:`NoiseMethod`).
+NOISE_METHODS = ("lattice", "opendp")
 
 #: Largest accepted ``scale``: keeps every fast-path integer (|draw| <= ~45 sigma + 2^29) exact in float64.
 _MAX_SCALE = 2.0**40
@@ -130,7 +131,7 @@ def sample_discrete_gaussian(
 
     Examples
     --------
-    >>> from opendp_wgm.noise import sample_discrete_gaussian
+    >>> from opendp_wgm.samplers import sample_discrete_gaussian
     >>> x = sample_discrete_gaussian(4000.0, 5)
     >>> x.dtype, x.shape
     (dtype('int64'), (5,))
@@ -140,7 +141,7 @@ def sample_discrete_gaussian(
         msg = f"`scale` must be <= 2**40 = {_MAX_SCALE!r} so that draws are exact int64 (found {sigma!r})"
         raise ValueError(msg)
     size = _check_int("size", size, minimum=0)
-    method = _check_choice("method", method, _METHODS)
+    method = _check_choice("method", method, NOISE_METHODS)
     if size == 0:
         return np.empty(0, dtype=np.int64)
     if method == "opendp":

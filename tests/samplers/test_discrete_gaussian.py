@@ -1,4 +1,4 @@
-"""Tests of ``opendp_wgm.noise``: validation, exactness (χ², KS with power), the exact fallback, OpenDP parity.
+"""Tests of ``opendp_wgm.samplers.discrete_gaussian``: validation, exactness (χ², KS with power), the exact fallback, OpenDP parity.
 
 Statistical tests use a fixed false-alarm level ``ALPHA`` per test and critical values computed from the sample
 size and degrees of freedom; no test retries. Power checks perturb the scale by -3% *and* +3%.
@@ -18,8 +18,8 @@ import pytest
 from randomgen import AESCounter
 from scipy import stats
 
-import opendp_wgm.noise as nz
-from opendp_wgm.noise import csprng, sample_discrete_gaussian
+import opendp_wgm.samplers.discrete_gaussian as nz
+from opendp_wgm.samplers import csprng, sample_discrete_gaussian
 
 ALPHA = 1e-6  # false-alarm probability of each statistical assertion
 SIGMA_LATTICE = 3.884141 * 2**10  # the WGM's σ at ε = 1 on a 2^-10 lattice (≈ 3977.4)

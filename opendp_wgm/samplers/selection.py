@@ -17,7 +17,7 @@ Two implementations draw the same distribution:
   k = 100, 4 s for 10^4, 30 s for 10^5). Requires ``dp.enable_features("contrib")``.
 - ``method="fast"``: this module's exact sampler, which groups equal scores into *levels* and runs one race
   between levels per round (vectorised float64 with proven error bounds, an exact ``mpmath`` interval
-  fallback for near-ties, randomness from :func:`opendp_wgm.noise.csprng`). Cost O(k · #distinct scores).
+  fallback for near-ties, randomness from :func:`opendp_wgm.samplers.csprng`). Cost O(k · #distinct scores).
 - ``method="auto"`` (default): ``"opendp"`` when ``len(scores) * k <= 20_000`` and OpenDP's ``"contrib"``
   feature is enabled, ``"fast"`` otherwise.
 
@@ -26,21 +26,28 @@ The exactness argument is in ``docs/top_k.md`` ("Exact selection").
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np
 from mpmath.ctx_iv import MPIntervalContext
 
 from opendp_wgm._validation import _check_choice, _check_int, _check_real
-from opendp_wgm.noise import csprng
+from opendp_wgm.samplers.discrete_gaussian import csprng
 
-__all__ = ["noisy_max", "noisy_top_k"]
+__all__ = [
+    "SELECTION_MEASURES",
+    "SELECTION_METHODS",
+    "SelectionMeasure",
+    "SelectionMethod",
+    "noisy_max",
+    "noisy_top_k",
+]
 
 SelectionMeasure = Literal["zcdp", "max_divergence"]
 SelectionMethod = Literal["auto", "opendp", "fast"]
-_MEASURES = ("zcdp", "max_divergence")
-_METHODS = ("auto", "opendp", "fast")
+#: The values of ``measure`` (:data:`SelectionMeasure`) and ``method`` (:data:`SelectionMethod`).
+SELECTION_MEASURES = ("zcdp", "max_divergence")
+SELECTION_METHODS = ("auto", "opendp", "fast")
 
 #: ``method="auto"`` uses OpenDP when ``len(scores) * k`` is at most this (≲ 0.1 s there).
 _OPENDP_MAX_WORK = 20_000
@@ -142,15 +149,15 @@ def noisy_top_k(
     Examples
     --------
     >>> import numpy as np
-    >>> from opendp_wgm._selection import noisy_top_k
+    >>> from opendp_wgm.samplers import noisy_top_k
     >>> noisy_top_k(np.array([1000, 0, 2000, 5]), 2, 1e-3, measure="zcdp", method="fast").tolist()
     [2, 0]
     """
     arr = _as_scores(scores)
     k = _check_int("k", k, minimum=1)
     scale = _check_real("scale", scale, minimum=0.0)
-    measure = _check_choice("measure", measure, _MEASURES)
-    method = _check_choice("method", method, _METHODS)
+    measure = _check_choice("measure", measure, SELECTION_MEASURES)
+    method = _check_choice("method", method, SELECTION_METHODS)
     n = int(arr.shape[0])
     if n == 0:
         return np.zeros(0, dtype=np.int64)
@@ -186,7 +193,7 @@ def noisy_max(
 
     Examples
     --------
-    >>> from opendp_wgm._selection import noisy_max
+    >>> from opendp_wgm.samplers import noisy_max
     >>> noisy_max([3, 7000, 5], 1.0, method="fast")
     1
     """
@@ -374,13 +381,3 @@ def _g_exact(ctx: MPIntervalContext, numerator: int, bits: int, count: int, meas
         return ctx.log(-ctx.log(v)) - ctx.log(ctx.mpf(count))
     return ctx.log(-ctx.expm1(ctx.log(v) / ctx.mpf(count)))
 
-
-def _fast_key_bounds_for_tests(v_lo: float, v_hi: float, count: int, measure: str) -> tuple[float, float]:
-    """Float bounds of ``g`` on a cell, as the fast path computes them (exposed for the tests)."""
-    c = np.array([float(count)])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        g_hi = _g(np.array([v_hi]), c, measure)[0]
-        g_lo = _g(np.array([v_lo]), c, measure)[0]
-    lo = g_hi - _MARGIN * (4.0 + abs(g_hi))
-    hi = g_lo + _MARGIN * (4.0 + abs(g_lo))
-    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(hi) else hi)

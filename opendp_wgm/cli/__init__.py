@@ -1,0 +1,101 @@
+r"""The ``opendp-wgm`` command: differentially private domain discovery from the shell.
+
+::
+
+    opendp-wgm discover data.parquet --user u --item x --epsilon 1 --delta 1e-5
+    opendp-wgm discover                      # built-in synthetic Zipf demo
+    opendp-wgm top-k data.csv --k 10         # WGM, then peeling (or --mechanism limited-domain)
+    opendp-wgm hitting-set data.csv --k 10   # WGM, then user peeling
+
+The command owns its process, so it enables OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features
+once its arguments are parsed (the library itself only asserts them). Each command is one module of this
+package exposing ``add_parser(subparsers)`` and ``run(args, *, stdout, stderr) -> int``, registered in
+:data:`COMMANDS`; the argument groups shared by the paper's mechanisms (data, budget, execution, output) are
+in :mod:`._args`, reading and writing in :mod:`._io`, and :func:`._report._release_and_report` runs what every
+release command does after planning its measurement (read, release, write, evaluate the demo, summarise).
+
+Start-up: ``--help``, ``--version`` and argument errors import neither OpenDP, NumPy, Polars nor the
+measurements; each ``run`` imports what it needs.
+
+Errors a user can cause (a missing file or column, empty data, an invalid parameter) print one line
+``opendp-wgm: error: ...`` on stderr and exit with status 2; they never print a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Protocol, TextIO
+
+from opendp_wgm.cli import audit, discover, hitting_set, reproduce, top_k
+from opendp_wgm.cli._errors import PROG, CLIError, _Parser
+
+__all__ = ["COMMANDS", "PROG", "build_parser", "main"]
+
+_FEATURES = ("contrib", "honest-but-curious")
+
+
+class Command(Protocol):
+    """What a command module provides (a module is accepted as it is: see :data:`COMMANDS`)."""
+
+    def add_parser(self, subparsers: argparse._SubParsersAction) -> None: ...
+
+    def run(self, args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int: ...
+
+
+#: The commands, in the order of ``opendp-wgm --help``. To add a command, write a module (here or in its own
+#: package, e.g. ``opendp_wgm.audit``) with ``add_parser(subparsers)`` that calls ``subparsers.add_parser(...)``
+#: and ``parser.set_defaults(run=run)``, and ``run(args, *, stdout, stderr) -> int`` that imports its heavy
+#: dependencies inside; then add the module to this tuple (one line). Raise :class:`CLIError` for a user's
+#: error: :func:`main` prints it as one line and exits 2.
+COMMANDS: Sequence[ModuleType | Command] = (
+    discover,
+    top_k,
+    hitting_set,
+    reproduce,
+    audit,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``opendp-wgm`` parser with one subparser per command."""
+    from opendp_wgm._version import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Differentially private domain discovery (Weighted Gaussian Mechanism), top-k and k-hitting "
+        "sets over an unknown item domain, on Polars, built on OpenDP.",
+        epilog='This command enables OpenDP\'s "contrib" and "honest-but-curious" features in its own '
+        "process (it trusts opendp-wgm's privacy maps; proofs in docs/privacy.md). The library does not.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    for command in COMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``opendp-wgm`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
+
+    Returns 0 on success, 2 on an error the user can fix (one line on stderr), 130 on Ctrl-C.
+    """
+    stdout, stderr = sys.stdout, sys.stderr
+    try:
+        args = build_parser().parse_args(argv)
+        run: Callable[..., int] = args.run
+        import opendp.prelude as dp  # after parsing: --help, --version and usage errors stay fast
+
+        # This process is ours: opt in to the plugin's user-defined measurements (the library never does).
+        dp.enable_features(*_FEATURES)
+        return run(args, stdout=stdout, stderr=stderr)
+    except SystemExit as exit_:  # --help / --version
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except CLIError as err:
+        print(f"{PROG}: error: {err}", file=stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=stderr)
+        return 130

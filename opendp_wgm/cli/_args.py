@@ -1,0 +1,275 @@
+"""The argument groups shared by the paper's commands (data, budget, execution, output, k, split), their
+argparse types (CLI options are validated here, at parse time, before any work), and their resolution.
+
+Imports nothing heavy: ``opendp-wgm --help`` and argument errors never import Polars, OpenDP or NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from opendp_wgm.cli._errors import CLIError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+_DEFAULT_EPSILON = 1.0
+_DEFAULT_DEMO_USERS = 5_000
+_DEMO_ITEMS_PER_USER = 20
+_DEMO_EXPONENT = 1.3
+_SHOW_ROWS = 10
+_DEFAULT_SPLIT = 0.5
+#: Limited-domain top-k's default k̄, in multiples of k.
+_K_BAR_PER_K = 5
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 (found {value})")
+    return value
+
+
+def _real_in(maximum: float) -> Callable[[str], float]:
+    """An argparse type: a finite real number in the open interval (0, ``maximum``), checked as the library
+    checks its parameter of that option (``_check_positive``, ``_check_probability``), with its wording."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be finite (found {value!r})")
+        if not 0.0 < value < maximum:
+            raise argparse.ArgumentTypeError(f"must be in (0.0, {maximum!r}) (found {value!r})")
+        return value
+
+    return parse
+
+
+#: ε, ρ: in (0, inf); δ, --split, --noise-delta-fraction: in (0, 1).
+_positive_real = _real_in(math.inf)
+_open_unit = _real_in(1.0)
+
+#: Dtypes that ``--schema`` accepts (by name, case-insensitive): those of identifiers.
+_SCHEMA_DTYPES = ("String", "Categorical", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64")
+
+
+def _schema(text: str) -> dict[str, type[pl.DataType]]:
+    """``--schema``: ``COL=DTYPE[,COL=DTYPE...]`` to a dict of column name to Polars dtype."""
+    import polars as pl
+
+    dtypes: dict[str, type[pl.DataType]] = {name.lower(): getattr(pl, name) for name in _SCHEMA_DTYPES}
+    schema: dict[str, type[pl.DataType]] = {}
+    for entry in text.split(","):
+        column, equals, name = (part.strip() for part in entry.partition("="))
+        if not equals or not column or not name:
+            raise argparse.ArgumentTypeError(f"entries must be COL=DTYPE (found {entry.strip()!r})")
+        if name.lower() not in dtypes:
+            raise argparse.ArgumentTypeError(
+                f"dtype must be one of {', '.join(_SCHEMA_DTYPES)} (found {name!r} for column {column!r})"
+            )
+        if column in schema:
+            raise argparse.ArgumentTypeError(f"column {column!r} is given twice")
+        schema[column] = dtypes[name.lower()]
+    return schema
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data")
+    group.add_argument(
+        "path",
+        metavar="PATH",
+        nargs="?",
+        type=Path,
+        help="input table, one row per (user, item): CSV (.csv, .tsv, .csv.gz, .tsv.gz) or Parquet "
+        "(.parquet, .pq), read lazily. Without PATH: a synthetic Zipf demo.",
+    )
+    group.add_argument("--user", default="user", metavar="COL", help="user-id column (default: %(default)s)")
+    group.add_argument("--item", default="item", metavar="COL", help="item column (default: %(default)s)")
+    group.add_argument(
+        "--separator",
+        metavar="SEP",
+        help="CSV field separator (default: ',' for .csv, tab for .tsv; '\\t' is accepted)",
+    )
+    group.add_argument(
+        "--schema",
+        type=_schema,
+        metavar="COL=DTYPE[,...]",
+        help="CSV only: read these columns with these Polars dtypes (" + ", ".join(_SCHEMA_DTYPES) + "). "
+        "The user and item columns of a CSV are read as String by default, so that ids such as 007 and 7 "
+        "stay distinct; e.g. --schema user=Int64 to read user ids as integers.",
+    )
+    demo = parser.add_argument_group("demo (no PATH only)")
+    demo.add_argument(
+        "--demo-users",
+        type=_positive_int,
+        metavar="N",
+        help=f"users in the synthetic demo, {_DEMO_ITEMS_PER_USER} Zipf(s={_DEMO_EXPONENT}) draws each "
+        f"(default: {_DEFAULT_DEMO_USERS})",
+    )
+    demo.add_argument(
+        "--seed",
+        type=int,
+        help="seed of the demo *data* (default: fresh). The release's noise is never seeded.",
+    )
+
+
+def _add_budget_arguments(
+    parser: argparse.ArgumentParser, *, noise_delta_fraction: bool = True, wgm_only: str = ""
+) -> None:
+    """ε or ρ, δ, Δ0, and the WGM's options (``--noise-delta-fraction`` only where the command calibrates it;
+    ``wgm_only`` marks the WGM's options in the help when the command has another mechanism)."""
+    group = parser.add_argument_group("privacy budget (per user, add/remove one user)")
+    measure = group.add_mutually_exclusive_group()
+    measure.add_argument(
+        "--epsilon",
+        type=_positive_real,
+        metavar="E",
+        help=f"(ε, δ)-DP with this ε > 0 (default: ε = {_DEFAULT_EPSILON:g} when --rho is not given)",
+    )
+    measure.add_argument("--rho", type=_positive_real, metavar="R", help="approximate (ρ, δ)-zCDP with this ρ > 0")
+    group.add_argument("--delta", type=_open_unit, default=1e-5, metavar="D", help="δ in (0, 1) (default: %(default)g)")
+    group.add_argument(
+        "--max-contributions",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="Δ0 >= 1: each user keeps a uniform random subset of at most N distinct items (default: %(default)s)",
+    )
+    if noise_delta_fraction:
+        group.add_argument(
+            "--noise-delta-fraction",
+            type=_open_unit,
+            metavar="F",
+            help="with --epsilon: share of the WGM's δ spent on its Gaussian noise, the rest on its threshold "
+            "(default: 0.5)",
+        )
+    group.add_argument(
+        "--noise",
+        choices=("lattice", "opendp"),
+        help="the WGM's noise sampler: this package's fast exact discrete Gaussian, or OpenDP's exact sampler "
+        f"(slow) (default: lattice){wgm_only}",
+    )
+
+
+_ENGINES = ("auto", "in-memory", "streaming")
+
+
+def _add_execution_arguments(
+    parser: argparse.ArgumentParser, *, two_stage: bool = False, wgm_only: str = ""
+) -> None:
+    """How the WGM runs on Polars: ``--passes`` and ``--engine`` (of the WGM stage, for a ``two_stage``
+    command; ``wgm_only`` marks them in the help when the command has another mechanism)."""
+    group = parser.add_argument_group("execution")
+    where = "the WGM stage processes" if two_stage else "process"
+    group.add_argument(
+        "--passes",
+        type=_positive_int,
+        metavar="N",
+        help=f"{where} the users in N disjoint hash buckets, one pass over the input each: the same release, "
+        f"with peak memory about 1/N of one pass, for inputs larger than memory (default: 1){wgm_only}",
+    )
+    group.add_argument(
+        "--engine",
+        choices=_ENGINES,
+        help=f"the Polars engine that collects each pass{' of the WGM stage' if two_stage else ''} "
+        f"(default: auto){wgm_only}",
+    )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        metavar="FILE",
+        help=f"write the release ({columns}) to FILE: .csv, .tsv, .parquet or .pq, never an input file; "
+        "written to a temporary file beside it and renamed, so FILE is complete or untouched. "
+        f"Without it the first {_SHOW_ROWS} released rows are printed to stdout.",
+    )
+    group.add_argument("--force", action="store_true", help="overwrite FILE if it exists (default: refuse)")
+
+
+def _add_k_argument(parser: argparse._ActionsContainer, help: str) -> None:
+    parser.add_argument("--k", type=_positive_int, required=True, metavar="K", help=help)
+
+
+def _add_split_argument(parser: argparse._ActionsContainer, wgm_only: str = "") -> None:
+    parser.add_argument(
+        "--split",
+        type=_open_unit,
+        metavar="S",
+        help=f"share of the budget (of ε and δ, or of ρ) given to the WGM stage, in (0, 1); the peeling stage "
+        f"gets the rest (default: {_DEFAULT_SPLIT:g}, the paper's){wgm_only}",
+    )
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The normalised budget arguments (exactly one of ``epsilon`` and ``rho``)."""
+
+    delta: float
+    max_contributions: int
+    epsilon: float | None
+    rho: float | None
+    noise_delta_fraction: float | None
+
+    def kwargs(self) -> dict[str, float | int]:
+        out: dict[str, float | int] = {"delta": self.delta, "max_contributions": self.max_contributions}
+        if self.epsilon is not None:
+            out["epsilon"] = self.epsilon
+        else:
+            out["rho"] = self.rho  # type: ignore[assignment]
+        if self.noise_delta_fraction is not None:
+            out["noise_delta_fraction"] = self.noise_delta_fraction
+        return out
+
+
+def _budget(args: argparse.Namespace) -> _Budget:
+    epsilon, rho = args.epsilon, args.rho
+    if epsilon is None and rho is None:
+        epsilon = _DEFAULT_EPSILON
+    fraction = getattr(args, "noise_delta_fraction", None)
+    if rho is not None and fraction is not None:
+        raise CLIError("--noise-delta-fraction applies only with --epsilon (under --rho all of δ pays the threshold)")
+    return _Budget(args.delta, args.max_contributions, epsilon, rho, fraction)
+
+
+def _noise(args: argparse.Namespace) -> str:
+    return "lattice" if args.noise is None else args.noise
+
+
+@dataclass(frozen=True)
+class _Execution:
+    """The resolved ``--passes`` and ``--engine``: keyword arguments of the WGM constructors."""
+
+    passes: int
+    engine: str
+
+    def kwargs(self) -> dict[str, int | str]:
+        return {"passes": self.passes, "engine": self.engine}
+
+    def line(self) -> str:
+        passes = "1 pass" if self.passes == 1 else f"{self.passes} passes (disjoint user buckets)"
+        return f"  execution     {passes}, Polars engine {self.engine}"
+
+
+def _execution(args: argparse.Namespace) -> _Execution:
+    return _Execution(1 if args.passes is None else args.passes, "auto" if args.engine is None else args.engine)
+
+
+def _requested(budget: _Budget) -> str:
+    return f"ε = {budget.epsilon:g}" if budget.epsilon is not None else f"ρ = {budget.rho:g}"
+
+

@@ -1,0 +1,196 @@
+"""What every command does once its measurement is planned (:func:`_release_and_report`): timed stages with a
+progress bar, the release, and the summary on stderr (budget spent, measure, calibration, input, run time)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+import polars as pl
+
+from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
+from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
+from opendp_wgm.cli._io import _exit_on_interrupt, _prepare_output, _read_input
+
+if TYPE_CHECKING:
+    import opendp.prelude as dp
+
+    from opendp_wgm.privacy.calibrate import WGMCalibration
+
+
+@dataclass
+class _Stages:
+    """Named stages, timed, with a tqdm bar on stderr (hidden when stderr is not a terminal)."""
+
+    names: Sequence[str]
+    stream: TextIO
+    times: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from tqdm import tqdm
+
+        isatty = getattr(self.stream, "isatty", None)
+        self._bar = tqdm(
+            total=len(self.names),
+            file=self.stream,
+            disable=not (callable(isatty) and isatty()),  # a bar only on a terminal; the summary always
+            leave=False,
+            bar_format="{desc:<12} {bar:20} {n_fmt}/{total_fmt} [{elapsed}]",
+        )
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self._bar.set_description_str(name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = time.perf_counter() - start
+            self._bar.update(1)
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self._start
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _print_head(released: pl.DataFrame, stream: TextIO) -> None:
+    """The released items of largest noisy weight (ordering a release is post-processing)."""
+    shown = min(_SHOW_ROWS, released.height)
+    print(f"# {released.height} items released; {shown} of largest noisy weight:", file=stream)
+    _print_table(released.sort("noisy_weight", descending=True), stream)
+
+
+def _print_ranked(released: pl.DataFrame, stream: TextIO) -> None:
+    """The first released items by rank (a ranked release is already in rank order)."""
+    shown = min(_SHOW_ROWS, released.height)
+    print(f"# {released.height} items released; the first {shown} by rank:", file=stream)
+    _print_table(released, stream)
+
+
+def _print_table(released: pl.DataFrame, stream: TextIO) -> None:
+    with pl.Config(tbl_rows=_SHOW_ROWS, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=False):
+        print(released.head(_SHOW_ROWS), file=stream)
+
+
+# --------------------------------------------------------------------------------------------------------
+# release and report: what every subcommand does once its measurement is built
+# --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Plan:
+    """A subcommand's calibrated measurement, named for the summary, with its calibration's summary lines."""
+
+    mechanism: str
+    measurement: dp.Measurement
+    calibration: list[str]
+
+
+#: Summary lines evaluating a demo release against its raw data: ``(data, released) -> lines``.
+_Evaluate = Callable[[pl.DataFrame, pl.DataFrame], list[str]]
+
+
+def _release_and_report(
+    args: argparse.Namespace,
+    *,
+    stdout: TextIO,
+    stderr: TextIO,
+    budget: _Budget,
+    plan: Callable[[], _Plan],
+    evaluate: _Evaluate,
+    show: Callable[[pl.DataFrame, TextIO], None],
+) -> int:
+    """Check the output, build the measurement (``plan``, before the data is read, so a bad parameter fails
+    first), read and check the input, release, write or ``show`` the release, evaluate the demo, and print the
+    summary on stderr.
+
+    Everything a user can get wrong is checked before the measurement is invoked (the release spends the
+    budget). Ctrl-C from calibration to the write ends the process with status 130 and removes the temporary
+    output (:func:`_exit_on_interrupt`); any failure leaves no partial output.
+    """
+    import opendp.prelude as dp
+
+    output = _prepare_output(args.output, [] if args.path is None else [args.path], force=args.force)
+    demo = args.path is None
+    names = ["calibrating", "reading", "releasing"]
+    names += ["writing"] if output is not None else []
+    names += ["evaluating"] if demo else []
+    stages = _Stages(names, stderr)
+    try:
+        with _exit_on_interrupt(output.discard if output is not None else lambda: None):
+            with stages.stage("calibrating"), _library_errors():
+                planned = plan()
+            with stages.stage("reading"):
+                data = _read_input(args)
+            with stages.stage("releasing"):
+                try:
+                    released = planned.measurement(data.frame)
+                except dp.OpenDPException as err:  # the user callback's error, wrapped by OpenDP: last line
+                    raise CLIError(f"cannot release from {data.label}: {_last_line(err)}") from err
+                spent = planned.measurement.map(1)
+            if output is not None:
+                with stages.stage("writing"):
+                    output.commit(released)
+        evaluation: list[str] = []
+        if demo:  # evaluation against the raw data: for the demo only, never a release
+            with stages.stage("evaluating"):
+                assert isinstance(data.frame, pl.DataFrame)
+                evaluation = evaluate(data.frame, released)
+    finally:
+        stages.close()
+        if output is not None:
+            output.discard()
+
+    if args.output is None:
+        show(released, stdout)
+
+    from opendp_wgm.privacy.budget import describe_measure
+
+    measure, first = describe_measure(planned.measurement.output_measure)
+    lines = [
+        f"{PROG} {args.command}: {planned.mechanism} released {released.height:,} items",
+        f"  budget spent  {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "
+        f"requested {_requested(budget)}, δ = {budget.delta:g}]",
+        *planned.calibration,
+        f"  input         {data.label}: {data.rows:,} rows (not private)",
+    ]
+    if data.null_rows:
+        lines.append(f"                {data.null_rows:,} rows with a null user or item were dropped")
+    lines += evaluation
+    if args.output is not None:
+        lines.append(f"  output        {args.output}")
+    timing = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in stages.times.items())
+    lines.append(f"  run time      {stages.total:.2f} s ({timing})")
+    print("\n".join(lines), file=stderr)
+    return 0
+
+
+def _loss(first: str, loss: tuple[float, float]) -> str:
+    return f"{first} = {loss[0]:.6g}, δ = {loss[1]:.6g}"
+
+
+def _wgm_line(scale: float, threshold: float, max_contributions: int, noise: str) -> str:
+    return f"σ = {scale:.6g}, T = {threshold:.6g}, Δ0 = {max_contributions}, noise = {noise}"
+
+
+def _two_stage_lines(
+    wgm: WGMCalibration, *, split: float, noise: str, peeling: str, first: str, losses: Sequence[tuple[float, float]]
+) -> list[str]:
+    """The calibration of a WGM-then-peeling measurement: its WGM, its peeling, each stage's loss at one user."""
+    return [
+        f"  calibration   WGM ({split:g} of the budget): "
+        + _wgm_line(wgm.scale, wgm.threshold, wgm.max_contributions, noise),
+        f"                peeling: {peeling}",
+        f"  stage loss    WGM {_loss(first, losses[0])}; peeling {_loss(first, losses[1])}",
+    ]
+
+
+def _not_private(label: str, text: str) -> str:
+    return f"  {label:<13} {text} (not private)"
+

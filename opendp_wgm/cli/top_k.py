@@ -1,0 +1,194 @@
+"""``opendp-wgm top-k``: the K items held by the most users: WGM, then peeling (or the limited-domain baseline)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, TextIO
+
+from opendp_wgm.cli._args import (
+    _DEFAULT_SPLIT,
+    _K_BAR_PER_K,
+    _add_budget_arguments,
+    _add_data_arguments,
+    _add_execution_arguments,
+    _add_k_argument,
+    _add_output_arguments,
+    _add_split_argument,
+    _budget,
+    _execution,
+    _noise,
+    _positive_int,
+)
+from opendp_wgm.cli._errors import CLIError
+
+if TYPE_CHECKING:
+    import polars as pl
+_TOP_K_DESCRIPTION = """\
+Release a ranked list of at most K items held by the most users, over an unknown item domain, calibrated to
+a per-user budget: (ε, δ)-DP with --epsilon (default ε = 1), or approximate (ρ, δ)-zCDP with --rho.
+Neighbouring datasets differ by all rows of one user (add/remove).
+
+--mechanism wgm (default; the paper's WGM-then-top-k): the WGM releases candidate items with --split of the
+budget (σ and T calibrated as by `opendp-wgm discover`), then K rounds of exponential-mechanism peeling pick
+the candidates held by the most users (exact, unclipped user counts) with the rest of the budget.
+
+--mechanism limited-domain (Durfee & Rogers 2019, the paper's baseline; (ε, δ)-DP only): the --k-bar items
+of largest Δ0-bounded count compete, with Gumbel noise, against a threshold that pays for the rest of the
+domain; the items ranked above the threshold are released, at most K.
+"""
+
+_TOP_K_EPILOG = """\
+The release (item, rank; rank 1 = the first pick) goes to --output or stdout, in rank order. A summary goes to
+stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and each stage's loss at one user),
+the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows; in the
+demo also the top-K missing mass of the release). Those counts are not differentially private: they are for
+the data owner and must not be published with the release.
+
+This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
+opendp-wgm's privacy maps, whose proofs are in the package docs (docs/top_k.md, docs/privacy.md).
+
+examples:
+  opendp-wgm top-k --k 10                                    # synthetic Zipf demo
+  opendp-wgm top-k ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o top100.csv
+  opendp-wgm top-k words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
+  opendp-wgm top-k words.csv --k 20 --mechanism limited-domain --k-bar 200
+  opendp-wgm top-k events.parquet --k 100 --passes 4 --engine streaming
+"""
+
+_WGM_ONLY = "; --mechanism wgm only"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register the command's parser (its ``run`` is :func:`run`)."""
+    parser = subparsers.add_parser(
+        "top-k",
+        help="release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
+        description=_TOP_K_DESCRIPTION,
+        epilog=_TOP_K_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_data_arguments(parser)
+    group = parser.add_argument_group("top-k")
+    _add_k_argument(group, "number of items to release, >= 1 (required)")
+    group.add_argument(
+        "--mechanism",
+        choices=("wgm", "limited-domain"),
+        default="wgm",
+        help="WGM, then peeling on its candidates; or the limited-domain baseline (default: %(default)s)",
+    )
+    group.add_argument(
+        "--k-bar",
+        type=_positive_int,
+        metavar="KBAR",
+        help=f"size of the limited domain, >= K (default: {_K_BAR_PER_K}·K; --mechanism limited-domain only)",
+    )
+    _add_split_argument(group, _WGM_ONLY)
+    _add_budget_arguments(parser, noise_delta_fraction=False, wgm_only=_WGM_ONLY)
+    _add_execution_arguments(parser, two_stage=True, wgm_only=_WGM_ONLY)
+    _add_output_arguments(parser, "item, rank")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
+    """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
+    import opendp.prelude as dp
+
+    from opendp_wgm import metrics
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
+    from opendp_wgm.cli._report import (
+        _not_private,
+        _Plan,
+        _print_ranked,
+        _release_and_report,
+        _two_stage_lines,
+    )
+    from opendp_wgm.domains import user_items_space
+    from opendp_wgm.measurements import (
+        make_limited_domain_top_k,
+        make_peeling_top_k,
+        make_wgm,
+        make_wgm_top_k_from_budget,
+    )
+
+    budget = _budget(args)
+    wgm = args.mechanism == "wgm"
+    if wgm and args.k_bar is not None:
+        raise CLIError("--k-bar applies only to --mechanism limited-domain")
+    if not wgm:
+        if budget.rho is not None:
+            raise CLIError("--mechanism limited-domain is (ε, δ)-DP only: give --epsilon, not --rho")
+        for option in ("split", "noise", "passes", "engine"):
+            if getattr(args, option) is not None:
+                raise CLIError(f"--{option} applies only to --mechanism wgm")
+        if args.k_bar is not None and args.k > args.k_bar:  # the library's check, named by the options
+            raise CLIError(f"--k ({args.k}) must be <= --k-bar ({args.k_bar}): the limited domain holds --k-bar items")
+    noise = _noise(args)
+    execution = _execution(args)
+    split = _DEFAULT_SPLIT if args.split is None else args.split
+
+    def plan_wgm() -> _Plan:
+        space = user_items_space(args.user, args.item)
+        cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.kwargs())
+        measurement = make_wgm_top_k_from_budget(
+            *space, k=args.k, split=split, noise=noise, **budget.kwargs(), **execution.kwargs()
+        )
+        # each stage's loss is the map, at one user, of that stage as a measurement on its own (the composed
+        # map is their sum); the peeling is charged k rounds, as in the composition
+        approx_dp = budget.epsilon is not None
+        measure = dp.approximate(dp.max_divergence()) if approx_dp else None
+        stage_1 = make_wgm(
+            *space,
+            max_contributions=cal.max_contributions,
+            scale=cal.wgm.scale,
+            threshold=cal.wgm.threshold,
+            output_measure=measure,
+            epsilon=cal.wgm.epsilon,
+        )
+        stage_2 = make_peeling_top_k(
+            *space,
+            candidates=list(range(cal.k)),
+            k=cal.k,
+            scale=cal.peel_scale,
+            output_measure=measure,
+            delta=cal.peel_delta if approx_dp else None,
+        )
+        peeling = f"{cal.k} rounds, ε' = {cal.peel_local_epsilon:.6g} per round (Gumbel scale {cal.peel_scale:.6g})"
+        lines = _two_stage_lines(
+            cal.wgm,
+            split=split,
+            noise=noise,
+            peeling=peeling,
+            first="ε" if approx_dp else "ρ",
+            losses=(stage_1.map(1), stage_2.map(1)),
+        )
+        return _Plan("WGM-then-top-k", measurement, [*lines, execution.line()])
+
+    def plan_limited_domain() -> _Plan:
+        k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar
+        measurement = make_limited_domain_top_k(
+            *user_items_space(args.user, args.item),
+            k=args.k,
+            k_bar=k_bar,
+            max_contributions=budget.max_contributions,
+            epsilon=budget.epsilon,
+            delta=budget.delta,
+        )
+        return _Plan(
+            "limited-domain top-k",
+            measurement,
+            [f"  calibration   k̄ = {k_bar}, Δ0 = {budget.max_contributions}"],
+        )
+
+    def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
+        mm = metrics.top_k_missing_mass(data, released, args.k, user=args.user, item=args.item)
+        return [_not_private("demo data", f"top-{args.k} missing mass of the release = {mm:.4f}")]
+
+    return _release_and_report(
+        args,
+        stdout=stdout,
+        stderr=stderr,
+        budget=budget,
+        plan=plan_wgm if wgm else plan_limited_domain,
+        evaluate=evaluate,
+        show=_print_ranked,
+    )

@@ -1,0 +1,684 @@
+r"""Calibration: the parameters of every mechanism from a budget, by searching on the privacy maps.
+
+Each ``calibrate_*`` function turns a :class:`~opendp_wgm.privacy.budget.Budget` (built from the user's
+``epsilon``/``rho`` and ``delta``) into the parameters of a measurement, and checks them against the map the
+measurement will publish, so ``measurement.check(1, budget)`` holds. Every search is :func:`smallest_passing`,
+on ``dp.binary_search``. Two exceptions, each documented where it is: :func:`limited_domain_local_epsilon`
+reproduces the reference implementation's bisection bit for bit (an oracle value of the paper), and
+:func:`calibrate_key_release` bisects OpenDP's own (costly) map to a relative 1e-5.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import opendp.prelude as dp
+
+from opendp_wgm._validation import _check_int, _check_positive, _check_probability
+from opendp_wgm.privacy.budget import Budget, MeasureKind
+from opendp_wgm.privacy.gaussian import (
+    analytic_gaussian_delta,
+    lattice_epsilon_slack,
+    wgm_privacy_loss,
+    wgm_rho,
+)
+from opendp_wgm.privacy.peeling import (
+    USER_PEELING,
+    add_up,
+    limited_domain_epsilon,
+    peeling_approx_epsilon,
+    peeling_loss,
+    peeling_rho,
+)
+from opendp_wgm.privacy.threshold import (
+    LATTICE_BITS,
+    MAX_SCALE,
+    _threshold_delta,
+    check_max_contributions,
+)
+
+__all__ = [
+    "HittingSetCalibration",
+    "LimitedDomainCalibration",
+    "WGMCalibration",
+    "WGMTopKCalibration",
+    "calibrate_key_release",
+    "calibrate_limited_domain",
+    "calibrate_policy_greedy",
+    "calibrate_user_peeling",
+    "calibrate_wgm",
+    "calibrate_wgm_for",
+    "calibrate_wgm_hitting_set",
+    "calibrate_wgm_top_k",
+    "limited_domain_local_epsilon",
+    "smallest_passing",
+]
+
+
+# ==============================================================================================================
+# The one search
+# ==============================================================================================================
+
+
+def smallest_passing(predicate: Callable[[Any], bool], *, lower: Any, parameter: str, budget: Budget) -> Any:
+    """The smallest ``x >= lower`` with ``predicate(x)``, for a predicate monotone increasing in ``x``.
+
+    ``lower`` is a float or an int, and so is the result. The upper end is the first of 1, 2, 4, … (from
+    ``lower`` when it exceeds 1) that passes; ``dp.binary_search`` then bisects to the type's resolution (one
+    ulp, or 1) and returns a passing value. A predicate that passes nowhere below 1e300 is refused, naming the
+    ``parameter`` searched and the ``budget`` it was searched for.
+    """
+    if predicate(lower):
+        return lower
+    upper = max(type(lower)(1), lower)
+    while not predicate(upper):
+        upper *= 2
+        if upper > 1e300:
+            msg = f"calibration failed: no finite `{parameter}` satisfies the budget {budget.description}"
+            raise ValueError(msg)
+    return dp.binary_search(predicate, bounds=(lower, upper))
+
+
+# ==============================================================================================================
+# The WGM
+# ==============================================================================================================
+
+
+@dataclass(frozen=True)
+class WGMCalibration:
+    """The WGM parameters calibrated to a budget, and the budget they were calibrated to.
+
+    Attributes
+    ----------
+    scale, threshold
+        σ and T to pass to :func:`opendp_wgm.make_wgm`.
+    max_contributions
+        Δ0.
+    epsilon, rho, delta
+        The budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
+    noise_delta
+        The part of δ spent on the Gaussian noise (0 under zCDP); the rest pays for the threshold.
+    """
+
+    scale: float
+    threshold: float
+    max_contributions: int
+    delta: float
+    epsilon: float | None = None
+    rho: float | None = None
+    noise_delta: float = 0.0
+
+
+    @property
+    def budget(self) -> Budget:
+        """The budget the parameters were calibrated to."""
+        kind: MeasureKind = "approx_dp" if self.epsilon is not None else "approx_zcdp"
+        return Budget(kind, self.epsilon if self.epsilon is not None else self.rho, self.delta)  # type: ignore[arg-type]
+
+
+class _BudgetTooSmall(ValueError):
+    """A budget whose noise scale would exceed :data:`~opendp_wgm.privacy.threshold.MAX_SCALE`, with the smallest
+    ε or ρ that fits.
+
+    Two-stage calibrations catch it and restate the bound for the total budget the user gave (:func:`_restated`).
+    """
+
+    def __init__(self, name: str, value: float, minimum: float, context: str) -> None:
+        self.name, self.value, self.minimum = name, value, minimum
+        super().__init__(_too_small_message(name, value, minimum, context))
+
+
+def _too_small_message(name: str, value: float, minimum: float, context: str) -> str:
+    from decimal import Decimal
+
+    exponent = math.floor(math.log10(minimum)) - 2  # three significant digits, rounded up
+    shown = float(Decimal(math.ceil(minimum / 10.0**exponent)).scaleb(exponent))
+    return (
+        f"`{name}` must be >= {shown:.3g} at {context} (found {value!r}): a smaller budget needs a noise scale "
+        f"above the WGM's limit 2**{LATTICE_BITS}"
+    )
+
+
+def _restated(error: _BudgetTooSmall, total: Budget, split: float, context: str) -> ValueError:
+    """``error`` (raised for a stage given ``split`` of the budget) in terms of the ``total`` the user gave."""
+    return ValueError(_too_small_message(error.name, total.value, error.minimum / split, context))
+
+
+def _check_scale_fits(scale: float, budget: Budget, fraction: float) -> None:
+    """Raise :class:`_BudgetTooSmall`, in terms of the budget, when the calibrated σ exceeds ``MAX_SCALE``."""
+    if scale <= MAX_SCALE:
+        return
+    if budget.epsilon is not None:
+        minimum = smallest_passing(
+            lambda e: analytic_gaussian_delta(e, MAX_SCALE) <= fraction * budget.delta,
+            lower=0.0, parameter="epsilon", budget=budget,
+        )
+        raise _BudgetTooSmall("epsilon", budget.value, minimum, f"`delta` = {budget.delta!r}")
+    raise _BudgetTooSmall("rho", budget.value, wgm_rho(1, MAX_SCALE), "any `delta`")
+
+
+def calibrate_wgm(
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    noise_delta_fraction: float = 0.5,
+) -> WGMCalibration:
+    r"""Calibrate the WGM's (scale, threshold) to a budget, by searching on the privacy maps.
+
+    - ``epsilon`` given, (ε, δ)-DP: σ is the smallest scale whose analytic-Gaussian δ at ε is at most
+      ``noise_delta_fraction · δ`` (the paper's reference uses 1/2); T is the smallest threshold whose
+      :math:`\delta_T` fits in what is left. At ε = 1, δ = 1e-5, Δ0 = 100 this gives σ = 3.88414,
+      T = 20.7898 (the paper's calibration with an exact σ).
+    - ``rho`` given, approximate zCDP (ρ, δ): σ is the smallest scale with :math:`1/(2\sigma^2) \le \rho` and T
+      the smallest threshold with :math:`\delta_T \le \delta`.
+
+    Both results are then checked against the map itself, so the returned parameters always pass
+    ``measurement.check(1, budget)``.
+
+    Parameters
+    ----------
+    max_contributions
+        Δ0 ≥ 1.
+    delta
+        δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one of them, > 0.
+    noise_delta_fraction
+        Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
+    """
+    max_contributions = check_max_contributions(max_contributions)
+    return calibrate_wgm_for(
+        Budget.of(epsilon=epsilon, rho=rho, delta=delta),
+        max_contributions=max_contributions,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+
+
+def calibrate_wgm_for(budget: Budget, *, max_contributions: int, noise_delta_fraction: float = 0.5) -> WGMCalibration:
+    """:func:`calibrate_wgm` for a :class:`~opendp_wgm.privacy.budget.Budget` (approximate DP or approximate zCDP)."""
+    max_contributions = check_max_contributions(max_contributions)
+    fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
+    delta = budget.delta
+    if budget.kind == "approx_dp":
+        epsilon = budget.value
+        scale = smallest_passing(
+            lambda s: analytic_gaussian_delta(epsilon, s) <= fraction * delta,
+            lower=1e-12, parameter="scale", budget=budget,
+        )
+        _check_scale_fits(scale, budget, fraction)
+        scale = max(scale, 1.0 / MAX_SCALE)  # the (ε, δ) map needs a lattice step of noise; more only helps
+        noise_delta = analytic_gaussian_delta(
+            max(0.0, epsilon - lattice_epsilon_slack(1, scale, max_contributions)), scale
+        )
+    else:
+        rho = budget.value
+        scale = smallest_passing(lambda s: wgm_rho(1, s) <= rho, lower=1e-12, parameter="scale", budget=budget)
+        _check_scale_fits(scale, budget, fraction)
+        noise_delta = 0.0
+    threshold_budget = delta - noise_delta
+    threshold = smallest_passing(
+        lambda t: _threshold_delta(scale, t, max_contributions, 1) <= threshold_budget,
+        lower=0.0, parameter="threshold", budget=budget,
+    )
+    d_out = wgm_privacy_loss(
+        1, scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=budget.epsilon
+    )
+    if not (d_out[0] <= budget.value and d_out[1] <= delta):  # pragma: no cover - a bug guard
+        raise AssertionError(f"calibration produced {d_out}, over the budget {budget.d_out}")
+    return WGMCalibration(
+        scale=scale,
+        threshold=threshold,
+        max_contributions=max_contributions,
+        delta=delta,
+        epsilon=budget.epsilon,
+        rho=budget.rho,
+        noise_delta=noise_delta,
+    )
+
+
+def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_fraction: float = 0.5) -> WGMCalibration:
+    """Stage 1 of a two-stage calibration: the WGM at ``split`` of ``budget``; a budget too small for it is
+    restated in terms of the total."""
+    first, _ = budget.split(split)
+    try:
+        return calibrate_wgm_for(first, max_contributions=max_contributions, noise_delta_fraction=noise_delta_fraction)
+    except _BudgetTooSmall as error:
+        context = f"`delta` = {budget.delta!r} and `split` = {split!r}" if budget.epsilon is not None else f"`split` = {split!r}"
+        raise _restated(error, budget, split, context) from None
+
+
+# ==============================================================================================================
+# WGM, then top-k
+# ==============================================================================================================
+
+
+@dataclass(frozen=True)
+class WGMTopKCalibration:
+    r"""The calibrated parameters of WGM-then-top-k (:func:`opendp_wgm.make_wgm_top_k_from_budget`).
+
+    Attributes
+    ----------
+    k, max_contributions, split
+        k, Δ0, and the share of the budget given to stage 1 (the WGM).
+    delta, epsilon, rho
+        The total budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
+    wgm
+        Stage 1: the :class:`WGMCalibration` (σ, T) at its share of the budget.
+    peel_scale
+        Stage 2: the Gumbel scale s of the peeling; ``peel_local_epsilon`` = 1/s is the reference's ε'.
+    peel_epsilon, peel_rho, peel_delta
+        Stage 2's budget: (ε₂, δ₂) under (ε, δ)-DP, or ρ₂ (and δ₂ = 0) under approximate zCDP.
+    """
+
+    k: int
+    max_contributions: int
+    split: float
+    delta: float
+    wgm: WGMCalibration
+    peel_scale: float
+    peel_delta: float
+    epsilon: float | None = None
+    rho: float | None = None
+    peel_epsilon: float | None = None
+    peel_rho: float | None = None
+
+    @property
+    def peel_local_epsilon(self) -> float:
+        """ε' = 1/s, the per-round parameter of the peeling (the reference's ``em_epsilon_cdp``)."""
+        return 1.0 / self.peel_scale
+
+
+
+def calibrate_wgm_top_k(
+    *,
+    k: int,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    split: float = 0.5,
+) -> WGMTopKCalibration:
+    r"""Calibrate WGM-then-top-k to a total per-user budget, split between its two stages.
+
+    - ``epsilon`` given, (ε, δ)-DP (the paper's accounting): stage 1 gets
+      (split·ε, split·δ) and is :func:`calibrate_wgm` there (half of its δ to the noise, half to the
+      threshold); stage 2 gets the rest, (ε₂, δ₂), and peels with the smallest scale s whose map fits it,
+      :math:`s \approx 1/\varepsilon'` with ε' = :func:`~opendp_wgm.privacy.peeling.peeling_epsilon` (ε₂, δ₂, k).
+      At ε = 1, δ = 1e-5, Δ0 = 100, k = 100 and the default split 1/2 this is σ = 7.6611, T = 41.86 and
+      ε' = 0.020036.
+    - ``rho`` given, approximate zCDP: stage 1 gets (split·ρ, δ) (the peeling needs no δ) and stage 2
+      ρ₂ = (1 − split)·ρ, the smallest :math:`s` with :math:`k/(8s^2) \le \rho_2`.
+
+    Every parameter is then checked against the privacy maps, so the composed measurement passes
+    ``check(1, budget)``.
+
+    Parameters
+    ----------
+    k
+        Number of items to release, ≥ 1.
+    max_contributions
+        Δ0 ≥ 1 of the WGM stage.
+    delta
+        Total δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one, > 0.
+    split
+        Share of the budget given to stage 1, in (0, 1); default 1/2 (the reference's split).
+    """
+    k = _check_int("k", k, minimum=1)
+    max_contributions = check_max_contributions(max_contributions)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    split = _check_probability("split", split)
+    wgm = _stage_1(budget, split, max_contributions)
+    _, rest = budget.split(split)
+    if budget.epsilon is not None:
+        scale = smallest_passing(
+            lambda s: peeling_approx_epsilon(1, k=k, scale=s, delta=rest.delta) <= rest.value,
+            lower=1e-12, parameter="peel_scale", budget=budget,
+        )
+        return WGMTopKCalibration(
+            k=k, max_contributions=max_contributions, split=split, delta=budget.delta, wgm=wgm,
+            peel_scale=scale, peel_delta=rest.delta, epsilon=budget.value, peel_epsilon=rest.value,
+        )
+    scale = smallest_passing(
+        lambda s: peeling_rho(1, k=k, scale=s) <= rest.value, lower=1e-12, parameter="peel_scale", budget=budget
+    )
+    return WGMTopKCalibration(
+        k=k, max_contributions=max_contributions, split=split, delta=budget.delta, wgm=wgm,
+        peel_scale=scale, peel_delta=0.0, rho=budget.value, peel_rho=rest.value,
+    )
+
+
+# ==============================================================================================================
+# User peeling, and WGM then user peeling (the k-hitting set)
+# ==============================================================================================================
+
+
+def _first(d_out: float | tuple[float, float]) -> float:
+    return d_out[0] if isinstance(d_out, tuple) else d_out
+
+
+def calibrate_peeling_for(budget: Budget, k: int) -> float:
+    """The smallest user-peeling scale whose ``k`` rounds fit ``budget`` at d_in = 1 (a search on the map, never
+    a closed form); ``budget`` is a peeling budget (:meth:`~opendp_wgm.privacy.budget.Budget.of_peeling`)."""
+
+    def fits(scale: float) -> bool:
+        loss = peeling_loss(1, k=k, scale=scale, kind=budget.kind, accounting=USER_PEELING, delta=budget.delta)
+        return _first(loss) <= budget.value
+
+    scale = smallest_passing(fits, lower=1e-12, parameter="scale", budget=budget)
+    if not fits(scale):  # pragma: no cover
+        raise AssertionError(f"calibration produced a scale over the budget {budget.d_out}")
+    return scale
+
+
+def calibrate_user_peeling(
+    *, k: int, epsilon: float | None = None, rho: float | None = None, delta: float | None = None
+) -> float:
+    r"""The smallest user-peeling ``scale`` whose ``k`` rounds fit a budget for one user.
+
+    - ``rho``: approximate zCDP, :math:`k/(8\,\text{scale}^2) \le \rho`;
+    - ``epsilon`` and ``delta``: (ε, δ)-DP through zCDP, so :math:`1/\text{scale}` equals the reference's
+      per-round ε' (``em_epsilon_cdp``, :func:`opendp_wgm.privacy.peeling.peeling_epsilon`);
+    - ``epsilon`` alone: pure ε-DP by basic composition, :math:`\text{scale} = k/\varepsilon`.
+
+    The scale is found by :func:`smallest_passing` on the privacy map of :func:`opendp_wgm.measurements.hitting_set.make_user_peeling`.
+
+    Examples
+    --------
+    >>> from opendp_wgm.privacy.calibrate import calibrate_user_peeling
+    >>> round(1 / calibrate_user_peeling(k=10, epsilon=1.1, delta=0.1), 5)  # the reference's ε' = 0.29264
+    0.29264
+    """
+    k = _check_int("k", k, minimum=1)
+    return calibrate_peeling_for(Budget.of_peeling(epsilon=epsilon, rho=rho, delta=delta), k)
+
+
+@dataclass(frozen=True)
+class HittingSetCalibration:
+    """The two stages of :func:`opendp_wgm.make_wgm_hitting_set` calibrated to a budget.
+
+    Attributes
+    ----------
+    wgm
+        Stage 1: σ, T and Δ0 (:class:`opendp_wgm.WGMCalibration`), calibrated to ``split`` of the budget.
+    peel_scale
+        Stage 2: the exponential mechanism's scale; ``1 / peel_scale`` is the per-round ε'.
+    peel_delta
+        Stage 2's zCDP → (ε, δ) conversion δ under (ε, δ)-DP; 0 under zCDP.
+    k, split
+        Rounds, and the share of ε (and of δ) or of ρ given to stage 1.
+    epsilon, rho, delta
+        The total budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
+    wgm_loss, peel_loss
+        Each stage's privacy map at ``d_in = 1``: (ε, δ) or (ρ, δ).
+    """
+
+    wgm: WGMCalibration
+    peel_scale: float
+    peel_delta: float
+    k: int
+    split: float
+    delta: float
+    epsilon: float | None
+    rho: float | None
+    wgm_loss: tuple[float, float]
+    peel_loss: tuple[float, float]
+
+    @property
+    def peel_round_epsilon(self) -> float:
+        """ε' of one peeling round for one user, ``1 / peel_scale``."""
+        return 1.0 / self.peel_scale
+
+
+def calibrate_wgm_hitting_set(
+    *,
+    k: int,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    split: float = 0.5,
+    noise_delta_fraction: float = 0.5,
+) -> HittingSetCalibration:
+    r"""Calibrate both stages of :func:`opendp_wgm.make_wgm_hitting_set` to one per-user budget.
+
+    - ``epsilon`` ((ε, δ)-DP, the reference's accounting): stage 1 is :func:`opendp_wgm.calibrate_wgm` at
+      (split·ε, split·δ) (``noise_delta_fraction`` of that δ pays for its noise); stage 2 gets the rest,
+      (1 − split)·δ for its zCDP → (ε, δ) conversion and the smallest ``peel_scale`` for which the composed
+      map is within (ε, δ). With ``split = 0.5`` this is the reference's (ε/2, δ/2) per stage and its
+      per-round ε' = ``em_epsilon_cdp(ε/2, δ/2, k)`` (the paper's reference code).
+    - ``rho`` (approximate zCDP): stage 1 gets split·ρ and all of δ (for its threshold); stage 2 gets the
+      rest of ρ and no δ.
+
+    Parameters
+    ----------
+    k
+        Peeling rounds, ≥ 1.
+    max_contributions
+        Δ0 ≥ 1 of the WGM.
+    delta
+        δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one of them, > 0.
+    split
+        Share of the budget given to stage 1, in (0, 1) (default 1/2, as the reference).
+    noise_delta_fraction
+        Under (ε, δ): share of stage 1's δ spent on its Gaussian noise, in (0, 1).
+
+    Examples
+    --------
+    >>> from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set
+    >>> cal = calibrate_wgm_hitting_set(k=100, max_contributions=100, epsilon=1.0, delta=1e-5)
+    >>> round(cal.wgm.scale, 3), round(cal.peel_round_epsilon, 5)  # σ at (ε/2, δ/2); em_epsilon_cdp(ε/2, δ/2, k)
+    (7.661, 0.02004)
+    """
+    k = _check_int("k", k, minimum=1)
+    max_contributions = check_max_contributions(max_contributions)
+    split = _check_probability("split", split)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    wgm = _stage_1(budget, split, max_contributions, noise_delta_fraction)
+    wgm_loss = wgm_privacy_loss(
+        1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions, epsilon=wgm.epsilon
+    )
+    if budget.epsilon is not None:
+        peel_delta = (1.0 - split) * budget.delta
+        while add_up(wgm_loss[1], peel_delta, USER_PEELING) > budget.delta:  # at most a few ulps
+            peel_delta = math.nextafter(peel_delta, 0.0)
+    else:
+        peel_delta = 0.0
+    kind = budget.kind
+
+    def fits(scale: float) -> bool:
+        peel = peeling_loss(1, k=k, scale=scale, kind=kind, accounting=USER_PEELING, delta=peel_delta)
+        return (
+            add_up(wgm_loss[0], peel[0], USER_PEELING) <= budget.value
+            and add_up(wgm_loss[1], peel[1], USER_PEELING) <= budget.delta
+        )
+
+    if not fits(1e300):
+        msg = f"stage 1 alone spends {wgm_loss}, the whole budget {budget.d_out}: lower `split`"  # pragma: no cover
+        raise ValueError(msg)  # pragma: no cover
+    peel_scale = smallest_passing(fits, lower=1e-12, parameter="peel_scale", budget=budget)
+    if not fits(peel_scale):  # pragma: no cover - a bug guard
+        raise AssertionError(f"calibration produced peel_scale={peel_scale}, over the budget {budget.d_out}")
+    peel_loss = peeling_loss(1, k=k, scale=peel_scale, kind=kind, accounting=USER_PEELING, delta=peel_delta)
+    return HittingSetCalibration(
+        wgm=wgm,
+        peel_scale=peel_scale,
+        peel_delta=peel_delta,
+        k=k,
+        split=split,
+        delta=budget.delta,
+        epsilon=budget.epsilon,
+        rho=budget.rho,
+        wgm_loss=wgm_loss,
+        peel_loss=tuple(peel_loss),
+    )
+
+
+# ==============================================================================================================
+# Limited-domain top-k (Durfee & Rogers 2019)
+# ==============================================================================================================
+
+
+def _increasing_bisection(function: Callable[[float], float], target: float, tol: float) -> float:
+    """Bisection for an increasing f: the largest v with f(v) < target, erring low (returns lo), as the paper's
+    reference implementation does. The one search not on ``dp.binary_search``: it reproduces the reference's
+    ε' bit for bit (an oracle value), which a search to float resolution would not."""
+    lo, hi = 0.0, 1.0
+    while function(hi) < target:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e300:
+            raise ValueError("bisection failed: the function never reaches the target")
+    while hi - lo > tol:
+        mid = (lo + hi) / 2.0
+        if function(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def limited_domain_local_epsilon(epsilon: float, delta: float, k: int, *, tol: float = 1e-6) -> float:
+    r"""The per-selection ε' of limited-domain top-k: the largest ε' with :math:`E(\varepsilon') \le \varepsilon`.
+
+    Found with the reference's increasing bisection on [0, 1] (doubling the bracket while needed), tolerance
+    ``tol``, returning the lower end, so the reference implementation's result is reproduced bit for bit (
+    ε = 1.1, δ' = 0.05, k = 10 gives 0.22107791900634766) and :math:`E(\varepsilon') < \varepsilon`.
+
+    Parameters
+    ----------
+    epsilon
+        Total ε > 0.
+    delta
+        δ' ∈ (0, 1), the part of δ that pays for composition (the reference uses δ/2).
+    k
+        Number of selections, ≥ 1.
+    """
+    epsilon = _check_positive("epsilon", epsilon)
+    delta = _check_probability("delta", delta)
+    k = _check_int("k", k, minimum=1)
+    tol = _check_positive("tol", tol)
+    return _increasing_bisection(lambda e: limited_domain_epsilon(e, delta, k), epsilon, tol)
+
+
+@dataclass(frozen=True)
+class LimitedDomainCalibration:
+    """The calibrated parameters of limited-domain top-k (:func:`opendp_wgm.make_limited_domain_top_k`).
+
+    Attributes
+    ----------
+    scale
+        The Gumbel scale s; the ε' actually used is 1/s, at most the reference's ε'.
+    epsilon
+        :math:`E(1/s)`, the (ε, δ)-DP ε of one user (at most the budget's ε).
+    delta_composition, delta_bottom
+        The halves of δ: δ' for the composition and :math:`\\delta_\\perp` for the threshold.
+    """
+
+    scale: float
+    epsilon: float
+    delta_composition: float
+    delta_bottom: float
+
+
+def calibrate_limited_domain(*, epsilon: float, delta: float, k: int) -> LimitedDomainCalibration:
+    """The Gumbel scale of limited-domain top-k for an (ε, δ) budget: δ/2 pays for composition, the rest for the
+    threshold, and ε' = :func:`limited_domain_local_epsilon` (the reference's bisection)."""
+    delta_composition = delta / 2.0
+    delta_bottom = delta - delta_composition
+    local = limited_domain_local_epsilon(epsilon, delta_composition, k)
+    scale = 1.0 / local * (1.0 + 1e-12)  # the Gumbel scale; the ε' actually used is 1/scale <= local
+    eps_1 = limited_domain_epsilon(1.0 / scale, delta_composition, k) * (1.0 + 1e-12)
+    if eps_1 > epsilon:  # pragma: no cover - a bug guard (the bisection keeps a 1e-6 margin)
+        raise AssertionError(f"limited-domain calibration gave ε = {eps_1} > {epsilon}")
+    return LimitedDomainCalibration(scale, eps_1, delta_composition, delta_bottom)
+
+
+# ==============================================================================================================
+# Baselines: Policy Greedy and OpenDP's key release
+# ==============================================================================================================
+
+
+def calibrate_policy_greedy(
+    budget: Budget, *, lattice_bits: int, threshold_delta: Callable[[float, int], float]
+) -> tuple[float, int]:
+    r"""Policy Greedy's Laplace scale λ and threshold for an (ε, δ) budget: λ = 1/ε (rounded so that
+    1/λ ≤ ε) and the smallest lattice threshold :math:`F \ge 2^b` (in units :math:`2^{-b}`) with
+    ``threshold_delta(λ, F)`` ≤ δ (its map at one user, nonincreasing in F)."""
+    scale = 1.0 / budget.value
+    while 1.0 / scale > budget.value:  # float rounding: never report more than ε
+        scale = math.nextafter(scale, math.inf)
+    floor_t = smallest_passing(
+        lambda f: threshold_delta(scale, f) <= budget.delta, lower=1 << lattice_bits, parameter="threshold",
+        budget=budget,
+    )
+    return scale, floor_t
+
+
+def calibrate_key_release(
+    budget: Budget,
+    *,
+    noise_delta: float,
+    threshold_delta: Callable[[float, int], float],
+    loss: Callable[[float, int], tuple[float, float]],
+) -> tuple[float, int]:
+    """The smallest global scale of OpenDP's key release (to a relative 1e-5), and for it the smallest integer
+    threshold > 1, whose map at d_in = 1 meets ``budget``.
+
+    ``threshold_delta(scale, threshold)`` is the δ of OpenDP's threshold alone (it gets ``budget.delta −
+    noise_delta``: all of δ under zCDP), ``loss(scale, threshold)`` the measurement's map at one user; either
+    may raise where OpenDP refuses the parameters, which then do not fit.
+
+    The second exception to :func:`smallest_passing`: every evaluation builds OpenDP measurements (~10 ms), so
+    the scale is bisected to a relative 1e-5 (about 20 evaluations, where a search to one ulp needs 60 and took
+    8 times as long), and the threshold is searched from the previous answer.
+    """
+    threshold_budget = budget.delta - noise_delta
+    hint = [2]
+
+    def threshold_for(scale: float) -> int:
+        """Smallest integer threshold > 1 whose δ fits, by exponential search from the last answer."""
+        lo, hi = max(1, hint[0] - 1), hint[0]
+        if threshold_delta(scale, hi) <= threshold_budget:
+            step = 1
+            while lo > 1 and threshold_delta(scale, lo) <= threshold_budget:  # the answer is lower
+                hi, lo = lo, max(1, lo - step)
+                step *= 2
+        else:
+            step = 1
+            while threshold_delta(scale, hi) > threshold_budget:
+                lo, hi = hi, hi + step
+                step *= 2
+                if hi > 2**31:
+                    msg = f"calibration failed: no finite `threshold` satisfies the budget {budget.description}"
+                    raise ValueError(msg)
+        while hi - lo > 1:  # invariant: lo fails (or is 1, which OpenDP refuses), hi fits
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if threshold_delta(scale, mid) <= threshold_budget else (mid, hi)
+        hint[0] = hi
+        return hi
+
+    def fits(scale: float) -> bool:
+        try:
+            d_out = loss(scale, threshold_for(scale))
+        except (dp.OpenDPException, ValueError):
+            return False
+        return float(d_out[0]) <= budget.value and float(d_out[1]) <= budget.delta
+
+    lo, hi = 0.0, 1.0
+    while not fits(hi):
+        lo, hi = hi, hi * 2.0
+        if hi > 1e12:
+            msg = f"calibration failed: no finite `scale` satisfies the budget {budget.description}"
+            raise ValueError(msg)
+    while hi - lo > 1e-5 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi, threshold_for(hi)

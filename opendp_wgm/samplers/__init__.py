@@ -1,0 +1,28 @@
+"""Exact samplers: the discrete Gaussian on the integers and private selection (noisy top-k / max).
+
+Every random word comes from :func:`csprng` (AES-128-CTR keyed from the OS) or from OpenDP's own samplers.
+Exactness arguments: ``docs/noise.md`` (discrete Gaussian) and ``docs/top_k.md`` (selection).
+"""
+
+from opendp_wgm.samplers.discrete_gaussian import NOISE_METHODS, NoiseMethod, csprng, sample_discrete_gaussian
+from opendp_wgm.samplers.selection import (
+    SELECTION_MEASURES,
+    SELECTION_METHODS,
+    SelectionMeasure,
+    SelectionMethod,
+    noisy_max,
+    noisy_top_k,
+)
+
+__all__ = [
+    "NOISE_METHODS",
+    "SELECTION_MEASURES",
+    "SELECTION_METHODS",
+    "NoiseMethod",
+    "SelectionMeasure",
+    "SelectionMethod",
+    "csprng",
+    "noisy_max",
+    "noisy_top_k",
+    "sample_discrete_gaussian",
+]
