@@ -35,7 +35,7 @@ from opendp_wgm.measurements.hitting_set import (
     make_wgm_hitting_set_from_budget,
     user_peeling_on_true_domain,
 )
-from opendp_wgm.measurements.wgm import _wgm_function
+from opendp_wgm.measurements.wgm import make_wgm
 from opendp_wgm.metrics import missed_users
 
 DATASETS = ("steam_200k", "amazon_magazine_subscriptions", "movielens_100k")
@@ -87,7 +87,7 @@ def rounds_row(name: str, data: pl.DataFrame, k: int) -> str:
     cal = calibrate_wgm_hitting_set(k=k, max_contributions=MAX_CONTRIBUTIONS, epsilon=EPSILON, delta=DELTA)
     space = _Space("user", "item", None, lazyframe_domain=False)
     lf = data.lazy()
-    release = _wgm_function(space, cal.wgm.max_contributions, cal.wgm.scale, cal.wgm.threshold, "lattice")
+    release = make_wgm(*user_items_space(), max_contributions=cal.wgm.max_contributions, scale=cal.wgm.scale, threshold=cal.wgm.threshold)
     cells = []
     for candidates in (release(lf).get_column("item"), None):
         timings: dict[str, float] = {}
@@ -107,7 +107,7 @@ def bench_imdb(data: pl.DataFrame, k: int = 100) -> list[str]:
     cal = calibrate_wgm_hitting_set(k=k, max_contributions=MAX_CONTRIBUTIONS, epsilon=EPSILON, delta=DELTA)
     space = _Space("user", "item", None, lazyframe_domain=False)
     lf = data.lazy()
-    release = _wgm_function(space, cal.wgm.max_contributions, cal.wgm.scale, cal.wgm.threshold, "lattice")
+    release = make_wgm(*user_items_space(), max_contributions=cal.wgm.max_contributions, scale=cal.wgm.scale, threshold=cal.wgm.threshold)
     candidates, stage1 = _timed(lambda: release(lf).get_column("item"))
     timings: dict[str, float] = {}
     _peel(lf, space, candidates, k, cal.peel_scale, timings=timings)

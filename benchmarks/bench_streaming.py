@@ -63,18 +63,17 @@ def _bucketed_release(
     """The proposed ``_wgm_function`` body: the plan over ``passes`` disjoint user buckets, one at a time."""
     import secrets
 
-    from opendp_wgm.measurements.wgm import _release_above_threshold
-    from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
+    from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan, release_above_threshold
 
     seed = secrets.randbits(64)  # only spreads users over passes; each user is in exactly one
     parts = []
     for bucket in range(passes):
         users = lf if passes == 1 else lf.filter(pl.col(space.user).hash(seed) % passes == bucket)
-        lists = _bounded_lists_plan(users, space, max_contributions)
-        plan = _lattice_histogram_plan(lists, space, max_contributions)
+        lists = bounded_lists_plan(users, space, max_contributions)
+        plan = lattice_histogram_plan(lists, space, max_contributions)
         parts.append(plan.collect(engine=engine))
     histogram = parts[0] if passes == 1 else pl.concat(parts).group_by(space.item).agg(pl.col("weight_lat").sum())
-    return _release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise="lattice")
+    return release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise="lattice")
 
 
 def worker(mode: str, data: Path, max_contributions: int) -> dict:

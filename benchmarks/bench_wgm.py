@@ -52,8 +52,7 @@ from opendp_wgm.samplers import sample_discrete_gaussian
 
 # Private plan pieces of the library, imported so that the stage breakdown times exactly the code m(df) runs.
 from opendp_wgm.domains import _Space
-from opendp_wgm.measurements.wgm import _release_above_threshold
-from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
+from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan, release_above_threshold
 
 T = TypeVar("T")
 
@@ -222,17 +221,17 @@ class Row:
 
 
 def stage_breakdown(df: pl.DataFrame, user: str, item: str, calibration: wgm.WGMCalibration) -> dict[str, float]:
-    """WGM's plan cut at each stage and materialised in between (mirrors ``measurements.wgm``)."""
+    """WGM's plan cut at each stage and materialised in between (the kernel steps of ``engines.polars`` that ``make_wgm`` chains)."""
     space = _Space(user, item, None, lazyframe_domain=False)
     times: dict[str, float] = {}
     times["bound (dedup + subsample)"], lists = timed(
-        lambda: _bounded_lists_plan(df.lazy().select(user, item).drop_nulls(), space, MAX_CONTRIBUTIONS).collect()
+        lambda: bounded_lists_plan(df.lazy().select(user, item).drop_nulls(), space, MAX_CONTRIBUTIONS).collect()
     )
     times["histogram"], histogram = timed(
-        lambda: _lattice_histogram_plan(lists.lazy(), space, MAX_CONTRIBUTIONS).collect()
+        lambda: lattice_histogram_plan(lists.lazy(), space, MAX_CONTRIBUTIONS).collect()
     )
     times["noise + threshold"], _ = timed(
-        lambda: _release_above_threshold(
+        lambda: release_above_threshold(
             histogram, item, scale=calibration.scale, threshold=calibration.threshold, noise="lattice"
         )
     )

@@ -20,7 +20,7 @@ import opendp.prelude as dp
 import polars as pl
 from opendp.domains import _lazyframe_from_domain
 
-__all__ = ["UserItemsDescriptor", "user_items_domain", "user_items_space"]
+__all__ = ["BoundedUserItems", "UserItemsDescriptor", "user_items_domain", "user_items_space"]
 
 _FEATURES = ("contrib", "honest-but-curious")
 
@@ -103,6 +103,8 @@ class UserItemsDescriptor:
 
 def _is_member(descriptor: UserItemsDescriptor):
     def member(frame: object) -> bool:
+        if isinstance(frame, BoundedUserItems):  # the bound step's output: checked when it was built
+            return descriptor.max_contributions is not None and frame.names == (descriptor.user, descriptor.item)
         if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
             return False
         schema = frame.collect_schema()
@@ -176,6 +178,66 @@ class _Space:
         """The input columns a frame needs: the identifier's roots and the item."""
         roots = [self.user] if self.identifier is None else self.identifier.meta.root_names()
         return list(dict.fromkeys([*roots, self.item]))
+
+
+#: Only :func:`opendp_wgm.make_bound_user_items` holds it: a :class:`BoundedUserItems` is built there only.
+_BOUND_STEP = object()
+
+
+@dataclass(frozen=True, eq=False)
+class BoundedUserItems:
+    """The output of :func:`opendp_wgm.make_bound_user_items`: each user's at most Δ0 distinct items, as a plan.
+
+    It holds the prepared input (user key and item, nulls dropped), the resolved space, Δ0 and the secret seed of
+    the bounding hash drawn by the bound step; the bounded rows are computed when read, so that
+    :func:`opendp_wgm.make_weighted_histogram` aggregates the per-user lists directly (no exploded frame) and
+    may do so over disjoint buckets of users (``passes``). Built by the bound step only.
+
+    Use :meth:`lazy` or :meth:`collect` for the bounded (user, item) rows.
+    """
+
+    prepared: pl.LazyFrame
+    space: _Space
+    max_contributions: int
+    seeds: tuple[int, ...] = field(repr=False)
+    token: object = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.token is not _BOUND_STEP:
+            msg = "`BoundedUserItems` must be built by make_bound_user_items (found a direct construction)"
+            raise TypeError(msg)
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The user-key and item column names."""
+        return self.space.user, self.space.item
+
+    def lists(self, users: pl.Expr | None = None) -> pl.LazyFrame:
+        """One row per user (of those ``users`` keeps, a filter on the user key): the list of its kept items."""
+        from opendp_wgm.engines.polars import (
+            bounded_lists_plan,  # the kernel imports this module
+        )
+
+        lf = self.prepared if users is None else self.prepared.filter(users)
+        return bounded_lists_plan(lf, self.space, self.max_contributions, self.seeds)
+
+    def lazy(self) -> pl.LazyFrame:
+        """The distinct (user, item) rows, at most Δ0 per user, as a lazy plan."""
+        return self.lists().explode(self.space.item)
+
+    def collect(self, **options: object) -> pl.DataFrame:
+        """The distinct (user, item) rows, at most Δ0 per user (``options`` go to ``LazyFrame.collect``)."""
+        return self.lazy().collect(**options)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, eq=False)
+class _PreparedFrame:
+    """A frame that went through :func:`_prepare_frame` for ``space``: preparing it again for a space with the
+    same columns returns it unchanged (a two-stage release prepares its input once for both stages, and the
+    identifier expression must not be evaluated twice)."""
+
+    lf: pl.LazyFrame
+    space: _Space
 
 
 def _user_key(identifier: pl.Expr, item: str) -> tuple[str, pl.Expr | None]:
@@ -284,6 +346,11 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
     privacy unit. Dropping rows is a row-wise filter: it never makes two users' data depend on each other, so
     it is stable with the same ``d_in``. Missing columns raise here; the message depends only on the schema.
     """
+    if isinstance(frame, _PreparedFrame):
+        if (frame.space.user, frame.space.item) != (space.user, space.item):
+            msg = f"`frame` must be prepared for columns {(space.user, space.item)} (found {(frame.space.user, frame.space.item)})"
+            raise ValueError(msg)
+        return frame.lf
     if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
         msg = f"expected a polars DataFrame or LazyFrame, got {type(frame).__name__}"
         raise TypeError(msg)

@@ -360,16 +360,16 @@ def test_passes_on_a_parquet_file(
     command: str, options: list[str], expected: str,
 ) -> None:
     """--passes 2: the WGM (stage 1 of top-k and hitting-set) builds one plan per user bucket, same release."""
-    from opendp_wgm.measurements import wgm as wgm_module
+    from opendp_wgm.engines import polars as kernel
 
     plans: list[int] = []
-    bounded_lists_plan = wgm_module._bounded_lists_plan
+    bounded_lists_plan = kernel.bounded_lists_plan
 
     def counted(*args):
         plans.append(1)
         return bounded_lists_plan(*args)
 
-    monkeypatch.setattr(wgm_module, "_bounded_lists_plan", counted)
+    monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
     source = tmp_path / "ranked.parquet"
     pl.read_csv(ranked_csv).write_parquet(source)
     code, out, err = _run_command(capsys, command, source, "--user", "uid", "--item", "thing", *options)
@@ -616,12 +616,12 @@ def test_release_error_shows_the_callbacks_message(capsys: pytest.CaptureFixture
 _SLOW_RELEASE = """
 import sys, time
 from opendp_wgm.measurements import wgm
-original = wgm._lattice_histogram
+original = wgm.release_above_threshold
 def slow(*args, **kwargs):  # inside the measurement's callback: announce it, then wait for SIGINT
     print("RELEASING", file=sys.stderr, flush=True)
     time.sleep(120)
     return original(*args, **kwargs)
-wgm._lattice_histogram = slow
+wgm.release_above_threshold = slow
 from opendp_wgm.cli import main
 sys.exit(main(sys.argv[1:]))
 """

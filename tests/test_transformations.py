@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import secrets
 
 import numpy as np
 import opendp.prelude as dp
@@ -13,7 +14,10 @@ from hypothesis import strategies as st
 from scipy.stats import chi2
 
 import opendp_wgm as wgm
+from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
+from opendp_wgm.transformations import user_distance, weighted_histogram_l02inf
 
 LATTICE = 2.0**-LATTICE_BITS
 
@@ -56,8 +60,11 @@ def test_stability_maps() -> None:
     bound = wgm.make_bound_user_items(*wgm.user_items_space(), max_contributions=7)
     assert [bound.map(d) for d in range(4)] == [0, 1, 2, 3]
     hist = bound >> wgm.then_weighted_histogram()
-    assert hist.map(1) == (7, 1.0, 1.0)
-    assert hist.map(3) == (21, 3.0, 3.0)
+    # a distance in users (the WGM's map needs the weights tied to t); the (ℓ0, ℓ2, ℓ∞) bound is a function
+    assert hist.output_metric == user_distance(7)
+    assert hist.map(1) == 1 and hist.map(3) == 3
+    assert weighted_histogram_l02inf(1, 7) == (7, 1.0, 1.0)
+    assert weighted_histogram_l02inf(3, 7) == (21, 3.0, 3.0)
     with pytest.raises(ValueError, match="not representable by u32"):  # OpenDP rejects it before our map
         hist.map(-1)
 
@@ -192,3 +199,77 @@ def test_candidate_counts_bad_input() -> None:
     t = wgm.make_candidate_counts(*space, candidates=["x"])
     with pytest.raises(dp.OpenDPException, match=r"`candidates` must have the item column's type Int64 \(found String\)"):
         t(pl.DataFrame({"user": [1], "item": [5]}))  # a string candidate cannot be cast to an integer column
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the kernel: make_wgm is make_bound_user_items >> make_weighted_histogram >> make_noisy_threshold
+# ---------------------------------------------------------------------------------------------------------
+def mixed_frame() -> pl.DataFrame:
+    """String items; users above Δ0 = 3 (6 and 9 distinct items, with duplicates) and below it (1 and 2)."""
+    users = {"u0": [f"s{i}" for i in range(6)] * 2, "u1": [f"s{i}" for i in range(3, 12)], "u2": ["s0"], "u3": ["s1", "s7", "s1"]}
+    return pl.DataFrame([(u, x) for u, items in users.items() for x in items], schema={"user": pl.String, "item": pl.String}, orient="row")
+
+
+def test_make_wgm_histogram_is_the_chains_bit_for_bit(monkeypatch) -> None:
+    """With one fixed seed, the histogram make_wgm noises is the chain's histogram, exactly (lattice integers)."""
+    from opendp_wgm.measurements import wgm as wgm_module
+
+    monkeypatch.setattr(secrets, "randbits", lambda bits: 0x5EED)
+    seen: list[pl.DataFrame] = []
+    release = wgm_module.release_above_threshold
+    monkeypatch.setattr(wgm_module, "release_above_threshold", lambda h, *a, **k: seen.append(h) or release(h, *a, **k))
+    space = wgm.user_items_space()
+    wgm.make_wgm(*space, max_contributions=3, scale=1.0, threshold=0.0)(mixed_frame())
+    chain = space >> wgm.then_bound_user_items(max_contributions=3) >> wgm.then_weighted_histogram()
+    expected = chain(mixed_frame()).collect().select("item", weight_lat=(pl.col("weight") * 2**LATTICE_BITS).cast(pl.Int64))
+    (histogram,) = seen
+    assert histogram.sort("item").equals(expected.sort("item"))
+    assert histogram["weight_lat"].dtype == pl.Int64
+    bounded = wgm.make_bound_user_items(*space, max_contributions=3)(mixed_frame()).collect()
+    assert dict(bounded.group_by("user").len().iter_rows()) == {"u0": 3, "u1": 3, "u2": 1, "u3": 2}
+    w = lattice_weights(3)  # every kept item of a user with t items weighs w[t - 1] lattice units
+    t = dict(bounded.group_by("user").len().iter_rows())
+    sums = bounded.with_columns(w=pl.col("user").replace_strict(t).map_elements(lambda n: int(w[n - 1]), return_dtype=pl.Int64))
+    assert dict(histogram.iter_rows()) == dict(sums.group_by("item").agg(pl.col("w").sum()).iter_rows())
+
+
+def test_make_wgm_release_is_the_chains_in_distribution() -> None:
+    """2000 users with one item each (weight 1), σ = 1, T = 1: each item is released with probability 1/2 (minus
+    half the discrete Gaussian's mass at 0, < 2e-7) by make_wgm and by the explicit chain; 6 sd = 0.067."""
+    n = 2000
+    data = pl.DataFrame({"user": np.arange(n), "item": [f"x{i}" for i in range(n)]})
+    space = wgm.user_items_space()
+    chain = space >> wgm.then_bound_user_items(max_contributions=4) >> wgm.then_weighted_histogram()
+    chain = chain >> wgm.then_noisy_threshold(scale=1.0, threshold=1.0)
+    m = wgm.make_wgm(*space, max_contributions=4, scale=1.0, threshold=1.0)
+    assert m.map(1) == chain.map(1) and m.output_measure == chain.output_measure
+    for release in (m(data), chain(data)):
+        assert abs(release.height / n - 0.5) < 6 * math.sqrt(0.25 / n)
+        assert release.schema == pl.Schema({"item": pl.String, "noisy_weight": pl.Float64})
+        assert (release["noisy_weight"] > 1.0).all() and release["item"].is_sorted()
+
+
+def test_histogram_bounds_any_input_but_reads_the_carrier_as_is() -> None:
+    """A frame or LazyFrame is bounded by the histogram; a BoundedUserItems of a larger Δ0 is bounded again."""
+    space = user_items_domain(UserItemsDescriptor("user", "item", 2)), dp.symmetric_id_distance(pl.col("user"))
+    histogram = wgm.make_weighted_histogram(*space)
+    wide = wgm.make_bound_user_items(*wgm.user_items_space(), max_contributions=5)
+    frame = pl.DataFrame({"user": [0] * 5, "item": list("abcde")})
+    for data in (frame, frame.lazy(), wide(frame)):
+        weights = histogram(data).collect()["weight"].to_list()
+        assert len(weights) == 2 and math.fsum(x * x for x in weights) <= 1.0
+    with pytest.raises(TypeError, match="must be built by make_bound_user_items"):
+        BoundedUserItems(frame.lazy(), None, 2, (1, 2, 3, 4))
+
+
+def test_noisy_threshold_needs_the_histograms_space() -> None:
+    bound = wgm.make_bound_user_items(*wgm.user_items_space(), max_contributions=3)
+    hist = bound >> wgm.then_weighted_histogram()
+    with pytest.raises(ValueError, match="user distance of make_weighted_histogram with max_contributions=3"):
+        wgm.make_noisy_threshold(hist.output_domain, user_distance(4), scale=1.0, threshold=1.0)
+    with pytest.raises(ValueError, match="weighted-histogram domain"):
+        wgm.make_noisy_threshold(*wgm.user_items_space(), scale=1.0, threshold=1.0)
+    with pytest.raises(ValueError, match="`passes` must be"):
+        wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, passes=0)
+    m = wgm.make_noisy_threshold(hist.output_domain, hist.output_metric, scale=3.0, threshold=10.0)
+    assert m.map(2) == wgm_privacy_loss(2, scale=3.0, threshold=10.0, max_contributions=3)

@@ -35,8 +35,19 @@ from opendp_wgm.measurements.top_k import (
     then_wgm_top_k,
     then_wgm_top_k_from_budget,
 )
-from opendp_wgm.measurements.wgm import make_wgm, make_wgm_from_budget, then_wgm, then_wgm_from_budget
-from opendp_wgm.privacy.calibrate import HittingSetCalibration, calibrate_user_peeling, calibrate_wgm_hitting_set
+from opendp_wgm.measurements.wgm import (
+    make_noisy_threshold,
+    make_wgm,
+    make_wgm_from_budget,
+    then_noisy_threshold,
+    then_wgm,
+    then_wgm_from_budget,
+)
+from opendp_wgm.privacy.calibrate import (
+    HittingSetCalibration,
+    calibrate_user_peeling,
+    calibrate_wgm_hitting_set,
+)
 
 __all__ = [
     "HittingSetCalibration",
@@ -55,6 +66,7 @@ __all__ = [
     "then_policy_greedy",
     "then_policy_greedy_from_budget",
     "make_limited_domain_top_k",
+    "make_noisy_threshold",
     "make_peeling_top_k",
     "make_user_peeling",
     "make_user_peeling_from_budget",
@@ -65,6 +77,7 @@ __all__ = [
     "make_wgm_top_k",
     "make_wgm_top_k_from_budget",
     "then_limited_domain_top_k",
+    "then_noisy_threshold",
     "then_peeling_top_k",
     "then_user_peeling",
     "then_user_peeling_from_budget",

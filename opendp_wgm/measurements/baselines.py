@@ -32,17 +32,21 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
+from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements.wgm import (
     Noise,
     _check_noise,
-    _release_above_threshold,
     _wgm_arguments,
     _wgm_privacy_map,
 )
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
-from opendp_wgm.privacy.calibrate import calibrate_key_release, calibrate_policy_greedy, calibrate_wgm
+from opendp_wgm.privacy.calibrate import (
+    calibrate_key_release,
+    calibrate_policy_greedy,
+    calibrate_wgm,
+)
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
-from opendp_wgm.transformations import _assert_features, _bound_plan, _seeds
+from opendp_wgm.transformations import _assert_features
 
 __all__ = [
     "make_opendp_key_release",
@@ -240,7 +244,7 @@ def _csr(
     """Build the CSR arrays of a release: users in a fresh random order, items coded.
 
     - ``max_contributions``: dedup, then a uniform random subset of at most Δ0 items per user (WGM's
-      :func:`~opendp_wgm.transformations._bound_plan`, on the values); ``None`` keeps every row (Policy Greedy).
+      :func:`~opendp_wgm.engines.polars.bound_plan`, on the values); ``None`` keeps every row (Policy Greedy).
     - ``key_order``: within a user, items by ascending key (the reference "L1" rule).
     - ``priority_order``: distinct items by multiplicity in the user's rows, descending, ties by first
       occurrence (Policy Greedy; needs ``max_contributions=None``).
@@ -252,8 +256,8 @@ def _csr(
     """
     lf = _prepare_frame(frame, space)
     if max_contributions is not None and not priority_order:
-        lf = _bound_plan(lf, space, max_contributions)  # before coding: the hash key must read values
-    coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item], _seeds())
+        lf = bound_plan(lf, space, max_contributions)  # before coding: the hash key must read values
+    coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item], fresh_seeds())
     if priority_order:
         plan = coded.with_row_index("_row").group_by("_u", "_x").agg(
             _m=pl.len(), _first=pl.col("_row").min(), _h=pl.col("_h").first()
@@ -444,7 +448,7 @@ def make_policy_gaussian(
         )
         weights = _policy_weights(data, cap, descent)
         histogram = _positive_histogram(data, weights, space.item)
-        return _release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
+        return release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
 
     privacy_map = _wgm_privacy_map(
         scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
@@ -736,7 +740,7 @@ def _key_release_input(
     return schema[space.item], lf.select(
         _canonical_user(space.user, schema[space.user]).alias(user),
         _canonical_item(space.item, schema[space.item]).alias(item),
-    ).with_columns(pl.col(item).hash(*_seeds()).alias(_KEY))
+    ).with_columns(pl.col(item).hash(*fresh_seeds()).alias(_KEY))
 
 
 def _key_release_plan(

@@ -30,10 +30,14 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.samplers import noisy_max
 from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
-from opendp_wgm.measurements._peeling import _make_wgm_then_peeling, _ranked_frame, _two_stage_arguments
+from opendp_wgm.engines.polars import cast_candidates
+from opendp_wgm.measurements.two_stage import (
+    _make_wgm_then_peeling,
+    _ranked_frame,
+    _two_stage_arguments,
+)
 from opendp_wgm.measurements.wgm import Engine, Noise
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
 from opendp_wgm.privacy.calibrate import (
@@ -43,7 +47,8 @@ from opendp_wgm.privacy.calibrate import (
     calibrate_wgm_hitting_set,
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
-from opendp_wgm.transformations import _cast_candidates, _check_candidates, _check_candidates_for
+from opendp_wgm.samplers import noisy_max
+from opendp_wgm.transformations import _check_candidates, _check_candidates_for
 
 __all__ = [
     "HittingSetCalibration",
@@ -132,7 +137,7 @@ def _coverage(
         items = lf.select(item).unique().sort(item).collect().get_column(item)
     else:
         # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
-        items = _cast_candidates(candidates, item_dtype).rename(item)
+        items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
         return _Coverage(np.zeros(0, np.int64), np.zeros(0, np.int64), 0), items
     keys = pl.LazyFrame({item: items}).with_row_index(_CODE)
@@ -469,7 +474,7 @@ def make_wgm_hitting_set(
         item=item,
         passes=passes,
         engine=engine,
-        stage_2=_peel,
+        peeling=make_user_peeling,
         accounting=USER_PEELING,
     )
 

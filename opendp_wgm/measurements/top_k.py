@@ -26,23 +26,35 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.samplers import SELECTION_METHODS, SelectionMethod, noisy_top_k
-from opendp_wgm._validation import _check_choice, _check_d_in, _check_int, _check_positive, _check_probability
+from opendp_wgm._validation import (
+    _check_choice,
+    _check_d_in,
+    _check_int,
+    _check_positive,
+    _check_probability,
+)
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
-from opendp_wgm.measurements._peeling import _make_wgm_then_peeling, _ranked_frame, _two_stage_arguments
+from opendp_wgm.engines.polars import bound_plan, candidate_counts, cast_candidates
+from opendp_wgm.measurements.two_stage import (
+    _make_wgm_then_peeling,
+    _ranked_frame,
+    _two_stage_arguments,
+)
 from opendp_wgm.measurements.wgm import Engine, Noise
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_limited_domain, calibrate_wgm_top_k
-from opendp_wgm.privacy.peeling import TOP_K, limited_domain_group_loss, limited_domain_threshold_offset, peeling_loss
+from opendp_wgm.privacy.peeling import (
+    TOP_K,
+    limited_domain_group_loss,
+    limited_domain_threshold_offset,
+    peeling_loss,
+)
 from opendp_wgm.privacy.threshold import check_max_contributions
+from opendp_wgm.samplers import SELECTION_METHODS, SelectionMethod, noisy_top_k
 from opendp_wgm.transformations import (
     _assert_features,
-    _bound_plan,
-    _candidate_counts,
-    _cast_candidates,
     _check_candidates,
     _check_candidates_for,
-    make_candidate_counts,
 )
 
 __all__ = [
@@ -98,33 +110,13 @@ def _peel_candidates(
     lf: pl.LazyFrame, space: _Space, candidates: pl.Series, k: int, scale: float, sampler: str, method: str
 ) -> pl.DataFrame:
     """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
-    items = _cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
-    counts = _candidate_counts(lf, space, items)  # no query for an empty list
+    items = cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
+    counts = candidate_counts(lf, space, items)  # no query for an empty list
     return _top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # known-domain peeling
-
-
-def _make_selection(size: int, k: int, scale: float, kind: MeasureKind, delta: float, method: str) -> dp.Measurement:
-    """Private top-k of a score vector (monotone ℓ∞) as an OpenDP user measurement returning indices."""
-    rounds = min(k, size)
-    sampler = _selection_sampler(kind)
-
-    def function(scores: list[int]) -> list[int]:
-        return noisy_top_k(np.asarray(scores, dtype=np.int64), k, scale, measure=sampler, method=method).tolist()
-
-    def privacy_map(d_in: int) -> Any:
-        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta)
-
-    return dp.m.make_user_measurement(
-        dp.vector_domain(dp.atom_domain(T=dp.i64), size=size),
-        dp.linf_distance(T=dp.i64, monotonic=True),
-        measure_of(kind),
-        function,
-        privacy_map,
-    )
 
 
 def make_peeling_top_k(
@@ -141,8 +133,8 @@ def make_peeling_top_k(
 ) -> dp.Measurement:
     r"""Private top-k over a public candidate list: exact user counts, then exponential-mechanism peeling.
 
-    The measurement is :func:`opendp_wgm.make_candidate_counts` (distinct-user counts of the candidates,
-    monotone ℓ∞ stability 1, no Δ0 needed) chained with an exact private top-k of the count vector
+    The release is :func:`opendp_wgm.make_candidate_counts` (distinct-user counts of the candidates,
+    monotone ℓ∞ stability 1, no Δ0 needed) followed by an exact private top-k of the count vector
     (the distribution of OpenDP's ``make_noisy_top_k``; the paper's reference code ``cdp_peeling``).
 
     Parameters
@@ -206,16 +198,17 @@ def make_peeling_top_k(
     method = _check_method(method)
     space = _resolve_space(input_domain, input_metric, item)
     series = _check_candidates_for(_check_candidates(candidates), space)
-    counts = make_candidate_counts(input_domain, input_metric, candidates=series, item=space.item)
-    chain = counts >> _make_selection(series.len(), k, scale, kind, delta_value, method)
+    rounds = min(k, series.len())  # public: the candidate list is
     sampler = _selection_sampler(kind)
 
-    # The release evaluates the chain's two steps directly on the frame (no FFI round trip of the data);
-    # the privacy map is the chain's: selection map ∘ stability map of the counts.
+    # candidate counts (monotone ℓ∞ stability d_in -> d_in) then an exact private top-k of the count vector
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         return _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, chain.map)
+    def privacy_map(d_in: int) -> Any:
+        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta_value)
+
+    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, privacy_map)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -326,7 +319,7 @@ def make_wgm_top_k(
         item=item,
         passes=passes,
         engine=engine,
-        stage_2=functools.partial(_peel_candidates, sampler=_WGM_TOP_K_SAMPLER, method=method),
+        peeling=functools.partial(make_peeling_top_k, method=method),
         accounting=TOP_K,
     )
 
@@ -492,7 +485,7 @@ def make_limited_domain_top_k(
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         lf = _prepare_frame(frame, space)
-        bounded = lf.unique() if max_contributions is None else _bound_plan(lf, space, max_contributions)
+        bounded = lf.unique() if max_contributions is None else bound_plan(lf, space, max_contributions)
         # top k̄ + 1 bounded counts; ties broken by item value, a fixed order of the domain
         top = (
             bounded.group_by(space.item)

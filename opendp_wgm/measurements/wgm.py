@@ -10,37 +10,51 @@ Gopi et al. 2020 (arXiv 2002.09745, Thm B.2); "Missing Mass for Differentially P
 
 Steps 2–4 run on the lattice :math:`2^{-20}\mathbb{Z}` with exact discrete Gaussian noise
 (:mod:`opendp_wgm.samplers.discrete_gaussian`); the privacy maps account for it (:mod:`opendp_wgm.privacy`).
+Steps 1–2 are :func:`opendp_wgm.make_bound_user_items` and :func:`opendp_wgm.make_weighted_histogram`, steps
+3–4 :func:`make_noisy_threshold`; :func:`make_wgm` is their chain, run by the kernel's plan functions
+(:mod:`opendp_wgm.engines.polars`).
 """
 
 from __future__ import annotations
 
-import math
-import secrets
 from collections.abc import Callable
 from typing import Any, Literal
 
-import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
-from opendp_wgm.samplers import sample_discrete_gaussian
+from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
+from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
-from opendp_wgm.privacy.threshold import LATTICE_BITS, MAX_SCALE, check_max_contributions
-from opendp_wgm.transformations import _assert_features, _bounded_lists_plan, _lattice_histogram_plan
+from opendp_wgm.privacy.threshold import (
+    LATTICE_BITS,
+    MAX_SCALE,
+    check_max_contributions,
+)
+from opendp_wgm.transformations import (
+    UserDistanceDescriptor,
+    WeightedHistogramDescriptor,
+    _assert_features,
+    _check_execution,
+    make_bound_user_items,
+    make_weighted_histogram,
+)
 
-__all__ = ["make_wgm", "make_wgm_from_budget", "then_wgm", "then_wgm_from_budget"]
+__all__ = [
+    "make_noisy_threshold",
+    "make_wgm",
+    "make_wgm_from_budget",
+    "then_noisy_threshold",
+    "then_wgm",
+    "then_wgm_from_budget",
+]
 
 Noise = Literal["lattice", "opendp"]
 Engine = Literal["auto", "in-memory", "streaming"]
 _NOISE_METHODS = ("lattice", "opendp")
-_ENGINES = ("auto", "in-memory", "streaming")
-#: Most ``passes``: each pass re-scans the input, so beyond ~10^3 the scans, not memory, dominate.
-MAX_PASSES = 1024
 
 
 def _check_noise(noise: str) -> str:
@@ -68,92 +82,6 @@ def _wgm_privacy_map(
     return privacy_map
 
 
-def _noisy_above_threshold(
-    weights_lat: np.ndarray, *, scale: float, threshold: float, noise: Noise = "lattice"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Steps 3–4 on the lattice: the integer sums (units 2^-k) plus discrete Gaussian noise, and which exceed T.
-
-    ``noisy_lat > floor(T 2^k)`` is exactly ``noisy > T`` on the lattice; integers only. The Polars release
-    and the Spark executors (:mod:`opendp_wgm.spark`) both call this.
-    """
-    unit = 2.0**LATTICE_BITS
-    noisy = weights_lat + sample_discrete_gaussian(scale * unit, weights_lat.shape[0], method=noise)
-    return noisy, noisy > math.floor(threshold * unit)
-
-
-def _weights_frame(items: pl.Series, noisy_lat: pl.Series) -> pl.DataFrame:
-    """The released frame: ``items`` and ``noisy_weight`` (Float64, the noisy lattice sums ``noisy_lat`` times
-    2^-k, exactly), sorted by item."""
-    return (
-        items.to_frame()
-        .with_columns(noisy_weight=noisy_lat.cast(pl.Float64) / 2.0**LATTICE_BITS)
-        .sort(items.name)  # the group-by's row order is arbitrary: sort so that order carries nothing
-    )
-
-
-def _release_above_threshold(
-    histogram: pl.DataFrame, item: str, *, scale: float, threshold: float, noise: Noise
-) -> pl.DataFrame:
-    """Noise the lattice sums (column ``weight_lat``) and keep the items above the threshold."""
-    noisy, keep = _noisy_above_threshold(
-        histogram["weight_lat"].to_numpy(), scale=scale, threshold=threshold, noise=noise
-    )
-    return _weights_frame(histogram.get_column(item).filter(pl.Series(keep)), pl.Series(noisy[keep], dtype=pl.Int64))
-
-
-def _check_execution(passes: int, engine: str) -> tuple[int, Engine]:
-    passes = _check_int("passes", passes, minimum=1, maximum=MAX_PASSES)
-    if engine not in _ENGINES:
-        msg = f"`engine` must be one of {_ENGINES}, got {engine!r}"
-        raise ValueError(msg)
-    return passes, engine  # type: ignore[return-value]
-
-
-def _lattice_histogram(
-    lf: pl.LazyFrame, space: _Space, max_contributions: int, *, passes: int = 1, engine: Engine = "auto"
-) -> pl.DataFrame:
-    """The lattice histogram (item, ``weight_lat``), computed over ``passes`` disjoint buckets of users.
-
-    Bounding is per user, so summing the buckets' histograms gives the same function of the data and the
-    seed; each pass holds about 1/``passes`` of the users in memory (``docs/engines.md``). The bucket hash
-    needs no secrecy: it only decides which pass handles a user.
-    """
-    if passes == 1:
-        lists = _bounded_lists_plan(lf, space, max_contributions)
-        return _lattice_histogram_plan(lists, space, max_contributions).collect(engine=engine)
-    bucket_seed = secrets.randbits(64)
-    parts = []
-    for bucket in range(passes):  # a loop over passes, not rows: each pass is one lazy plan
-        users = lf.filter(pl.col(space.user).hash(bucket_seed) % passes == bucket)
-        lists = _bounded_lists_plan(users, space, max_contributions)
-        parts.append(_lattice_histogram_plan(lists, space, max_contributions).collect(engine=engine))
-    return pl.concat(parts).group_by(space.item).agg(pl.col("weight_lat").sum())
-
-
-def _wgm_function(
-    space: _Space,
-    max_contributions: int,
-    scale: float,
-    threshold: float,
-    noise: Noise,
-    *,
-    passes: int = 1,
-    engine: Engine = "auto",
-    prepared: bool = False,
-):
-    """The WGM's release; with ``prepared``, on a frame that already went through :func:`_prepare_frame`
-    (which must not run twice: it evaluates the identifier expression into the user-key column)."""
-
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lf = frame if prepared else _prepare_frame(frame, space)
-        histogram = _lattice_histogram(lf, space, max_contributions, passes=passes, engine=engine)
-        return _release_above_threshold(
-            histogram, space.item, scale=scale, threshold=threshold, noise=noise
-        )
-
-    return function
-
-
 def _wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]:
     """The keyword arguments of :func:`make_wgm` from a calibration, (ε, δ)-DP or approximate zCDP, with
     ``options`` passed through unchanged (``make_wgm_from_budget`` here and in :mod:`opendp_wgm.spark`)."""
@@ -165,6 +93,100 @@ def _wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any
         "epsilon": calibration.epsilon,
         **options,
     }
+
+
+def _check_scale(scale: float) -> float:
+    scale = _check_positive("scale", scale)
+    if scale > MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
+        msg = f"`scale` must be <= 2**{LATTICE_BITS} = {MAX_SCALE!r} (found {scale!r})"
+        raise ValueError(msg)
+    return scale
+
+
+def _check_lattice_scale(epsilon: float | None, scale: float) -> None:
+    # docs/privacy.md Lemma 3: the (ε, δ) map (the one with an ε) needs at least one lattice step of noise
+    if epsilon is not None and scale < 1.0 / MAX_SCALE:
+        msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
+        raise ValueError(msg)
+
+
+def make_noisy_threshold(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    scale: float,
+    threshold: float,
+    output_measure: dp.Measure | None = None,
+    epsilon: float | None = None,
+    noise: Noise = "lattice",
+) -> dp.Measurement:
+    r"""Add exact discrete Gaussian noise to every weight of a weighted histogram; release those above T.
+
+    Steps 3–4 of the WGM: :func:`opendp_wgm.make_wgm` is ``make_bound_user_items >> make_weighted_histogram >>
+    make_noisy_threshold``.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        The output space of :func:`opendp_wgm.make_weighted_histogram`: a weighted-histogram domain and
+        :func:`opendp_wgm.transformations.user_distance` with the same Δ0.
+    scale
+        σ, the standard deviation of the noise on each weight, in (0, 2^20] (at least 2^-20 under (ε, δ)).
+    threshold
+        T: an item is released when its noisy weight exceeds it.
+    output_measure, epsilon, noise
+        As for :func:`opendp_wgm.make_wgm`.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a histogram frame (item, ``weight`` on the lattice :math:`2^{-20}\mathbb Z`) to a ``pl.DataFrame``
+        with the item column and ``noisy_weight`` (Float64), sorted by item.
+
+    Notes
+    -----
+    The noise is added on the lattice: ``weight`` times :math:`2^{20}` (an integer for every histogram of
+    :func:`~opendp_wgm.make_weighted_histogram`; a weight off the lattice is rounded down) plus
+    :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)`, compared with :math:`\lfloor T 2^{20}
+floor`. The
+    privacy map, in users, is the WGM's (``docs/privacy.md`` §2–4; :func:`opendp_wgm.wgm_privacy_loss`): it uses
+    that each user adds :math:`w(t)` to each of its :math:`t \le \Delta_0` items, which the input metric states.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+    """
+    _assert_features()
+    scale = _check_scale(scale)
+    threshold = _check_real("threshold", threshold)
+    noise = _check_noise(noise)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
+    _check_lattice_scale(epsilon, scale)
+    histogram = getattr(input_domain, "descriptor", None)
+    distance = getattr(input_metric, "descriptor", None)
+    if not isinstance(histogram, WeightedHistogramDescriptor):
+        msg = f"`input_domain` must be a weighted-histogram domain (the output of make_weighted_histogram) (found {input_domain})"
+        raise ValueError(msg)
+    if distance != UserDistanceDescriptor(histogram.max_contributions, histogram.lattice_bits):
+        msg = (
+            "`input_metric` must be the user distance of make_weighted_histogram with "
+            f"max_contributions={histogram.max_contributions} (found {input_metric})"
+        )
+        raise ValueError(msg)
+    item, unit = histogram.item, 2.0**histogram.lattice_bits
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        # x 2^k is exact on the lattice (|sums| < 2^53); collects the histogram's plan once
+        lattice = frame.lazy().select(item, (pl.col("weight") * unit).floor().cast(pl.Int64).alias(WEIGHT_LAT))
+        return release_above_threshold(lattice.collect(), item, scale=scale, threshold=threshold, noise=noise)
+
+    return dp.m.make_user_measurement(
+        input_domain,
+        input_metric,
+        output_measure,
+        function,
+        _wgm_privacy_map(
+            scale=scale, threshold=threshold, max_contributions=histogram.max_contributions, epsilon=epsilon
+        ),
+    )
 
 
 def make_wgm(
@@ -221,6 +243,10 @@ def make_wgm(
 
     Notes
     -----
+    The measurement is the chain ``make_bound_user_items(max_contributions) >> make_weighted_histogram(passes,
+    engine) >> make_noisy_threshold(scale, threshold, ...)``: the histogram aggregates the bound step's per-user
+    lists directly (:class:`~opendp_wgm.domains.BoundedUserItems`), so the data is bounded once.
+
     Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Privacy map
     (``docs/privacy.md`` §2–4), with :math:`w(t) = \lfloor 2^{20}/\sqrt t\rfloor 2^{-20}` and
     :math:`q(w) = \bar\Phi((\lfloor T 2^{20}\rfloor 2^{-20} - w)/\sigma)`:
@@ -253,27 +279,26 @@ def make_wgm(
     (0.03314, True)
     """
     _assert_features()
+    # the checks (and their order) of the steps below, before any is built
     max_contributions = check_max_contributions(max_contributions)
-    scale = _check_positive("scale", scale)
-    if scale > MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
-        msg = f"`scale` must be <= 2**{LATTICE_BITS} = {MAX_SCALE!r} (found {scale!r})"
-        raise ValueError(msg)
+    scale = _check_scale(scale)
     threshold = _check_real("threshold", threshold)
     noise = _check_noise(noise)
-    passes, engine = _check_execution(passes, engine)
+    passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
-    # docs/privacy.md Lemma 3: the (ε, δ) map needs at least one lattice step of noise
-    if epsilon is not None and scale < 1.0 / MAX_SCALE:
-        msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
-        raise ValueError(msg)
-    space = _resolve_space(input_domain, input_metric, item)
-    return dp.m.make_user_measurement(
-        input_domain,
-        input_metric,
-        output_measure,
-        _wgm_function(space, max_contributions, scale, threshold, noise, passes=passes, engine=engine),
-        _wgm_privacy_map(scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon),
+    _check_lattice_scale(epsilon, scale)
+    bound = make_bound_user_items(input_domain, input_metric, max_contributions=max_contributions, item=item)
+    histogram = make_weighted_histogram(bound.output_domain, bound.output_metric, passes=passes, engine=engine)
+    release = make_noisy_threshold(
+        histogram.output_domain,
+        histogram.output_metric,
+        scale=scale,
+        threshold=threshold,
+        output_measure=output_measure,
+        epsilon=epsilon,
+        noise=noise,
     )
+    return bound >> histogram >> release
 
 
 def make_wgm_from_budget(
@@ -342,5 +367,6 @@ def make_wgm_from_budget(
     )
 
 
+then_noisy_threshold = _to_then(make_noisy_threshold)
 then_wgm = _to_then(make_wgm)
 then_wgm_from_budget = _to_then(make_wgm_from_budget)

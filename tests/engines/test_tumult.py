@@ -35,7 +35,7 @@ def _features() -> None:
 @pytest.fixture(scope="module")
 def tmlt():
     pytest.importorskip("tmlt.core", reason='Tumult Core is not installed: pip install "opendp-wgm[tumult]"')
-    from opendp_wgm import tumult
+    from opendp_wgm.engines import tumult
 
     return tumult
 
@@ -176,7 +176,7 @@ def test_bad_parameters(tmlt, core) -> None:
 
 def test_missing_tumult_names_the_extra(monkeypatch) -> None:
     """Runs everywhere: without tmlt.core, constructing says what to install."""
-    from opendp_wgm import tumult
+    from opendp_wgm.engines import tumult
 
     monkeypatch.setattr(tumult, "_IMPORT_ERROR", ImportError("No module named 'tmlt'"))
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):

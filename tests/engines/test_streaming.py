@@ -17,8 +17,8 @@ import pytest
 import opendp_wgm as wgm
 from opendp_wgm.domains import _prepare_frame, _resolve_space
 from opendp_wgm.measurements import hitting_set, top_k
-from opendp_wgm.measurements import wgm as wgm_module
-from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
+from opendp_wgm.engines import polars as kernel
+from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
 
 MAX_CONTRIBUTIONS = 12
 
@@ -80,7 +80,7 @@ def test_lattice_plan_streams_to_the_same_integers(data, files) -> None:
     """The plan ``_wgm_function`` collects, on a Parquet scan, with the streaming engine: same Int64 sums."""
     space = _resolve_space(*wgm.user_items_space())
     plans = [
-        _lattice_histogram_plan(_bounded_lists_plan(_prepare_frame(source, space), space, MAX_CONTRIBUTIONS), space, MAX_CONTRIBUTIONS)
+        lattice_histogram_plan(bounded_lists_plan(_prepare_frame(source, space), space, MAX_CONTRIBUTIONS), space, MAX_CONTRIBUTIONS)
         for source in (data, scan("parquet", files))
     ]
     in_memory = plans[0].collect().sort("item")
@@ -94,13 +94,13 @@ def test_user_buckets_sum_to_the_whole_histogram(data, files) -> None:
     space = _resolve_space(*wgm.user_items_space())
     lf = _prepare_frame(scan("parquet", files), space)
     parts = [
-        _lattice_histogram_plan(
-            _bounded_lists_plan(lf.filter(pl.col("user").hash(11) % 3 == b), space, MAX_CONTRIBUTIONS), space, MAX_CONTRIBUTIONS
+        lattice_histogram_plan(
+            bounded_lists_plan(lf.filter(pl.col("user").hash(11) % 3 == b), space, MAX_CONTRIBUTIONS), space, MAX_CONTRIBUTIONS
         ).collect(engine="streaming")
         for b in range(3)
     ]
     summed = pl.concat(parts).group_by("item").agg(pl.col("weight_lat").sum()).sort("item")
-    whole = _lattice_histogram_plan(_bounded_lists_plan(lf, space, MAX_CONTRIBUTIONS), space, MAX_CONTRIBUTIONS)
+    whole = lattice_histogram_plan(bounded_lists_plan(lf, space, MAX_CONTRIBUTIONS), space, MAX_CONTRIBUTIONS)
     assert summed.equals(whole.collect(engine="streaming").sort("item"))
 
 
@@ -141,13 +141,13 @@ def _two_stage_data() -> pl.DataFrame:
 def stage_1_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the per-user bounding plans the WGM builds from now on: one per pass."""
     plans: list[int] = []
-    bounded_lists_plan = wgm_module._bounded_lists_plan
+    bounded_lists_plan = kernel.bounded_lists_plan
 
     def counted(*args):
         plans.append(1)
         return bounded_lists_plan(*args)
 
-    monkeypatch.setattr(wgm_module, "_bounded_lists_plan", counted)
+    monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
     return plans
 
 

@@ -21,7 +21,7 @@ from scipy.special import ndtr
 
 import opendp_wgm as wgm
 from opendp_wgm.domains import _Space
-from opendp_wgm.transformations import _bounded_lists_plan, _lattice_histogram_plan
+from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
 
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
@@ -67,7 +67,7 @@ def spark():
 
 @pytest.fixture(scope="module")
 def ws(spark):
-    from opendp_wgm import spark as module
+    from opendp_wgm.engines import spark as module
 
     return module
 
@@ -78,7 +78,7 @@ def to_spark(spark, frame: pl.DataFrame, ddl: str):
 
 def polars_histogram(frame: pl.DataFrame, max_contributions: int) -> dict:
     space = _Space("user", "item", None, False)
-    plan = _lattice_histogram_plan(_bounded_lists_plan(frame.lazy().drop_nulls(), space, max_contributions), space, max_contributions)
+    plan = lattice_histogram_plan(bounded_lists_plan(frame.lazy().drop_nulls(), space, max_contributions), space, max_contributions)
     return dict(plan.collect().iter_rows())
 
 
@@ -103,21 +103,21 @@ def test_histogram_equals_polars_when_no_user_is_subsampled(spark, ws) -> None:
     frame = small_users_frame()
     assert frame.drop_nulls().unique().group_by("user").len()["len"].max() <= 8
     sdf = to_spark(spark, frame, "user long, item string")
-    spark_hist = dict(ws._lattice_histogram(sdf, ws.SparkUserItemsDescriptor(), 8).collect())
+    spark_hist = dict(ws.lattice_histogram_plan(sdf, ws.SparkUserItemsDescriptor(), 8).collect())
     assert spark_hist == polars_histogram(frame, 8)
 
 
 def test_bound_rows_keep_a_subset_of_at_most_max_contributions(spark, ws) -> None:
     frame = wgm.datasets.synthetic_zipf(n_users=200, items_per_user=30, seed=2)
     sdf = to_spark(spark, frame, "user long, item long")
-    bounded = pl.DataFrame(ws._bound_rows(sdf, ws.SparkUserItemsDescriptor(), 5).collect(), schema=["user", "item"], orient="row")
+    bounded = pl.DataFrame(ws.bound_plan(sdf, ws.SparkUserItemsDescriptor(), 5).collect(), schema=["user", "item"], orient="row")
     assert bounded.is_duplicated().sum() == 0
     assert bounded.join(frame.unique(), on=["user", "item"], how="anti").height == 0  # only the users' own items
     expected = frame.unique().group_by("user").agg(n=pl.len().clip(upper_bound=5))
     kept = bounded.group_by("user").agg(k=pl.len())
     assert expected.join(kept, on="user").select((pl.col("n") == pl.col("k")).all()).item()
     # the total lattice mass, sum_u t_u w(t_u), does not depend on which items are kept
-    spark_hist = ws._lattice_histogram(sdf, ws.SparkUserItemsDescriptor(), 5).collect()
+    spark_hist = ws.lattice_histogram_plan(sdf, ws.SparkUserItemsDescriptor(), 5).collect()
     assert sum(r[1] for r in spark_hist) == sum(polars_histogram(frame, 5).values())
 
 
@@ -358,7 +358,7 @@ def test_features_must_be_enabled(ws) -> None:
 
 def test_missing_pyspark_names_the_extra(monkeypatch) -> None:
     """Runs everywhere: with pyspark hidden (or absent), every entry point says what to install."""
-    from opendp_wgm import spark as module
+    from opendp_wgm.engines import spark as module
 
     for name in [m for m in sys.modules if m == "pyspark" or m.startswith("pyspark.")]:
         monkeypatch.delitem(sys.modules, name)
@@ -367,3 +367,15 @@ def test_missing_pyspark_names_the_extra(monkeypatch) -> None:
         module.spark_user_items_space()
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[spark\]"'):
         module.make_wgm(object(), object(), max_contributions=1, scale=1.0, threshold=1.0)
+
+
+def test_public_import_paths_re_export_the_engines() -> None:
+    """Runs everywhere: ``opendp_wgm.spark`` and ``opendp_wgm.tumult`` are the documented paths of the engines."""
+    import opendp_wgm.engines.spark as engine
+    import opendp_wgm.engines.tumult as adapter
+    import opendp_wgm.spark as spark_path
+    import opendp_wgm.tumult as tumult_path
+
+    assert spark_path.__all__ == engine.__all__ and tumult_path.__all__ == adapter.__all__
+    assert all(getattr(spark_path, name) is getattr(engine, name) for name in engine.__all__)
+    assert all(getattr(tumult_path, name) is getattr(adapter, name) for name in adapter.__all__)

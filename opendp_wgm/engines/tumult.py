@@ -1,0 +1,507 @@
+r"""Tumult Core adapter: the WGM as a ``tmlt.core`` measurement over Spark DataFrames.
+
+Install with ``pip install "opendp-wgm[tumult]"`` (Tumult Core 0.20 with pyspark 3.5; on Python 3.11 Tumult
+Core needs ``numpy < 2`` and ``pandas < 2``, see ``docs/engines.md``). Importing this module imports
+``tmlt.core``, which changes process-wide settings of its own (typeguard's collection checks, a pandas alias,
+two warning filters); importing :mod:`opendp_wgm` alone does not.
+
+:class:`WGMMeasurement` (and, for the two-stage mechanisms, :class:`WGMTopKMeasurement` and
+:class:`WGMHittingSetMeasurement`) is a ``tmlt.core.measurements.base.Measurement`` whose
+
+- input domain is a ``SparkDataFrameDomain`` holding a user column and an item column,
+- input metric is ``IfGroupedBy([user], SymmetricDifference())``: the distance counts the users whose rows
+  differ, 1 for a user added or removed and 2 for a user whose rows changed, which is exactly the number of
+  users added or removed that :mod:`opendp_wgm`'s maps take as ``d_in``,
+- output measure is ``ApproxDP()``, with ``privacy_function`` computed by
+  :func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`, the function behind every WGM map of this package,
+- release is computed by the Spark engine (:mod:`opendp_wgm.spark`): noise is drawn in the executors and only
+  the released items reach the driver.
+
+It composes in a Tumult ``PrivacyAccountant`` (or ``SequentialComposition``) with ``ApproxDP`` output measure
+beside Tumult's own measurements. Tumult's ``RhoZCDP`` is *pure* ρ-zCDP and the WGM is not ρ-zCDP for any
+finite ρ (an item only one neighbour holds is released with probability up to δ > 0), so ``RhoZCDP`` is
+refused; Tumult Core 0.20 has no approximate-zCDP measure. Convert Tumult's ``RhoZCDP`` measurements with
+``RhoZCDPToApproxDP`` to compose them with the WGM.
+
+Numbers: the maps are evaluated in floating point with a conservative rounding direction
+(``docs/privacy.md``), and each float is then converted to the *exact* rational it represents
+(``ExactNumber.from_float(..., round_up=True)``), so the accountant's exact arithmetic sees exactly the
+guarantee the map states.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from opendp_wgm._validation import (
+    _check_positive,
+    _check_probability,
+    _check_real,
+)
+from opendp_wgm.privacy.calibrate import (
+    calibrate_wgm,
+    calibrate_wgm_hitting_set,
+    calibrate_wgm_top_k,
+)
+from opendp_wgm.privacy.gaussian import wgm_privacy_loss
+from opendp_wgm.privacy.threshold import check_max_contributions
+
+__all__ = [
+    "INSTALL_HINT",
+    "WGMHittingSetMeasurement",
+    "WGMMeasurement",
+    "WGMTopKMeasurement",
+    "create_wgm_hitting_set_measurement",
+    "create_wgm_measurement",
+    "create_wgm_top_k_measurement",
+]
+
+#: What to install when Tumult Core (or pyspark) is missing.
+INSTALL_HINT = 'pip install "opendp-wgm[tumult]"'
+
+try:
+    from tmlt.core.domains.spark_domains import (
+        SparkDataFrameDomain,
+        SparkFloatColumnDescriptor,
+    )
+    from tmlt.core.measurements.base import Measurement as _TumultMeasurement
+    from tmlt.core.measures import ApproxDP, RhoZCDP
+    from tmlt.core.metrics import IfGroupedBy, SymmetricDifference
+    from tmlt.core.utils.exact_number import ExactNumber
+except ImportError as _error:  # the module still imports (docs, doctest collection); constructors raise
+    _IMPORT_ERROR: ImportError | None = _error
+    _TumultMeasurement = object  # type: ignore[assignment,misc]
+else:
+    _IMPORT_ERROR = None
+
+
+def _require_tmlt() -> None:
+    if _IMPORT_ERROR is not None:
+        msg = f"opendp_wgm.tumult needs Tumult Core 0.20 (tmlt.core) and pyspark 3.5: {INSTALL_HINT}"
+        raise ModuleNotFoundError(msg) from _IMPORT_ERROR
+
+
+def _to_float(name: str, value: Any, *, round_up: bool) -> float:
+    """A Tumult ``ExactNumberInput`` (or a float) as a float, rounded in the stated direction."""
+    if isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a real number (found {value!r})")
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Rational):
+        return _check_real(name, value)
+    try:
+        exact = ExactNumber(value)
+    except Exception as err:  # sympy / Tumult raise several types for malformed numbers
+        raise TypeError(f"`{name}` must be a real number or a Tumult ExactNumberInput (found {value!r})") from err
+    return exact.to_float(round_up=round_up)
+
+
+def _exact(value: float) -> ExactNumber:
+    """The exact rational value of a float (no rounding: every finite float is a dyadic rational)."""
+    return ExactNumber.from_float(value, round_up=True)
+
+
+def _check_output_measure(output_measure: Any) -> Any:
+    if output_measure is None:
+        return ApproxDP()
+    if isinstance(output_measure, RhoZCDP):
+        msg = (
+            "the WGM is not rho-zCDP (Tumult's RhoZCDP is pure zCDP): it releases an item that only one "
+            "neighbour holds with probability up to delta > 0. Use output_measure=ApproxDP(), and convert "
+            "RhoZCDP measurements with tmlt.core.measurements.converters.RhoZCDPToApproxDP to compose them"
+        )
+        raise ValueError(msg)
+    if not isinstance(output_measure, ApproxDP):
+        raise ValueError(f"`output_measure` must be ApproxDP(), got {output_measure!r}")
+    return output_measure
+
+
+def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
+    if not isinstance(input_domain, SparkDataFrameDomain):
+        raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain, got {input_domain!r}")
+    for name, column in (("user", user), ("item", item)):
+        if not isinstance(column, str) or not column:
+            raise TypeError(f"`{name}` must be a non-empty column name (found {column!r})")
+        if column not in input_domain.schema:
+            msg = f"{name} column {column!r} not found in `input_domain` (columns: {list(input_domain.schema)})"
+            raise ValueError(msg)
+        if isinstance(input_domain.schema[column], SparkFloatColumnDescriptor):
+            raise ValueError(f"{name} column {column!r} must not be floating point (found {input_domain.schema[column]})")
+    if user == item:
+        raise ValueError(f"`user` and `item` must be different columns (both are {user!r})")
+
+
+def _users(distance: ExactNumber) -> int:
+    """floor(d_in) exactly: datasets are an integer number of users apart, so a d_in below k+1 means <= k."""
+    users = int(math.floor(distance.to_float(round_up=False)))
+    while ExactNumber(users + 1) <= distance:  # exact, whatever the float rounding did
+        users += 1
+    while ExactNumber(users) > distance:
+        users -= 1
+    return users
+
+
+def _epsilon_down(epsilon: Any) -> float:
+    """ε > 0 as a float, rounded down (a smaller ε reports, or calibrates to, a larger δ)."""
+    return _check_positive("epsilon", _to_float("epsilon", epsilon, round_up=False))
+
+
+def _delta_down(delta: Any) -> float:
+    """δ in (0, 1) as a float, rounded down (a calibration to it stays within the exact budget)."""
+    return _check_probability("delta", _to_float("delta", delta, round_up=False))
+
+
+def _driver_frame(session: Any, rows: Any, item: str, item_type: Any, column: str, column_type: Any) -> Any:
+    """A Spark DataFrame (item, ``column``) of driver-side rows: a local relation, so re-evaluating it never
+    redraws the noise."""
+    from opendp_wgm.engines.spark import _item_schema
+
+    return session.createDataFrame(rows, _item_schema(item, item_type, column, column_type))
+
+
+class _UserItemsMeasurement(_TumultMeasurement):
+    """A Tumult measurement over a (user, item) Spark DataFrame under ``IfGroupedBy([user],
+    SymmetricDifference())``, whose privacy function is a float map at ⌊d_in⌋ users (``_users_loss``)."""
+
+    def __init__(self, input_domain: Any, user: str, item: str, output_measure: Any) -> None:
+        super().__init__(
+            input_domain=input_domain,
+            input_metric=IfGroupedBy([user], SymmetricDifference()),
+            output_measure=output_measure,
+            is_interactive=False,
+        )
+        self._user, self._item = user, item
+
+    @property
+    def user(self) -> str:
+        """The user (privacy unit) column."""
+        return self._user
+
+    @property
+    def item(self) -> str:
+        """The item column."""
+        return self._item
+
+    def _users_loss(self, users: int) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def privacy_function(self, d_in: Any) -> tuple[ExactNumber, ExactNumber]:
+        """The smallest (ε, δ) for inputs ``d_in`` apart: the map at ⌊d_in⌋ users (see the class Notes), each
+        float reported as the exact rational it equals."""
+        self.input_metric.validate(d_in)
+        distance = ExactNumber(d_in)
+        if not distance.is_finite:
+            return ExactNumber(float("inf")), ExactNumber(1)
+        users = _users(distance)
+        if users == 0:
+            return ExactNumber(0), ExactNumber(0)
+        epsilon, delta = self._users_loss(users)
+        return _exact(epsilon), _exact(delta)
+
+
+class WGMMeasurement(_UserItemsMeasurement):
+    r"""The Weighted Gaussian Mechanism on a Spark DataFrame, as a Tumult Core measurement.
+
+    Releases the items whose weighted, noised user count exceeds ``threshold``: each user keeps a uniform
+    random subset of at most Δ0 distinct items, gives each kept item weight :math:`1/\sqrt t` (rounded down to
+    the lattice :math:`2^{-20}\mathbb Z`), sums are noised with the discrete Gaussian of scale σ and compared
+    with T (:func:`opendp_wgm.make_wgm`, run by :mod:`opendp_wgm.spark`).
+
+    Parameters
+    ----------
+    input_domain
+        A ``SparkDataFrameDomain`` with the ``user`` and ``item`` columns (no floating-point descriptor for
+        either; other columns are ignored).
+    user, item
+        Column names of the privacy unit and of the item.
+    max_contributions
+        Δ0 ≥ 1.
+    scale
+        σ > 0 (weight units).
+    threshold
+        T (weight units).
+    epsilon
+        The ε of the (ε, δ) pair reported for one user (a float or an exact Tumult number > 0).
+    output_measure
+        ``ApproxDP()`` (the default and the only sound choice; ``RhoZCDP()`` is refused with the reason).
+
+    Notes
+    -----
+    Measurement contract: input domain ``SparkDataFrameDomain``; input metric
+    ``IfGroupedBy([user], SymmetricDifference())``; output measure ``ApproxDP()``; output a materialised Spark
+    DataFrame with columns ``item`` (the input's type) and ``noisy_weight`` (double), sorted by item.
+
+    Privacy guarantee (``docs/privacy.md`` §3, :func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`), with
+    :math:`k = \lfloor d_{in} \rfloor` (distances between datasets are integers):
+
+    - :math:`d_{in} < 1`: :math:`(0, 0)`;
+    - :math:`k \ge 1`: :math:`(k\varepsilon,\ \delta_{\mathcal N}(k\varepsilon - a;\ \sigma, k) + \delta_T(k))`,
+      the analytic Gaussian profile plus the threshold's δ (exact for :math:`k = 1`, a group bound above);
+    - :math:`d_{in} = \infty`: :math:`(\infty, 1)`.
+
+    Each float is reported as the exact rational it equals.
+    """
+
+    def __init__(
+        self,
+        input_domain: Any,
+        user: str,
+        item: str,
+        *,
+        max_contributions: int,
+        scale: float,
+        threshold: float,
+        epsilon: Any,
+        output_measure: Any = None,
+    ) -> None:
+        _require_tmlt()
+        max_contributions = check_max_contributions(max_contributions)
+        scale = _check_positive("scale", scale)
+        threshold = _check_real("threshold", threshold)
+        epsilon_float = _epsilon_down(epsilon)
+        output_measure = _check_output_measure(output_measure)
+        _check_domain(input_domain, user, item)
+        super().__init__(input_domain, user, item, output_measure)
+        self._max_contributions, self._scale, self._threshold = max_contributions, scale, threshold
+        self._epsilon = epsilon_float
+
+    @property
+    def max_contributions(self) -> int:
+        """Δ0, the most distinct items a user keeps."""
+        return self._max_contributions
+
+    @property
+    def scale(self) -> float:
+        """σ, the noise scale in weight units."""
+        return self._scale
+
+    @property
+    def threshold(self) -> float:
+        """T, the release threshold in weight units."""
+        return self._threshold
+
+    @property
+    def epsilon(self) -> float:
+        """The ε reported for one user (a float; the reported value is its exact rational)."""
+        return self._epsilon
+
+    def _users_loss(self, users: int) -> tuple[float, float]:
+        return wgm_privacy_loss(
+            users,
+            scale=self._scale,
+            threshold=self._threshold,
+            max_contributions=self._max_contributions,
+            epsilon=self._epsilon,
+        )
+
+    def __call__(self, sdf: Any) -> Any:
+        """Release on ``sdf``: a materialised Spark DataFrame of (item, noisy_weight), sorted by item."""
+        from pyspark.sql import types
+
+        from opendp_wgm.engines.spark import (
+            SparkUserItemsDescriptor,
+            _spark_wgm_function,
+        )
+
+        # the Spark measurement's release (opendp_wgm.engines.spark.make_wgm), run on the checked frame
+        release = _spark_wgm_function(
+            SparkUserItemsDescriptor(self._user, self._item), self._max_contributions, self._scale, self._threshold
+        )
+        released = release(sdf)  # a Polars frame: item, noisy_weight (exact: |noisy_lat| < 2^53), sorted by item
+        item_type = sdf.schema[self._item].dataType
+        rows = released.select(self._item, "noisy_weight").rows()
+        return _driver_frame(sdf.sparkSession, rows, self._item, item_type, "noisy_weight", types.DoubleType())
+
+
+def create_wgm_measurement(
+    input_domain: Any,
+    user: str,
+    item: str,
+    *,
+    epsilon: Any,
+    delta: Any,
+    max_contributions: int,
+    noise_delta_fraction: float = 0.5,
+) -> WGMMeasurement:
+    r"""A :class:`WGMMeasurement` calibrated to an (ε, δ) budget for one user.
+
+    ``epsilon`` and ``delta`` may be floats or exact Tumult numbers; they are rounded *down* to floats and
+    :func:`opendp_wgm.calibrate_wgm` (the paper's calibration: ``noise_delta_fraction`` of δ to the noise, the
+    rest to the threshold) picks σ and T, so ``m.privacy_function(1)`` is at most the given budget, exactly.
+    """
+    _require_tmlt()
+    calibration = calibrate_wgm(
+        max_contributions=max_contributions,
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return WGMMeasurement(
+        input_domain,
+        user,
+        item,
+        max_contributions=calibration.max_contributions,
+        scale=calibration.scale,
+        threshold=calibration.threshold,
+        epsilon=calibration.epsilon,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# two-stage mechanisms: the Spark engine's measurements (opendp_wgm.spark), whose maps are the Polars ones
+
+
+class _SparkTwoStage(_UserItemsMeasurement):
+    """A Tumult measurement running an ``opendp_wgm.spark`` two-stage measurement under ``ApproxDP``.
+
+    The OpenDP measurement (built with ``output_measure=dp.approximate(dp.max_divergence())``) gives both the
+    release and the map: ``privacy_function(d_in)`` is its ``map(floor(d_in))`` as exact rationals. Building it
+    needs OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features, like every measurement of the package.
+    """
+
+    def __init__(
+        self, make: Any, input_domain: Any, user: str, item: str, output_measure: Any, **params: Any
+    ) -> None:
+        import opendp.prelude as dp
+
+        from opendp_wgm.engines.spark import spark_user_items_space
+
+        _require_tmlt()
+        output_measure = _check_output_measure(output_measure)
+        _check_domain(input_domain, user, item)
+        self._measurement = make(
+            *spark_user_items_space(user, item), output_measure=dp.approximate(dp.max_divergence()), **params
+        )
+        super().__init__(input_domain, user, item, output_measure)
+
+    @property
+    def opendp_measurement(self) -> Any:
+        """The ``opendp_wgm.spark`` measurement this one runs (its ``map`` is the privacy function)."""
+        return self._measurement
+
+    def _users_loss(self, users: int) -> tuple[float, float]:
+        return self._measurement.map(users)  # the OpenDP map at ⌊d_in⌋ users
+
+    def __call__(self, sdf: Any) -> Any:
+        """Release on ``sdf``: a Spark DataFrame of (item, rank), in rank order, built from driver-side rows."""
+        from pyspark.sql import types
+
+        released = self._measurement(sdf)  # a Polars frame: item, rank (checked and run by opendp_wgm.spark)
+        item_type = sdf.schema[self._item].dataType
+        rows = released.select(self._item, "rank").rows()
+        return _driver_frame(sdf.sparkSession, rows, self._item, item_type, "rank", types.IntegerType())
+
+
+class WGMTopKMeasurement(_SparkTwoStage):
+    r"""Private top-k over an unknown domain (WGM candidates, then peeling), as a Tumult Core measurement.
+
+    Runs :func:`opendp_wgm.spark.make_wgm_top_k` (same parameters; the (ε, δ) form, so ``wgm_epsilon`` and
+    ``peel_delta`` are required) and reports its map: adaptive composition of the WGM's (ε, δ) and the
+    peeling's (``docs/top_k.md``), at :math:`\lfloor d_{in}\rfloor` users, as exact rationals. Input metric
+    ``IfGroupedBy([user], SymmetricDifference())``, output measure ``ApproxDP()``; the release is a Spark
+    DataFrame of (item, rank). Needs OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features.
+    """
+
+    def __init__(
+        self,
+        input_domain: Any,
+        user: str,
+        item: str,
+        *,
+        k: int,
+        max_contributions: int,
+        wgm_scale: float,
+        wgm_threshold: float,
+        peel_scale: float,
+        wgm_epsilon: float,
+        peel_delta: float,
+        method: str = "auto",
+        output_measure: Any = None,
+    ) -> None:
+        from opendp_wgm.engines.spark import make_wgm_top_k
+
+        super().__init__(
+            make_wgm_top_k, input_domain, user, item, output_measure,
+            k=k, max_contributions=max_contributions, wgm_scale=wgm_scale, wgm_threshold=wgm_threshold,
+            peel_scale=peel_scale, wgm_epsilon=wgm_epsilon, peel_delta=peel_delta, method=method,
+        )  # fmt: skip
+
+
+class WGMHittingSetMeasurement(_SparkTwoStage):
+    r"""Private k-hitting set over an unknown domain (WGM candidates, then user peeling), for Tumult Core.
+
+    Runs :func:`opendp_wgm.spark.make_wgm_hitting_set` (same parameters, (ε, δ) form) and reports its map at
+    :math:`\lfloor d_{in}\rfloor` users as exact rationals (``docs/hitting_set.md``). Input metric
+    ``IfGroupedBy([user], SymmetricDifference())``, output measure ``ApproxDP()``; the release is a Spark
+    DataFrame of (item, rank). Needs OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features.
+    """
+
+    def __init__(
+        self,
+        input_domain: Any,
+        user: str,
+        item: str,
+        *,
+        k: int,
+        max_contributions: int,
+        wgm_scale: float,
+        wgm_threshold: float,
+        peel_scale: float,
+        wgm_epsilon: float,
+        peel_delta: float,
+        output_measure: Any = None,
+    ) -> None:
+        from opendp_wgm.engines.spark import make_wgm_hitting_set
+
+        super().__init__(
+            make_wgm_hitting_set, input_domain, user, item, output_measure,
+            k=k, max_contributions=max_contributions, wgm_scale=wgm_scale, wgm_threshold=wgm_threshold,
+            peel_scale=peel_scale, wgm_epsilon=wgm_epsilon, peel_delta=peel_delta,
+        )  # fmt: skip
+
+
+def create_wgm_top_k_measurement(
+    input_domain: Any, user: str, item: str, *, k: int, epsilon: Any, delta: Any, max_contributions: int,
+    split: float = 0.5, method: str = "auto",
+) -> WGMTopKMeasurement:  # fmt: skip
+    """A :class:`WGMTopKMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_top_k`.
+
+    The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
+    """
+    _require_tmlt()
+    cal = calibrate_wgm_top_k(
+        k=k,
+        max_contributions=max_contributions,
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
+        split=split,
+    )
+    return WGMTopKMeasurement(
+        input_domain, user, item, k=cal.k, max_contributions=cal.max_contributions, wgm_scale=cal.wgm.scale,
+        wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
+        peel_delta=cal.peel_delta, method=method,
+    )  # fmt: skip
+
+
+def create_wgm_hitting_set_measurement(
+    input_domain: Any, user: str, item: str, *, k: int, epsilon: Any, delta: Any, max_contributions: int,
+    split: float = 0.5, noise_delta_fraction: float = 0.5,
+) -> WGMHittingSetMeasurement:  # fmt: skip
+    """A :class:`WGMHittingSetMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_hitting_set`.
+
+    The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
+    """
+    _require_tmlt()
+    cal = calibrate_wgm_hitting_set(
+        k=k,
+        max_contributions=max_contributions,
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
+        split=split,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return WGMHittingSetMeasurement(
+        input_domain, user, item, k=cal.k, max_contributions=cal.wgm.max_contributions, wgm_scale=cal.wgm.scale,
+        wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
+        peel_delta=cal.peel_delta,
+    )  # fmt: skip

@@ -1,0 +1,283 @@
+r"""Two-stage mechanisms: a key release discovers candidates, a known-domain mechanism selects among them.
+
+:func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM today) with
+any constructor of a known-domain measurement on the released candidates (stage 2: peeling top-k, user
+peeling). Only stage 2's frame is released. The privacy map is the sum of stage 1's map and stage 2's *charged*
+map, a map that holds for every candidate list (peeling charges ``k`` rounds whatever the number of candidates),
+rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once: both stages read
+the same prepared frame.
+
+:func:`_make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
+:func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+
+from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
+from opendp_wgm.domains import (
+    UserItemsDescriptor,
+    _prepare_frame,
+    _PreparedFrame,
+    _resolve_space,
+    _Space,
+    user_items_domain,
+)
+from opendp_wgm.measurements.wgm import Engine, Noise, _check_noise, make_wgm
+from opendp_wgm.privacy.budget import check_two_stage_measure, measure_of
+from opendp_wgm.privacy.calibrate import WGMCalibration
+from opendp_wgm.privacy.peeling import Accounting, add_up, peeling_loss
+from opendp_wgm.privacy.threshold import check_max_contributions
+from opendp_wgm.transformations import _check_execution
+
+__all__ = ["make_two_stage"]
+
+RANK = "rank"
+
+#: Stage 1: ``(input_domain, input_metric) -> Measurement`` (a partial constructor such as ``then_wgm(...)``):
+#: a key release, whose output frame holds the candidate keys in the item column.
+Stage1 = Callable[[dp.Domain, dp.Metric], dp.Measurement]
+#: Stage 2: ``(input_domain, input_metric, candidates) -> Measurement``, a known-domain measurement on the
+#: candidates stage 1 released.
+Stage2 = Callable[[dp.Domain, dp.Metric, pl.Series], dp.Measurement]
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """How a two-stage release prepares its input once for both stages.
+
+    ``function`` maps an input to the prepared data, a member of ``domain`` under ``metric`` (stable:
+    ``d_out = d_in`` users), on which both stages are built; ``item`` names the key column of stage 1's release.
+    """
+
+    domain: dp.Domain
+    metric: dp.Metric
+    function: Callable[[Any], Any]
+    item: str
+
+
+def _polars_preparation(input_domain: dp.Domain, input_metric: dp.Metric, item: str | None) -> Preparation:
+    """A Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated, nulls
+    dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item): both
+    stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
+    them as a Python object (no copy through OpenDP's FFI)."""
+    space = _resolve_space(input_domain, input_metric, item)
+    prepared = _Space(space.user, space.item, None, lazyframe_domain=False)
+
+    def function(frame: Any) -> _PreparedFrame:
+        return _PreparedFrame(_prepare_frame(frame, space), prepared)
+
+    domain = user_items_domain(UserItemsDescriptor(space.user, space.item))
+    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
+
+
+def _add_losses(first: Any, second: Any, accounting: Accounting) -> Any:
+    """Two stage losses added and rounded up as ``accounting`` says: (ρ or ε, δ) pairs add componentwise."""
+    if isinstance(first, tuple):
+        delta = add_up(first[1], second[1], accounting)
+        return add_up(first[0], second[0], accounting), (min(1.0, delta) if accounting.cap_delta else delta)
+    return add_up(first, second, accounting)
+
+
+def make_two_stage(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    stage_1: Stage1,
+    stage_2: Stage2,
+    stage_2_map: Callable[[int], Any],
+    accounting: Accounting,
+    item: str | None = None,
+    preparation: Preparation | None = None,
+) -> dp.Measurement:
+    r"""Stage 1 releases keys; stage 2, built on them, releases the output (adaptive composition).
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        The input space.
+    stage_1
+        ``(domain, metric) -> Measurement``, e.g. ``opendp_wgm.then_wgm(...)``: a key release whose output frame
+        holds the candidates in the item column. Built once, on the prepared space; its map is the first term.
+    stage_2
+        ``(domain, metric, candidates) -> Measurement``: the known-domain measurement on the released candidates
+        (a ``pl.Series`` of the item column), built at release time on the prepared space.
+    stage_2_map
+        Stage 2's charged map: a map that holds for *every* candidate list (e.g. ``k`` peeling rounds whatever
+        the number of candidates), so that the sum does not depend on stage 1's release.
+    accounting
+        How the two maps add and round up (the stage-2 module's :class:`~opendp_wgm.privacy.peeling.Accounting`).
+    item
+        Item column, when the input domain is OpenDP's and holds more than one other column.
+    preparation
+        The input's preparation, run once per release; both stages are built on its space and read its result.
+        Default: a Polars frame's (:func:`_polars_preparation`). An engine passes its own.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Stage 2's release, in stage 1's output measure.
+
+    Notes
+    -----
+    The preparation is stable with ``d_out = d_in`` users (row-wise: the user key evaluated, rows with nulls
+    dropped). Stage 2 is private for every fixed candidate list, with a map bounded by ``stage_2_map`` whatever
+    the list, and its candidates are stage 1's output: by adaptive composition,
+    :math:`m(d) = m_1(d) + m_2(d)`, (ρ, δ) or (ε, δ) pairs added componentwise, rounded up.
+    """
+    if preparation is None:
+        preparation = _polars_preparation(input_domain, input_metric, item)
+    domain, metric = preparation.domain, preparation.metric
+    first = stage_1(domain, metric)  # once: its map, and the release
+    output_measure = first.output_measure
+
+    def function(frame: Any) -> pl.DataFrame:
+        data = preparation.function(frame)
+        candidates = first(data).get_column(preparation.item)  # stage 1: the released keys only
+        second = stage_2(domain, metric, candidates)
+        if second.output_measure != output_measure:
+            msg = f"`stage_2` must measure privacy in {output_measure} (found {second.output_measure})"
+            raise ValueError(msg)
+        return second(data)  # stage 2, on the same prepared data
+
+    def privacy_map(d_in: int) -> Any:
+        d_in = _check_d_in(d_in)
+        return _add_losses(first.map(d_in), stage_2_map(d_in), accounting)
+
+    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# WGM, then peeling
+
+
+class _TwoStageCalibration(Protocol):
+    """What a two-stage calibration gives (``WGMTopKCalibration``, ``HittingSetCalibration``)."""
+
+    @property
+    def k(self) -> int: ...
+    @property
+    def wgm(self) -> WGMCalibration: ...
+    @property
+    def peel_scale(self) -> float: ...
+    @property
+    def peel_delta(self) -> float: ...
+    @property
+    def epsilon(self) -> float | None: ...
+
+
+#: A peeling constructor on a known candidate list: ``(domain, metric, *, candidates, k, scale, output_measure,
+#: delta, item) -> Measurement`` (``make_peeling_top_k``, ``make_user_peeling``, or an engine's twin).
+Peeling = Callable[..., dp.Measurement]
+
+
+def _make_wgm_then_peeling(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    k: int,
+    max_contributions: int,
+    wgm_scale: float,
+    wgm_threshold: float,
+    peel_scale: float,
+    output_measure: dp.Measure | None,
+    wgm_epsilon: float | None,
+    peel_delta: float | None,
+    noise: Noise,
+    item: str | None,
+    passes: int,
+    engine: Engine,
+    peeling: Peeling,
+    accounting: Accounting,
+    make_stage_1: Callable[..., dp.Measurement] | None = None,
+    preparation: Preparation | None = None,
+) -> dp.Measurement:
+    r"""Stage 1, the WGM, releases candidates; stage 2, ``peeling``, peels ``k`` of them on the *unclipped* data
+    (the paper's reference code), charged ``k`` rounds whatever the number of candidates.
+
+    The caller asserts the features and checks its own parameters first; this checks the shared ones, in
+    signature order and composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``:
+    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2 is one more pass, and
+    keeps only the candidates' rows.
+    """
+    k = _check_int("k", k, minimum=1)
+    max_contributions = check_max_contributions(max_contributions)
+    wgm_scale = _check_positive("wgm_scale", wgm_scale)
+    wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
+    peel_scale = _check_positive("peel_scale", peel_scale)
+    noise = _check_noise(noise)
+    output_measure, kind, wgm_epsilon, peel_delta_value = check_two_stage_measure(
+        output_measure, wgm_epsilon, peel_delta, zero_delta=accounting.zero_delta
+    )
+    passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
+    options: dict[str, Any] = {}  # an engine's WGM has its own execution options
+    if make_stage_1 is None:
+        make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}
+    stage_1 = functools.partial(
+        make_stage_1,
+        max_contributions=max_contributions,
+        scale=wgm_scale,
+        threshold=wgm_threshold,
+        output_measure=output_measure,
+        epsilon=wgm_epsilon,
+        **options,
+    )
+    delta = peel_delta_value if kind == "approx_dp" else None
+
+    def stage_2(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement:
+        return peeling(
+            domain, metric, candidates=candidates, k=k, scale=peel_scale, output_measure=output_measure, delta=delta
+        )
+
+    def stage_2_map(d_in: int) -> Any:  # k rounds, whatever the number of candidates
+        return peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, accounting=accounting, delta=peel_delta_value)
+
+    return make_two_stage(
+        input_domain,
+        input_metric,
+        stage_1=stage_1,
+        stage_2=stage_2,
+        stage_2_map=stage_2_map,
+        accounting=accounting,
+        item=item,
+        preparation=preparation,
+    )
+
+
+def _two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> dict[str, Any]:
+    """The keyword arguments of a two-stage constructor from its calibration, (ε, δ)-DP or approximate zCDP,
+    with ``options`` (the ``_from_budget`` constructor's own: noise, method, item, passes, engine) passed
+    through unchanged; the explicit constructor checks them."""
+    approx_dp = calibration.epsilon is not None
+    return {
+        "k": calibration.k,
+        "max_contributions": calibration.wgm.max_contributions,
+        "wgm_scale": calibration.wgm.scale,
+        "wgm_threshold": calibration.wgm.threshold,
+        "peel_scale": calibration.peel_scale,
+        "output_measure": measure_of("approx_dp" if approx_dp else "approx_zcdp"),
+        "wgm_epsilon": calibration.wgm.epsilon if approx_dp else None,
+        "peel_delta": calibration.peel_delta if approx_dp else None,
+        **options,
+    }
+
+
+def _ranked_frame(items: pl.Series, chosen: np.ndarray, name: str, **extra: np.ndarray) -> pl.DataFrame:
+    """A stage-2 release: ``items[chosen]`` (in selection order) as column ``name``, their rank 1..len, and
+    ``extra`` columns."""
+    picked = items.gather(pl.Series(chosen, dtype=pl.UInt32)) if chosen.shape[0] else items.clear()
+    return pl.DataFrame(
+        [
+            picked.rename(name),
+            pl.Series(RANK, np.arange(1, chosen.shape[0] + 1), dtype=pl.UInt32),
+            *(pl.Series(column, values) for column, values in extra.items()),
+        ]
+    )
