@@ -28,13 +28,12 @@ import polars as pl
 
 from opendp_wgm import datasets
 from opendp_wgm.domains import _Space, user_items_space
+from opendp_wgm.measurements.baselines import greedy_hitting_set, user_peeling_on_true_domain
 from opendp_wgm.measurements.hitting_set import (
-    _peel,
     calibrate_wgm_hitting_set,
-    greedy_hitting_set,
     make_wgm_hitting_set_from_budget,
-    user_peeling_on_true_domain,
 )
+from opendp_wgm.measurements.hitting_set import peel as _peel
 from opendp_wgm.measurements.wgm import make_wgm
 from opendp_wgm.metrics import missed_users
 

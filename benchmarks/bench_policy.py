@@ -21,7 +21,7 @@ import opendp.prelude as dp
 
 import opendp_wgm as wgm
 from opendp_wgm import datasets
-from opendp_wgm.measurements import baselines as bl
+from opendp_wgm.measurements.baselines import policy as bl
 from opendp_wgm.domains import _Space
 
 DATASETS = ("imdb_50k", "fimi_retail")

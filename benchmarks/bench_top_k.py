@@ -23,7 +23,8 @@ import opendp.prelude as dp
 import polars as pl
 
 import opendp_wgm as wgm
-from opendp_wgm.measurements.top_k import make_limited_domain_top_k, make_wgm_top_k_from_budget
+from opendp_wgm.measurements.baselines import make_limited_domain_top_k
+from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
 
 EPSILON, DELTA, MAX_CONTRIBUTIONS = 1.0, 1e-5, 100
 KS = (5, 10, 20, 50, 100, 200)

@@ -17,7 +17,7 @@ import pytest
 import opendp_wgm as wgm
 from opendp_wgm.privacy.threshold import lattice_weights
 from opendp_wgm.domains import UserItemsDescriptor, _resolve_space, _user_of_metric, user_items_domain
-from opendp_wgm.measurements import baselines as bl
+from opendp_wgm.measurements.baselines import key_release, policy as bl
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 
 HOUSEHOLD = pl.col("person") // 2
@@ -81,7 +81,7 @@ def test_household_in_the_baselines_and_two_stage() -> None:
     data = bl._csr(household_frame(), space, max_contributions=2, key_order=False, priority_order=False)
     assert sorted(int(n) for n in data.offsets[1:] - data.offsets[:-1]) == [1, 2]  # two users: 2 and 1 items
 
-    _, lf = bl._key_release_input(household_frame(), space, "user", "item")
+    _, lf = key_release._key_release_input(household_frame(), space, "user", "item")
     assert lf.collect()["user"].n_unique() == 2
 
     peeling = make_user_peeling(*context_space(), candidates=["a", "c"], k=1, scale=1.0)
@@ -189,12 +189,12 @@ def test_histogram_of_bounded_input_is_unchanged() -> None:
 # ---------------------------------------------------------------------------------------------------------
 def test_key_release_keeps_signed_zeros_together() -> None:
     frame = pl.DataFrame({"user": [0.0, -0.0, 1.5], "item": [0.0, -0.0, 2.0]})
-    _, lf = bl._key_release_input(frame, _resolve_space(*wgm.user_items_space()), "user", "item")
+    _, lf = key_release._key_release_input(frame, _resolve_space(*wgm.user_items_space()), "user", "item")
     rows = lf.collect()
     assert rows["user"].n_unique() == 2 and rows["item"].n_unique() == 2
 
     # end to end: 60 users each hold the item as 0.0 and as -0.0, one item (two, each kept, if split as strings)
     users = pl.DataFrame({"user": list(range(60)) * 2, "item": [0.0] * 60 + [-0.0] * 60})
-    release = bl.make_opendp_key_release(*wgm.user_items_space(), max_contributions=2, epsilon=50.0, delta=1e-6)
+    release = key_release.make_opendp_key_release(*wgm.user_items_space(), max_contributions=2, epsilon=50.0, delta=1e-6)
     released = release(users)
     assert released["item"].to_list() == [0.0] and abs(released["noisy_count"][0] - 60) <= 5

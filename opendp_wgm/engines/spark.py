@@ -46,20 +46,17 @@ from opendp_wgm.domains import (
     user_items_space,
 )
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
-from opendp_wgm.measurements.hitting_set import _peel, make_user_peeling
-from opendp_wgm.measurements.top_k import (
-    _WGM_TOP_K_SAMPLER,
-    _check_method,
-    _top_k_of_counts,
-    make_peeling_top_k,
-)
-from opendp_wgm.measurements.two_stage import (
-    Preparation,
-    _make_wgm_then_peeling,
-    _two_stage_arguments,
-)
-from opendp_wgm.measurements.wgm import _wgm_arguments
+from opendp_wgm.measurements.hitting_set import make_user_peeling
+from opendp_wgm.measurements.hitting_set import peel as _peel
+from opendp_wgm.measurements.top_k import WGM_TOP_K_SAMPLER as _WGM_TOP_K_SAMPLER
+from opendp_wgm.measurements.top_k import check_method as _check_method
+from opendp_wgm.measurements.top_k import make_peeling_top_k
+from opendp_wgm.measurements.top_k import top_k_of_counts as _top_k_of_counts
+from opendp_wgm.measurements.two_stage import Preparation
+from opendp_wgm.measurements.two_stage import make_wgm_then_peeling as _make_wgm_then_peeling
+from opendp_wgm.measurements.two_stage import two_stage_arguments as _two_stage_arguments
 from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
+from opendp_wgm.measurements.wgm import wgm_arguments as _wgm_arguments
 from opendp_wgm.privacy.calibrate import (
     calibrate_wgm,
     calibrate_wgm_hitting_set,

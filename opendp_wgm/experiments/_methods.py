@@ -110,7 +110,7 @@ def _wgm_top_k(eps: float, delta: float, max_contributions: int) -> Variant:
 
 
 def _limited_domain(eps: float, delta: float, multiplier: int) -> Variant:
-    from opendp_wgm.measurements.top_k import make_limited_domain_top_k
+    from opendp_wgm.measurements.baselines import make_limited_domain_top_k
 
     label = "k̄ = k" if multiplier == 1 else f"k̄ = {multiplier}k"
     return Variant(

@@ -90,7 +90,7 @@ def _assert_features(config: Config) -> None:
 
     assert_plugin_features()
     if any(m.startswith("policy_") for m in config.methods):
-        from opendp_wgm.measurements.baselines import _assert_idealized
+        from opendp_wgm.measurements.baselines.policy import assert_idealized as _assert_idealized
 
         _assert_idealized()
 

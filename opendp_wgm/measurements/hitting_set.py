@@ -33,12 +33,13 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import cast_candidates
+from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
-    _make_wgm_then_peeling,
-    _ranked_frame,
-    _two_stage_arguments,
+    make_wgm_then_peeling,
+    ranked_frame,
+    two_stage_arguments,
 )
-from opendp_wgm.measurements.wgm import Engine, Noise
+from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
 from opendp_wgm.privacy.calibrate import (
     HittingSetCalibration,
@@ -47,14 +48,13 @@ from opendp_wgm.privacy.calibrate import (
     calibrate_wgm_hitting_set,
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
-from opendp_wgm.samplers import noisy_max
+from opendp_wgm.samplers import NoiseMethod, noisy_max
 from opendp_wgm.transformations import _check_candidates, _check_candidates_for
 
 __all__ = [
     "HittingSetCalibration",
     "calibrate_user_peeling",
     "calibrate_wgm_hitting_set",
-    "greedy_hitting_set",
     "make_user_peeling",
     "make_user_peeling_from_budget",
     "make_wgm_hitting_set",
@@ -63,7 +63,6 @@ __all__ = [
     "then_user_peeling_from_budget",
     "then_wgm_hitting_set",
     "then_wgm_hitting_set_from_budget",
-    "user_peeling_on_true_domain",
 ]
 
 _CODE = "__opendp_wgm_code__"
@@ -84,33 +83,23 @@ def _slices(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 class _Coverage:
     """Uncovered-user counts of ``n_items`` items while items are picked one at a time.
 
-    ``user_codes`` / ``item_codes`` are the distinct (user, item) pairs as dense integer codes. Two CSR
-    layouts are built once (O(pairs)): item → holders and user → items. Picking item ``j`` marks its
+    ``csr`` holds the distinct (user, item) pairs (:func:`~opendp_wgm.measurements._user_items.user_item_csr`
+    with ``item_index=True``): user → items and item → holders, built once in O(pairs). Picking item ``j`` marks its
     not-yet-covered holders as covered and subtracts, in one ``bincount``, one from every item those users
     hold: afterwards ``counts[x]`` is the number of *uncovered* users holding ``x`` (the reference's
     ``remove_users_with_item`` of the paper's reference code, without its set copies). Each user is covered once, so
     all picks together cost O(pairs + picks · n_items).
     """
 
-    def __init__(self, user_codes: np.ndarray, item_codes: np.ndarray, n_items: int) -> None:
-        user_codes = np.asarray(user_codes, dtype=np.int64)
-        item_codes = np.asarray(item_codes, dtype=np.int64)
-        n_users = int(user_codes.max()) + 1 if user_codes.size else 0
-        self.n_items = n_items
-        if user_codes.size and np.any(user_codes[1:] < user_codes[:-1]):
-            order = np.argsort(user_codes, kind="stable")
-            user_codes, item_codes = user_codes[order], item_codes[order]
-        # user -> items: the pairs sorted by user
-        self.user_items = item_codes
-        self.user_ptr = np.concatenate(([0], np.cumsum(np.bincount(user_codes, minlength=n_users))))
-        # item -> holders
-        counts = np.bincount(item_codes, minlength=n_items).astype(np.int64)
-        # numpy radix-sorts 16-bit keys in O(pairs): ~5x faster than the comparison sort on 5e6 pairs
-        keys = item_codes.astype(np.uint16) if n_items <= np.iinfo(np.uint16).max + 1 else item_codes
-        self.item_users = user_codes[np.argsort(keys, kind="stable")]
-        self.item_ptr = np.concatenate(([0], np.cumsum(counts)))
-        self.counts = counts  # uncovered holders per item
-        self.covered = np.zeros(n_users, dtype=bool)
+    def __init__(self, csr: UserItemCSR) -> None:
+        if csr.item_offsets is None or csr.item_users is None:
+            msg = "`csr` must be built with item_index=True (found no item -> users index)"
+            raise ValueError(msg)
+        self.n_items = csr.n_items
+        self.user_items, self.user_ptr = csr.items, csr.offsets  # user -> items
+        self.item_users, self.item_ptr = csr.item_users, csr.item_offsets  # item -> holders
+        self.counts = np.diff(csr.item_offsets)  # uncovered holders per item
+        self.covered = np.zeros(csr.n_users, dtype=bool)
 
     def pick(self, j: int) -> int:
         """Cover the holders of item ``j``; return how many were newly covered."""
@@ -122,7 +111,7 @@ class _Coverage:
         return int(new.size)
 
 
-def _coverage(
+def coverage(
     lf: pl.LazyFrame, space: _Space, candidates: pl.Series | None
 ) -> tuple[_Coverage, pl.Series]:
     """The coverage state of ``lf`` over ``candidates`` (or over all its items, sorted, when ``None``).
@@ -139,7 +128,7 @@ def _coverage(
         # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
         items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
-        return _Coverage(np.zeros(0, np.int64), np.zeros(0, np.int64), 0), items
+        return _Coverage(user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
     keys = pl.LazyFrame({item: items}).with_row_index(_CODE)
     # one hash pass over the users: dedup per user and dense user codes, each user's pairs contiguous
     # (a frame-wide `unique()` on (user, code) is ~5x slower on 7e6 string pairs)
@@ -152,12 +141,12 @@ def _coverage(
         .select(_USER_CODE, _CODE)
         .collect()
     )
-    user_codes = pairs.get_column(_USER_CODE).to_numpy().astype(np.int64)
-    item_codes = pairs.get_column(_CODE).to_numpy().astype(np.int64)
-    return _Coverage(user_codes, item_codes, items.len()), items
+    user_codes = pairs.get_column(_USER_CODE).to_numpy()
+    item_codes = pairs.get_column(_CODE).to_numpy()
+    return _Coverage(user_item_csr(user_codes, item_codes, items.len(), item_index=True)), items
 
 
-def _peel(
+def peel(
     lf: pl.LazyFrame,
     space: _Space,
     candidates: pl.Series | None,
@@ -175,7 +164,7 @@ def _peel(
     ``timings`` (benchmarks only) receives the seconds spent building the arrays and in the rounds.
     """
     start = time.perf_counter()
-    state, items = _coverage(lf, space, candidates)
+    state, items = coverage(lf, space, candidates)
     built = time.perf_counter()
     n = state.n_items
     rounds = min(k, n)
@@ -192,28 +181,7 @@ def _peel(
         state.pick(j)
     if timings is not None:
         timings.update(build=built - start, rounds=time.perf_counter() - built, n_rounds=rounds, n_candidates=n)
-    return _ranked_frame(items, chosen, items.name)
-
-
-# --------------------------------------------------------------------------------------------------------
-# parameter checks
-# --------------------------------------------------------------------------------------------------------
-def _check_columns(user: Any, item: Any) -> _Space:
-    for name, value in (("user", user), ("item", item)):
-        if not isinstance(value, str):
-            msg = f"`{name}` must be a column name (str) (found {value!r})"
-            raise TypeError(msg)
-    if user == item:
-        msg = f"`user` and `item` must name different columns (both are {user!r})"
-        raise ValueError(msg)
-    return _Space(user, item, None, lazyframe_domain=False)
-
-
-def _check_data(data: Any, space: _Space) -> pl.LazyFrame:
-    if not isinstance(data, (pl.DataFrame, pl.LazyFrame)):
-        msg = f"`data` must be a polars DataFrame or LazyFrame (found {type(data).__name__})"
-        raise TypeError(msg)
-    return _prepare_frame(data, space)
+    return ranked_frame(items, chosen, items.name)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -320,7 +288,7 @@ def make_user_peeling(
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return _peel(_prepare_frame(frame, space), space, series, k, scale)
+        return peel(_prepare_frame(frame, space), space, series, k, scale)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
@@ -387,7 +355,7 @@ def make_wgm_hitting_set(
     output_measure: dp.Measure | None = None,
     wgm_epsilon: float | None = None,
     peel_delta: float | None = None,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     item: str | None = None,
     passes: int = 1,
     engine: Engine = "auto",
@@ -459,7 +427,7 @@ def make_wgm_hitting_set(
     (0.04375, True)
     """
     _assert_features()
-    return _make_wgm_then_peeling(
+    return make_wgm_then_peeling(
         input_domain,
         input_metric,
         k=k,
@@ -490,7 +458,7 @@ def make_wgm_hitting_set_from_budget(
     rho: float | None = None,
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     item: str | None = None,
     passes: int = 1,
     engine: Engine = "auto",
@@ -533,97 +501,8 @@ def make_wgm_hitting_set_from_budget(
     return make_wgm_hitting_set(
         input_domain,
         input_metric,
-        **_two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
+        **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
     )
-
-
-# --------------------------------------------------------------------------------------------------------
-# baselines (plain functions)
-# --------------------------------------------------------------------------------------------------------
-def greedy_hitting_set(
-    data: pl.DataFrame | pl.LazyFrame, k: int, *, user: str = "user", item: str = "item"
-) -> pl.DataFrame:
-    r"""The non-private greedy k-hitting set (maximum coverage). **Not differentially private.**
-
-    Each round picks the item held by the most users not yet covered, then covers them
-    (as in the paper). Unlike the paper's reference code, an item is never picked twice, and the rounds stop
-    early only when no item covers a new user (every user is covered). Ties go to the **smallest item** in
-    Polars' sort order of the item column, so the result depends on the set of (user, item) pairs only, not
-    on the row order. Greedy covers at least a :math:`1 - 1/e` fraction of the best k-set's users.
-
-    Parameters
-    ----------
-    data
-        Polars ``DataFrame`` or ``LazyFrame``, one row per (user, item) occurrence (duplicates and rows with a
-        null user or item are dropped).
-    k
-        Most items to pick, ≥ 1.
-    user, item
-        Column names.
-
-    Returns
-    -------
-    polars.DataFrame
-        The picks in order: the item column (input dtype), ``rank`` (UInt32) and ``newly_covered`` (Int64, users
-        covered by that pick, > 0). At most ``k`` rows.
-
-    Examples
-    --------
-    >>> import polars as pl
-    >>> from opendp_wgm.measurements.hitting_set import greedy_hitting_set
-    >>> users = [[1, 2, 3], [1, 2, 4], [1, 5], [6, 7], [6, 9]]
-    >>> df = pl.DataFrame({"user": [i for i, u in enumerate(users) for _ in u], "item": sum(users, [])})
-    >>> greedy_hitting_set(df, 3)["item"].to_list()  # everyone is covered after two picks
-    [1, 6]
-    """
-    space = _check_columns(user, item)
-    k = _check_int("k", k, minimum=1)
-    lf = _check_data(data, space)
-    state, items = _coverage(lf, space, None)
-    chosen: list[int] = []
-    newly: list[int] = []
-    for _ in range(min(k, state.n_items)):
-        j = int(np.argmax(state.counts))  # the first maximum: codes follow the sorted item order
-        if state.counts[j] == 0:  # nothing more can be covered (chosen items sit at 0)
-            break
-        chosen.append(j)
-        newly.append(state.pick(j))
-    return _ranked_frame(
-        items, np.asarray(chosen, dtype=np.int64), items.name, newly_covered=np.asarray(newly, dtype=np.int64)
-    )
-
-
-def user_peeling_on_true_domain(
-    data: pl.DataFrame | pl.LazyFrame,
-    k: int,
-    *,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    delta: float | None = None,
-    user: str = "user",
-    item: str = "item",
-) -> pl.DataFrame:
-    r"""User peeling over the data's own item domain. **Not differentially private in the domain.**
-
-    The baseline "Non-Private-Domain-And-Peel" (the paper's reference code): :func:`make_user_peeling` with the
-    whole budget, and with candidates = every distinct item of ``data``. The peeling rounds are private *for
-    a public candidate list*, but here the list is read from the data (a released item may be held by one
-    user only), so the output as a whole is not differentially private. It models a known, public domain.
-
-    The budget is as in :func:`calibrate_user_peeling`, spread over ``k`` rounds as the reference does
-    (``epsilon`` with ``delta`` reproduces its per-round ε').
-
-    Returns
-    -------
-    polars.DataFrame
-        The item column (input dtype) and ``rank``, ``min(k, #items)`` rows in selection order.
-    """
-    space = _check_columns(user, item)
-    k = _check_int("k", k, minimum=1)
-    budget = Budget.of_peeling(epsilon=epsilon, rho=rho, delta=delta)
-    lf = _check_data(data, space)
-    scale = calibrate_peeling_for(budget, k)
-    return _peel(lf, space, None, k, scale)
 
 
 then_user_peeling = _to_then(make_user_peeling)

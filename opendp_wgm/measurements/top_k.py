@@ -28,29 +28,24 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import (
     _check_choice,
-    _check_d_in,
     _check_int,
     _check_positive,
-    _check_probability,
 )
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
-from opendp_wgm.engines.polars import bound_plan, candidate_counts, cast_candidates
+from opendp_wgm.engines.polars import candidate_counts, cast_candidates
 from opendp_wgm.measurements.two_stage import (
-    _make_wgm_then_peeling,
-    _ranked_frame,
-    _two_stage_arguments,
+    make_wgm_then_peeling,
+    ranked_frame,
+    two_stage_arguments,
 )
-from opendp_wgm.measurements.wgm import Engine, Noise
+from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
-from opendp_wgm.privacy.calibrate import calibrate_limited_domain, calibrate_wgm_top_k
+from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
 from opendp_wgm.privacy.peeling import (
     TOP_K,
-    limited_domain_group_loss,
-    limited_domain_threshold_offset,
     peeling_loss,
 )
-from opendp_wgm.privacy.threshold import check_max_contributions
-from opendp_wgm.samplers import SELECTION_METHODS, SelectionMethod, noisy_top_k
+from opendp_wgm.samplers import SELECTION_METHODS, NoiseMethod, SelectionMethod, noisy_top_k
 from opendp_wgm.transformations import (
     _assert_features,
     _check_candidates,
@@ -58,20 +53,13 @@ from opendp_wgm.transformations import (
 )
 
 __all__ = [
-    "make_limited_domain_top_k",
     "make_peeling_top_k",
     "make_wgm_top_k",
     "make_wgm_top_k_from_budget",
-    "then_limited_domain_top_k",
     "then_peeling_top_k",
     "then_wgm_top_k",
     "then_wgm_top_k_from_budget",
 ]
-
-#: Bits of the lattice 2^-b Z on which limited-domain top-k places h_⊥ (rounded up): counts become integers
-#: times 2^b, and the selection runs on integer scores exactly.
-LD_LATTICE_BITS = 20
-
 
 # --------------------------------------------------------------------------------------------------------------
 # selection on exact counts
@@ -82,7 +70,7 @@ def _selection_sampler(kind: MeasureKind) -> Literal["zcdp", "max_divergence"]:
     return "max_divergence" if kind == "pure_dp" else "zcdp"
 
 
-def _check_method(method: Any) -> str:
+def check_method(method: Any) -> str:
     return _check_choice("method", method, SELECTION_METHODS)
 
 
@@ -92,18 +80,18 @@ def _item_dtype(lf: pl.LazyFrame, space: _Space) -> pl.DataType:
 
 #: The sampler of WGM-then-top-k's stage 2: both of its output measures (approximate zCDP and (ε, δ)) select
 #: with the exponential mechanism's Gumbel form (:func:`_selection_sampler`).
-_WGM_TOP_K_SAMPLER: Literal["zcdp"] = "zcdp"
+WGM_TOP_K_SAMPLER: Literal["zcdp"] = "zcdp"
 
 
-def _top_k_of_counts(
+def top_k_of_counts(
     items: pl.Series, counts: np.ndarray, k: int, scale: float, sampler: str, method: str, name: str
 ) -> pl.DataFrame:
     """A private top-k of ``items`` by their exact ``counts`` (same order), as the released frame (column
     ``name``, then ``rank``). The Polars and the Spark engine (:mod:`opendp_wgm.spark`) both select with it."""
     if items.len() == 0:
-        return _ranked_frame(items, np.zeros(0, dtype=np.int64), name)
+        return ranked_frame(items, np.zeros(0, dtype=np.int64), name)
     chosen = noisy_top_k(counts, k, scale, measure=sampler, method=method)  # type: ignore[arg-type]
-    return _ranked_frame(items, chosen, name)
+    return ranked_frame(items, chosen, name)
 
 
 def _peel_candidates(
@@ -112,7 +100,7 @@ def _peel_candidates(
     """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
     items = cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
     counts = candidate_counts(lf, space, items)  # no query for an empty list
-    return _top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
+    return top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -195,7 +183,7 @@ def make_peeling_top_k(
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
     kind, delta_value = check_peeling_measure(output_measure, delta, zero_delta=TOP_K.zero_delta)
-    method = _check_method(method)
+    method = check_method(method)
     space = _resolve_space(input_domain, input_metric, item)
     series = _check_candidates_for(_check_candidates(candidates), space)
     rounds = min(k, series.len())  # public: the candidate list is
@@ -227,7 +215,7 @@ def make_wgm_top_k(
     output_measure: dp.Measure | None = None,
     wgm_epsilon: float | None = None,
     peel_delta: float | None = None,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     method: SelectionMethod = "auto",
     item: str | None = None,
     passes: int = 1,
@@ -303,8 +291,8 @@ def make_wgm_top_k(
     (0.04375, True)
     """
     _assert_features()
-    method = _check_method(method)
-    return _make_wgm_then_peeling(
+    method = check_method(method)
+    return make_wgm_then_peeling(
         input_domain,
         input_metric,
         k=k,
@@ -334,7 +322,7 @@ def make_wgm_top_k_from_budget(
     epsilon: float | None = None,
     rho: float | None = None,
     split: float = 0.5,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     method: SelectionMethod = "auto",
     item: str | None = None,
     passes: int = 1,
@@ -381,140 +369,10 @@ def make_wgm_top_k_from_budget(
     return make_wgm_top_k(
         input_domain,
         input_metric,
-        **_two_stage_arguments(calibration, noise=noise, method=method, item=item, passes=passes, engine=engine),
+        **two_stage_arguments(calibration, noise=noise, method=method, item=item, passes=passes, engine=engine),
     )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# limited domain (Durfee & Rogers 2019)
-
-
-def make_limited_domain_top_k(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    k_bar: int,
-    max_contributions: int | None,
-    epsilon: float,
-    delta: float,
-    method: SelectionMethod = "auto",
-    item: str | None = None,
-) -> dp.Measurement:
-    r"""Limited-domain top-k (Durfee & Rogers 2019, Algorithm 1): the paper's baseline
-
-    1. Each user keeps a uniform random subset of at most Δ0 distinct items (``max_contributions``; ``None``
-       keeps all, and then :math:`\Delta_0 = \infty` below).
-    2. δ' = δ/2 pays for composition, :math:`\delta_\perp` = δ − δ' for the threshold.
-    3. ε' is the largest value with :math:`E(\varepsilon') \le \varepsilon`
-       (:func:`opendp_wgm.privacy.calibrate.limited_domain_local_epsilon`, the reference's bisection).
-    4. The k̄ items with the largest bounded counts :math:`c_{(1)} \ge \dots \ge c_{(\bar k)}` (ties broken
-       by item value) compete with :math:`\perp` of score
-       :math:`h_\perp = c_{(\bar k+1)} + 1 + \ln(\min(\Delta_0, \bar k)/\delta_\perp)/\varepsilon'`
-       (:math:`c_{(\bar k+1)} = 0` if there are at most k̄ items).
-    5. All get Gumbel noise of scale 1/ε'; the items whose noisy score beats :math:`\perp`'s are released in
-       noisy order, at most k.
-
-    Parameters
-    ----------
-    input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
-    k
-        Most items released, ≥ 1.
-    k_bar
-        k̄ ≥ k, the size of the limited domain. It may exceed the number of distinct items (the reference
-        crashes there): the missing slots are filled with zero-count placeholders that are never released.
-    max_contributions
-        Δ0 ≥ 1, or ``None`` for no bound.
-    epsilon, delta
-        The (ε, δ)-DP budget for one user.
-    method : {'auto', 'opendp', 'fast'}
-        The exact selection sampler.
-    item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
-
-    Returns
-    -------
-    opendp.mod.Measurement
-        Output measure ``dp.approximate(dp.max_divergence())``; maps a frame to a ``pl.DataFrame`` with the
-        item column and ``rank`` (UInt32), at most k rows in rank order.
-
-    Notes
-    -----
-    ``m.map(1)`` is :math:`(E(1/s), \delta)` with s the Gumbel scale actually used (:math:`1/s \le \varepsilon'`,
-    so :math:`E(1/s) \le \varepsilon`); for :math:`d > 1` the group bound
-    :math:`(d\,\varepsilon_1,\ \delta \sum_{i<d} e^{i\varepsilon_1})`. The threshold score is rounded *up* to the
-    lattice :math:`2^{-20}\mathbb{Z}`, so every score is a multiple of :math:`2^{-20}` and the selection is
-    sampled exactly on integers (``docs/top_k.md`` §4).
-
-    Required features: ``contrib``, ``honest-but-curious``.
-
-    Examples
-    --------
-    >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.top_k import make_limited_domain_top_k
-    >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_limited_domain_top_k(*wgm.user_items_space(), k=10, k_bar=50, max_contributions=100,
-    ...                               epsilon=1.0, delta=1e-5)
-    >>> m.check(1, (1.0, 1e-5))
-    True
-    """
-    _assert_features()
-    k = _check_int("k", k, minimum=1)
-    k_bar = _check_int("k_bar", k_bar, minimum=1)
-    if k > k_bar:
-        msg = f"`k` ({k}) must be <= `k_bar` ({k_bar}): the limited domain holds k_bar items"
-        raise ValueError(msg)
-    if max_contributions is not None:
-        max_contributions = check_max_contributions(max_contributions)
-    epsilon = _check_positive("epsilon", epsilon)
-    delta = _check_probability("delta", delta)
-    method = _check_method(method)
-    space = _resolve_space(input_domain, input_metric, item)
-
-    calibration = calibrate_limited_domain(epsilon=epsilon, delta=delta, k=k)
-    scale, eps_1 = calibration.scale, calibration.epsilon
-    offset = limited_domain_threshold_offset(
-        k_bar=k_bar,
-        max_contributions=max_contributions,
-        delta=calibration.delta_bottom,
-        scale=scale,
-        lattice_bits=LD_LATTICE_BITS,
-    )
-
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        lf = _prepare_frame(frame, space)
-        bounded = lf.unique() if max_contributions is None else bound_plan(lf, space, max_contributions)
-        # top k̄ + 1 bounded counts; ties broken by item value, a fixed order of the domain
-        top = (
-            bounded.group_by(space.item)
-            .len(name="_count")
-            .sort(["_count", space.item], descending=[True, False])
-            .head(k_bar + 1)
-            .collect()
-        )
-        present = min(top.height, k_bar)
-        counts = top["_count"].cast(pl.Int64).to_numpy()
-        next_count = int(counts[k_bar]) if top.height > k_bar else 0
-        unit = 1 << LD_LATTICE_BITS
-        # scores on the lattice (units 2^-b): k̄ items (zero-count placeholders past the data), then ⊥
-        scores = np.zeros(k_bar + 1, dtype=np.int64)
-        scores[:present] = counts[:present] * unit
-        scores[k_bar] = next_count * unit + offset
-        order = noisy_top_k(scores, k + 1, scale * unit, measure="zcdp", method=method)
-        stop = np.flatnonzero(order == k_bar)
-        prefix = order[: min(k, int(stop[0]) if stop.shape[0] else k)]
-        chosen = prefix[prefix < present]  # placeholders are dropped (post-processing)
-        return _ranked_frame(top[space.item].head(present), chosen, space.item)
-
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        return limited_domain_group_loss(_check_d_in(d_in), eps_1, delta)
-
-    return dp.m.make_user_measurement(input_domain, input_metric, measure_of("approx_dp"), function, privacy_map)
 
 
 then_peeling_top_k = _to_then(make_peeling_top_k)
 then_wgm_top_k = _to_then(make_wgm_top_k)
 then_wgm_top_k_from_budget = _to_then(make_wgm_top_k_from_budget)
-then_limited_domain_top_k = _to_then(make_limited_domain_top_k)

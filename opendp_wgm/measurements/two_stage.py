@@ -7,7 +7,7 @@ map, a map that holds for every candidate list (peeling charges ``k`` rounds wha
 rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once: both stages read
 the same prepared frame.
 
-:func:`_make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
+:func:`make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
 :func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins).
 """
 
@@ -31,11 +31,12 @@ from opendp_wgm.domains import (
     _Space,
     user_items_domain,
 )
-from opendp_wgm.measurements.wgm import Engine, Noise, _check_noise, make_wgm
+from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
 from opendp_wgm.privacy.budget import check_two_stage_measure, measure_of
 from opendp_wgm.privacy.calibrate import WGMCalibration
 from opendp_wgm.privacy.peeling import Accounting, add_up, peeling_loss
 from opendp_wgm.privacy.threshold import check_max_contributions
+from opendp_wgm.samplers import NoiseMethod
 from opendp_wgm.transformations import _check_execution
 
 __all__ = ["make_two_stage"]
@@ -179,7 +180,7 @@ class _TwoStageCalibration(Protocol):
 Peeling = Callable[..., dp.Measurement]
 
 
-def _make_wgm_then_peeling(
+def make_wgm_then_peeling(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
@@ -191,7 +192,7 @@ def _make_wgm_then_peeling(
     output_measure: dp.Measure | None,
     wgm_epsilon: float | None,
     peel_delta: float | None,
-    noise: Noise,
+    noise: NoiseMethod,
     item: str | None,
     passes: int,
     engine: Engine,
@@ -205,15 +206,15 @@ def _make_wgm_then_peeling(
 
     The caller asserts the features and checks its own parameters first; this checks the shared ones, in
     signature order and composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``:
-    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2 is one more pass, and
-    keeps only the candidates' rows.
+    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2
+    is one more pass, and keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)
     wgm_scale = _check_positive("wgm_scale", wgm_scale)
     wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
     peel_scale = _check_positive("peel_scale", peel_scale)
-    noise = _check_noise(noise)
+    noise = check_noise(noise)
     output_measure, kind, wgm_epsilon, peel_delta_value = check_two_stage_measure(
         output_measure, wgm_epsilon, peel_delta, zero_delta=accounting.zero_delta
     )
@@ -252,7 +253,7 @@ def _make_wgm_then_peeling(
     )
 
 
-def _two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> dict[str, Any]:
+def two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> dict[str, Any]:
     """The keyword arguments of a two-stage constructor from its calibration, (ε, δ)-DP or approximate zCDP,
     with ``options`` (the ``_from_budget`` constructor's own: noise, method, item, passes, engine) passed
     through unchanged; the explicit constructor checks them."""
@@ -270,7 +271,7 @@ def _two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> d
     }
 
 
-def _ranked_frame(items: pl.Series, chosen: np.ndarray, name: str, **extra: np.ndarray) -> pl.DataFrame:
+def ranked_frame(items: pl.Series, chosen: np.ndarray, name: str, **extra: np.ndarray) -> pl.DataFrame:
     """A stage-2 release: ``items[chosen]`` (in selection order) as column ``name``, their rank 1..len, and
     ``extra`` columns."""
     picked = items.gather(pl.Series(chosen, dtype=pl.UInt32)) if chosen.shape[0] else items.clear()

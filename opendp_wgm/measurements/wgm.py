@@ -34,6 +34,7 @@ from opendp_wgm.privacy.threshold import (
     MAX_SCALE,
     check_max_contributions,
 )
+from opendp_wgm.samplers import NOISE_METHODS, NoiseMethod
 from opendp_wgm.transformations import (
     UserDistanceDescriptor,
     WeightedHistogramDescriptor,
@@ -52,23 +53,23 @@ __all__ = [
     "then_wgm_from_budget",
 ]
 
-Noise = Literal["lattice", "opendp"]
 Engine = Literal["auto", "in-memory", "streaming"]
-_NOISE_METHODS = ("lattice", "opendp")
 
 
-def _check_noise(noise: str) -> str:
-    if noise not in _NOISE_METHODS:
-        msg = f"`noise` must be one of {_NOISE_METHODS}, got {noise!r}"
-        raise ValueError(msg)
-    return noise
+def check_noise(noise: str) -> NoiseMethod:
+    """``noise`` if it names a discrete Gaussian sampler (:data:`opendp_wgm.samplers.NOISE_METHODS`)."""
+    for method in NOISE_METHODS:
+        if noise == method:
+            return method
+    msg = f"`noise` must be one of {NOISE_METHODS}, got {noise!r}"
+    raise ValueError(msg)
 
 
-def _wgm_privacy_map(
+def wgm_privacy_map(
     *, scale: float, threshold: float, max_contributions: int, epsilon: float | None
 ) -> Callable[[int], tuple[float, float]]:
-    """The WGM's privacy map (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a checked
-    ``d_in``: the WGM and the baselines that share its map."""
+    """The WGM's privacy map (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`, ``docs/privacy.md`` §2–4) on a
+    checked ``d_in``: the WGM and the baselines that share its map."""
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         return wgm_privacy_loss(
@@ -82,7 +83,7 @@ def _wgm_privacy_map(
     return privacy_map
 
 
-def _wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]:
+def wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]:
     """The keyword arguments of :func:`make_wgm` from a calibration, (ε, δ)-DP or approximate zCDP, with
     ``options`` passed through unchanged (``make_wgm_from_budget`` here and in :mod:`opendp_wgm.spark`)."""
     return {
@@ -118,7 +119,7 @@ def make_noisy_threshold(
     threshold: float,
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
 ) -> dp.Measurement:
     r"""Add exact discrete Gaussian noise to every weight of a weighted histogram; release those above T.
 
@@ -157,13 +158,16 @@ floor`. The
     _assert_features()
     scale = _check_scale(scale)
     threshold = _check_real("threshold", threshold)
-    noise = _check_noise(noise)
+    noise = check_noise(noise)
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     _check_lattice_scale(epsilon, scale)
     histogram = getattr(input_domain, "descriptor", None)
     distance = getattr(input_metric, "descriptor", None)
     if not isinstance(histogram, WeightedHistogramDescriptor):
-        msg = f"`input_domain` must be a weighted-histogram domain (the output of make_weighted_histogram) (found {input_domain})"
+        msg = (
+            "`input_domain` must be a weighted-histogram domain (the output of make_weighted_histogram) "
+            f"(found {input_domain})"
+        )
         raise ValueError(msg)
     if distance != UserDistanceDescriptor(histogram.max_contributions, histogram.lattice_bits):
         msg = (
@@ -183,7 +187,7 @@ floor`. The
         input_metric,
         output_measure,
         function,
-        _wgm_privacy_map(
+        wgm_privacy_map(
             scale=scale, threshold=threshold, max_contributions=histogram.max_contributions, epsilon=epsilon
         ),
     )
@@ -198,7 +202,7 @@ def make_wgm(
     threshold: float,
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     item: str | None = None,
     passes: int = 1,
     engine: Engine = "auto",
@@ -283,7 +287,7 @@ def make_wgm(
     max_contributions = check_max_contributions(max_contributions)
     scale = _check_scale(scale)
     threshold = _check_real("threshold", threshold)
-    noise = _check_noise(noise)
+    noise = check_noise(noise)
     passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     _check_lattice_scale(epsilon, scale)
@@ -310,7 +314,7 @@ def make_wgm_from_budget(
     epsilon: float | None = None,
     rho: float | None = None,
     noise_delta_fraction: float = 0.5,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     item: str | None = None,
     passes: int = 1,
     engine: Engine = "auto",
@@ -363,7 +367,7 @@ def make_wgm_from_budget(
     return make_wgm(
         input_domain,
         input_metric,
-        **_wgm_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
+        **wgm_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
     )
 
 

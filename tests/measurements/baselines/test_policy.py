@@ -1,4 +1,4 @@
-"""Set-union baselines: policy-step oracles (oracle values of the paper's reference code), the fixed greedy, maps, OpenDP's key release."""
+"""Policy baselines: policy-step oracles (oracle values of the paper's reference code), the fixed greedy, maps."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 import opendp_wgm as wgm
 from opendp_wgm.privacy.threshold import lattice_weights
 from opendp_wgm.domains import _Space
-from opendp_wgm.measurements import baselines as bl
+from opendp_wgm.measurements.baselines import policy as bl
 
 U = 2**20
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
@@ -50,6 +50,15 @@ def csr(users: list[list[int]]) -> bl._UserItems:
     return bl._UserItems(codes, offsets, int(codes.max()) + 1, lambda c: pl.Series("item", c))
 
 
+
+def _l2_increment(weights: np.ndarray, cap: int) -> np.ndarray:
+    """Gopi et al.'s ℓ2-descent step for one user on all its items (0 on those at or above the cap)."""
+    increment = np.zeros(weights.shape[0], dtype=np.int64)
+    candidates = weights < cap
+    if candidates.any():
+        increment[candidates] = bl._l2_candidates(weights[candidates], cap)
+    return increment
+
 # ------------------------------------------------------------------------------------------------------
 # oracle values of the paper's reference code: policy-step oracles (to one lattice step)
 # ------------------------------------------------------------------------------------------------------
@@ -57,11 +66,11 @@ TOL = 4 / U
 
 
 def test_l2_step_oracles() -> None:
-    assert step(bl._l2_increment, [0.75, 0.85, 0.5, 0.5], 0.75)[:2] == pytest.approx([0.75, 0.85], abs=TOL)
-    assert step(bl._l2_increment, [0.5] * 4, 0.75) == pytest.approx([0.75] * 4, abs=TOL)
-    assert step(bl._l2_increment, [0.5] * 4, 2.5) == pytest.approx([1.0] * 4, abs=TOL)
+    assert step(_l2_increment, [0.75, 0.85, 0.5, 0.5], 0.75)[:2] == pytest.approx([0.75, 0.85], abs=TOL)
+    assert step(_l2_increment, [0.5] * 4, 0.75) == pytest.approx([0.75] * 4, abs=TOL)
+    assert step(_l2_increment, [0.5] * 4, 2.5) == pytest.approx([1.0] * 4, abs=TOL)
     z = math.sqrt(0.25**2 + 3 * 2**2)
-    assert step(bl._l2_increment, [2.75, 1, 1, 1], 3) == pytest.approx([2.75 + 0.25 / z] + [1 + 2 / z] * 3, abs=TOL)
+    assert step(_l2_increment, [2.75, 1, 1, 1], 3) == pytest.approx([2.75 + 0.25 / z] + [1 + 2 / z] * 3, abs=TOL)
 
 
 def test_l2_policy_histogram_oracle() -> None:
@@ -128,7 +137,7 @@ def test_policy_steps_stay_in_the_unit_ball_and_treat_fresh_items_alike(weights,
     """Increments are >= 0, only on candidates, ℓ2 <= 1 exactly; the t fresh items get equal weight <= w(t)."""
     h = np.concatenate((lat(weights), np.zeros(fresh, dtype=np.int64)))
     cap_lat = round(cap * U)
-    increment = (bl._l2_increment if rule == "l2" else bl._reference_l1_increment)(h, cap_lat)
+    increment = (_l2_increment if rule == "l2" else bl._reference_l1_increment)(h, cap_lat)
     assert (increment >= 0).all()
     assert (increment[h >= cap_lat] == 0).all()
     assert int(increment @ increment) <= U * U
@@ -170,7 +179,7 @@ def test_l2_descent_contracts_up_to_rounding(pair, cap) -> None:
     """ℓ2 descent is ℓ2-contractive (Gopi et al.); on the lattice, up to one unit per coordinate (§2.3)."""
     h1, shift = pair
     h2 = [max(0.0, x + d) for x, d in zip(h1, shift)]
-    a, b = step(bl._l2_increment, h1, cap), step(bl._l2_increment, h2, cap)
+    a, b = step(_l2_increment, h1, cap), step(_l2_increment, h2, cap)
     before = np.linalg.norm(lat(h1) - lat(h2)) / U
     assert np.linalg.norm(a - b) <= before + math.sqrt(len(h1)) / U + 1e-12
 
@@ -330,69 +339,3 @@ def test_policy_gaussian_bad_parameters(kwargs, error, match) -> None:
     params = {"max_contributions": 5, "scale": 0.1, "threshold": 2.0} | kwargs
     with pytest.raises(error, match=match):
         bl.make_policy_gaussian(*wgm.user_items_space(), **params)
-
-
-# ------------------------------------------------------------------------------------------------------
-# OpenDP's built-in key release
-# ------------------------------------------------------------------------------------------------------
-def test_opendp_key_release_calibration_and_maps() -> None:
-    space = wgm.user_items_space()
-    m = bl.make_opendp_key_release(*space, max_contributions=5, epsilon=1.0, delta=1e-5)
-    assert m.output_measure == APPROX_DP and m.check(1, (1.0, 1e-5))
-    maps = [m.map(d) for d in range(4)]
-    assert maps[0] == (0.0, 0.0)
-    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(maps[1:], maps[2:]))
-    z = bl.make_opendp_key_release(*space, max_contributions=5, rho=0.5, delta=1e-5)
-    assert z.output_measure == ZCDP and z.check(1, (0.5, 1e-5))
-    rho = [z.map(d)[0] for d in range(1, 4)]
-    # OpenDP's own group map: ℓ2 <= sqrt(ℓ0)·ℓ∞ = sqrt(d·(Δ0 + 1))·d, so ρ grows as d_in³
-    assert rho[1] == pytest.approx(8 * rho[0]) and rho[2] == pytest.approx(27 * rho[0])
-    # OpenDP charges Δ0 + 1 groups (the keep="first" quirk): ρ = (Δ0 + 1) / (2 scale²) for its own scale
-    scale, threshold = bl._calibrate_key_release(6, "zcdp", 0.0, (0.5, 1e-5))
-    assert rho[0] == pytest.approx(6 / (2 * scale**2), rel=1e-6)
-
-
-def test_opendp_key_release_keeps_max_contributions_items_per_user() -> None:
-    """Each user holds x, y, z; with Δ0 = 2 (OpenDP's k = 3) every user keeps the same 2 items.
-
-    The kept items are the first in a random order of *all* items drawn per call (OpenDP's keep="sample"
-    idea, emulated with a secret hash), so users holding the same items keep the same ones.
-    """
-    n = 3000
-    data = pl.DataFrame({"user": np.repeat(np.arange(n), 3), "item": np.tile(["x", "y", "z"], n)})
-    m = bl.make_opendp_key_release(*wgm.user_items_space(), max_contributions=2, rho=1e4, delta=1e-5)
-    seen = set()
-    for _ in range(6):
-        out = m(data)
-        assert out.schema == pl.Schema({"item": pl.String, "noisy_count": pl.Int64})
-        assert out.height == 2 and out["item"].is_sorted()
-        assert (out["noisy_count"] - n).abs().max() < 20
-        seen.add(tuple(out["item"].to_list()))
-    assert len(seen) > 1  # a fresh order per call
-
-
-def test_opendp_key_release_composes_in_a_context() -> None:
-    lf = pl.LazyFrame({"user": np.repeat(np.arange(500), 2), "item": np.tile(["a", "b"], 500)})
-    ctx = dp.Context.compositor(
-        data=lf,
-        privacy_unit=dp.unit_of(contributions=1, identifier="user"),
-        privacy_loss=dp.loss_of(rho=0.5, delta=1e-5),
-        split_evenly_over=1,
-    )
-    m = bl.make_opendp_key_release(*ctx.accountant.input_space, max_contributions=2, rho=0.5, delta=1e-5)
-    assert set(ctx(m)["item"].to_list()) == {"a", "b"}
-
-
-def test_empty_and_null_data_release_nothing() -> None:
-    space = wgm.user_items_space()
-    empty = pl.DataFrame({"user": [], "item": []}, schema={"user": pl.Int64, "item": pl.String})
-    nulls = pl.DataFrame({"user": [None] * 5 + list(range(5)), "item": ["a"] * 5 + [None] * 5})
-    for m in (
-        bl.make_policy_gaussian(*space, max_contributions=3, scale=1.0, threshold=3.0),
-        bl.make_policy_gaussian(*space, max_contributions=3, scale=1.0, threshold=3.0, descent="reference_l1"),
-        bl.make_policy_greedy(*space, scale=1.0, threshold=3.0),
-        bl.make_opendp_key_release(*space, max_contributions=3, rho=0.5, delta=1e-5),
-    ):
-        for data in (empty, nulls):
-            out = m(data)
-            assert out.height == 0 and out.schema[out.columns[0]] == pl.String

@@ -1,4 +1,4 @@
-r"""Set-union baselines: the policy mechanisms of the paper's experiments and OpenDP's own key release.
+r"""Set-union baselines: the policy mechanisms of the paper's experiments.
 
 - :func:`make_policy_gaussian` — Gopi et al. (2020) Policy Gaussian: users, in a random order, move the
   weights of their (Δ0-bounded) items toward a cap Γ = T + ασ by a step of ℓ2 length at most 1; Gaussian
@@ -7,8 +7,6 @@ r"""Set-union baselines: the policy mechanisms of the paper's experiments and Op
 - :func:`make_policy_greedy` — Carvalho et al. (2022) Policy Greedy: no Δ0, each user spends an ℓ1
   budget of 1 greedily on its most frequent items; Laplace noise and threshold. The reference's privacy bug
   (noising and releasing items that no user gave weight to, a quirk of the paper's reference code) is fixed.
-- :func:`make_opendp_key_release` — what OpenDP 0.16 offers alone: a Polars plan with
-  ``truncate_per_group(1)``, ``truncate_num_groups(Δ0)`` and ``group_by(item).agg(dp.len())``.
 
 Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (integers in code) and is noised
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
@@ -19,6 +17,7 @@ they are *not* complete, are in ``docs/baselines.md``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,28 +32,19 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
 from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
-from opendp_wgm.measurements.wgm import (
-    Noise,
-    _check_noise,
-    _wgm_arguments,
-    _wgm_privacy_map,
-)
+from opendp_wgm.measurements._user_items import user_item_csr
+from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
-from opendp_wgm.privacy.calibrate import (
-    calibrate_key_release,
-    calibrate_policy_greedy,
-    calibrate_wgm,
-)
+from opendp_wgm.privacy.calibrate import calibrate_policy_greedy, calibrate_wgm
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
+from opendp_wgm.samplers import NoiseMethod
 from opendp_wgm.transformations import _assert_features
 
 __all__ = [
-    "make_opendp_key_release",
     "make_policy_gaussian",
     "make_policy_gaussian_from_budget",
     "make_policy_greedy",
     "make_policy_greedy_from_budget",
-    "then_opendp_key_release",
     "then_policy_gaussian",
     "then_policy_gaussian_from_budget",
     "then_policy_greedy",
@@ -69,7 +59,7 @@ _UNIT = 1 << LATTICE_BITS
 _UNIT_SQ = 1 << (2 * LATTICE_BITS)
 
 
-def _assert_idealized() -> None:
+def assert_idealized() -> None:
     """The policy mechanisms' maps rest on published proofs that our implementation meets only ideally."""
     _assert_features()
     try:
@@ -137,10 +127,8 @@ def _l2_candidates(weights: np.ndarray, cap: int) -> np.ndarray:
     """The ℓ2-descent increments of candidates only (all ``weights < cap``)."""
     gap = (cap - weights).astype(np.float64)
     z = math.sqrt(float(gap @ gap))
-    if z <= _UNIT:  # the whole gap fits in the unit ball: every candidate reaches the cap
-        increment = cap - weights
-    else:
-        increment = np.floor(gap * (_UNIT / z)).astype(np.int64)
+    # z <= one unit: the whole gap fits in the unit ball and every candidate reaches the cap
+    increment = cap - weights if z <= _UNIT else np.floor(gap * (_UNIT / z)).astype(np.int64)
     return _fit_l2(increment)
 
 
@@ -151,8 +139,9 @@ def _reference_l1_increment(weights: np.ndarray, cap: int) -> np.ndarray:
     by key, not by gap). With candidates :math:`x_0, \dots, x_{r-1}`, gaps :math:`g_i` and a squared budget
     :math:`b = 1`: while :math:`g_i^2 (r - i) < b`, fill :math:`x_i` to the cap and set :math:`b \leftarrow b -
     g_i^2`; at the first :math:`i` where this fails, add :math:`b / \sqrt{r - i}` to *every* remaining candidate
-    and stop (as the paper's reference code does, quirks included: it under-spends, and it can overshoot the cap). The spread
-    increment is rounded down onto the lattice; the user's squared ℓ2 is :math:`(1 - b) + b^2 \le 1`.
+    and stop (as the paper's reference code does, quirks included: it under-spends, and it can overshoot the
+    cap). The spread increment is rounded down onto the lattice; the user's squared ℓ2 is
+    :math:`(1 - b) + b^2 \le 1`.
     No proof that this rule is contractive is known.
     """
     increment = np.zeros(weights.shape[0], dtype=np.int64)
@@ -271,10 +260,9 @@ def _csr(
     dictionary_plan = coded.select("_x", "_value").unique(subset="_x")  # code -> item, on distinct codes only
     rows, dictionary = pl.collect_all([rows_plan, dictionary_plan])
     codes = rows["_x"].to_numpy().astype(np.int64, copy=False)
-    users = rows["_u"].to_numpy()
-    starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1]))) if users.size else np.zeros(0, np.int64)
-    offsets = np.concatenate((starts, [users.size])).astype(np.int64)
     n_codes = int(codes.max()) + 1 if codes.size else 0
+    csr = user_item_csr(rows["_u"].to_numpy(), codes, n_codes)
+    offsets = csr.offsets
     table = np.full(max(n_codes, 1), -1, dtype=np.int64)  # code -> its row of the dictionary
     known = dictionary["_x"].to_numpy()
     keep = known < n_codes
@@ -289,7 +277,7 @@ def _csr(
         present = np.unique(codes)
         key_rank = np.zeros(n_codes, dtype=np.int64)
         key_rank[present[decode(present).arg_sort().to_numpy()]] = np.arange(present.size)
-        segment = np.repeat(np.arange(starts.size), np.diff(offsets))
+        segment = np.repeat(np.arange(csr.n_users), np.diff(offsets))
         codes = codes[np.lexsort((key_rank[codes], segment))]
 
     return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
@@ -304,7 +292,7 @@ def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
     codes = data.codes
     bounds = data.offsets.tolist()
     if rule == "l2":
-        for start, end in zip(bounds[:-1], bounds[1:]):
+        for start, end in itertools.pairwise(bounds):
             idx = codes[start:end]
             current = weights[idx]
             candidates = current < cap
@@ -315,7 +303,7 @@ def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
             weights[idx] = current + _l2_candidates(current, cap)
         return weights
     step = _reference_l1_increment if rule == "reference_l1" else _greedy_increment
-    for start, end in zip(bounds[:-1], bounds[1:]):
+    for start, end in itertools.pairwise(bounds):
         idx = codes[start:end]
         current = weights[idx]
         if (current >= cap).all():
@@ -348,7 +336,7 @@ def make_policy_gaussian(
     descent: Descent = "l2",
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     item: str | None = None,
 ) -> dp.Measurement:
     r"""Policy Gaussian set union (Gopi et al. 2020): a sequential ℓ2 policy, then noise and the WGM threshold.
@@ -422,13 +410,13 @@ def make_policy_gaussian(
     >>> m.map(1) == w.map(1)
     True
     """
-    _assert_idealized()
+    assert_idealized()
     max_contributions = check_max_contributions(max_contributions)
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
     alpha = _check_real("alpha", alpha, minimum=0.0)
     descent = _check_descent(descent)
-    noise = _check_noise(noise)
+    noise = check_noise(noise)
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     cap = _cap_on_lattice(threshold + alpha * scale)
     if cap < 1:
@@ -450,7 +438,7 @@ def make_policy_gaussian(
         histogram = _positive_histogram(data, weights, space.item)
         return release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
 
-    privacy_map = _wgm_privacy_map(
+    privacy_map = wgm_privacy_map(
         scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
     )
     return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
@@ -467,7 +455,7 @@ def make_policy_gaussian_from_budget(
     alpha: float = 3.0,
     descent: Descent = "l2",
     noise_delta_fraction: float = 0.5,
-    noise: Noise = "lattice",
+    noise: NoiseMethod = "lattice",
     item: str | None = None,
 ) -> dp.Measurement:
     r"""Policy Gaussian with the WGM's σ and T for the same budget (:func:`opendp_wgm.calibrate_wgm`).
@@ -484,7 +472,7 @@ def make_policy_gaussian_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    _assert_idealized()
+    assert_idealized()
     calibration = calibrate_wgm(
         max_contributions=max_contributions,
         delta=delta,
@@ -495,7 +483,7 @@ def make_policy_gaussian_from_budget(
     return make_policy_gaussian(
         input_domain,
         input_metric,
-        **_wgm_arguments(calibration, alpha=alpha, descent=descent, noise=noise, item=item),
+        **wgm_arguments(calibration, alpha=alpha, descent=descent, noise=noise, item=item),
     )
 
 
@@ -619,7 +607,7 @@ def make_policy_greedy(
     R. S. Carvalho et al. (2022), Incorporating Item Frequency for Differentially Private Set Union, AAAI.
     Gopi et al. (2020), arXiv 2002.09745.
     """
-    _assert_idealized()
+    assert_idealized()
     scale = _check_positive("scale", scale)
     threshold = _check_real("threshold", threshold)
     alpha = _check_real("alpha", alpha, minimum=0.0)
@@ -673,7 +661,7 @@ def make_policy_greedy_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    _assert_idealized()
+    assert_idealized()
     budget = Budget.of(epsilon=epsilon, delta=delta)
     alpha = _check_real("alpha", alpha, minimum=0.0)
     scale, floor_t = calibrate_policy_greedy(
@@ -686,242 +674,7 @@ def make_policy_greedy_from_budget(
     )
 
 
-# ----------------------------------------------------------------------------------------------------------
-# OpenDP's built-in key release
-# ----------------------------------------------------------------------------------------------------------
-_KEY = "__opendp_wgm_key__"
-
-
-def _series_domain(name: str, dtype: pl.DataType) -> dp.Domain:
-    if dtype == pl.String:
-        return dp.series_domain(name, dp.atom_domain(T=dp.String))
-    if dtype == pl.UInt64:
-        return dp.series_domain(name, dp.atom_domain(T=dp.u64))
-    return dp.series_domain(name, dp.atom_domain(T=dp.i64))
-
-
-def _canonical_dtype(dtype: pl.DataType) -> pl.DataType:
-    """The dtype a column is cast to before it enters OpenDP: String or Int64."""
-    if dtype.is_integer() or dtype == pl.Boolean:
-        return pl.Int64
-    return pl.String
-
-
-def _canonical_item(item: str, dtype: pl.DataType) -> pl.Expr:
-    """The item as it enters OpenDP (:func:`_canonical_dtype`), one value one string: floats' ``-0.0`` is
-    written as ``0.0`` (Polars' equality, and every other mechanism here, has them equal)."""
-    column = pl.col(item)
-    if dtype.is_float():
-        column = pl.when(column == 0).then(pl.lit(0.0, dtype)).otherwise(column)
-    return column.cast(_canonical_dtype(dtype))
-
-
-def _canonical_user(user: str, dtype: pl.DataType) -> pl.Expr:
-    """The user as it enters OpenDP: integers as Int64, strings as they are, any other dtype as its dense
-    rank, i.e. by Polars' equality (a cast to String would split ``0.0`` and ``-0.0`` into two users). The
-    rank depends on other users but only relabels them: OpenDP's plan uses the user as a group only."""
-    if dtype.is_integer() or dtype == pl.Boolean:
-        return pl.col(user).cast(pl.Int64)
-    if dtype == pl.String:
-        return pl.col(user)
-    return pl.col(user).rank("dense").cast(pl.Int64)
-
-
-def _key_release_input(
-    frame: pl.DataFrame | pl.LazyFrame, space: _Space, user: str, item: str
-) -> tuple[pl.DataType, pl.LazyFrame]:
-    """The data's item dtype (to cast the released items back) and the frame OpenDP's plan reads.
-
-    Columns ``user``, ``item`` (canonical dtypes) and the item's keyed hash ``_KEY`` under a fresh secret seed
-    (a row-wise map: stable).
-    """
-    lf = _prepare_frame(frame, space)
-    schema = lf.collect_schema()
-    return schema[space.item], lf.select(
-        _canonical_user(space.user, schema[space.user]).alias(user),
-        _canonical_item(space.item, schema[space.item]).alias(item),
-    ).with_columns(pl.col(item).hash(*fresh_seeds()).alias(_KEY))
-
-
-def _key_release_plan(
-    user: str, item: str, user_dtype: pl.DataType, item_dtype: pl.DataType, groups: int
-) -> pl.LazyFrame:
-    """OpenDP's key release plan: one row per (user, item), ``groups - 1`` items per user, noisy counts.
-
-    The two filters are exactly what ``truncate_per_group(1, by=[key, item])`` and
-    ``truncate_num_groups(groups, by=[key, item], keep="first")`` of OpenDP's query builder emit.
-    """
-    return (
-        pl.LazyFrame(schema={user: user_dtype, item: item_dtype, _KEY: pl.UInt64})
-        .filter(pl.int_range(pl.len()).over(user, _KEY, item) < 1)
-        .filter(pl.struct(_KEY, item).rank("dense").over(user) < groups)
-        .group_by(_KEY, item)
-        .agg(dp.len(signed=True))
-    )
-
-
-def _opendp_measurement(
-    user: str, item: str, user_dtype: pl.DataType, item_dtype: pl.DataType, groups: int, measure_kind: str,
-    global_scale: float, threshold: int, total_delta: float,
-) -> dp.Measurement:
-    domain = dp.lazyframe_domain(
-        [_series_domain(user, user_dtype), _series_domain(item, item_dtype), _series_domain(_KEY, pl.UInt64)]
-    )
-    plan = _key_release_plan(user, item, user_dtype, item_dtype, groups)
-    metric = dp.symmetric_id_distance(pl.col(user))
-    inner = dp.m.make_private_lazyframe(
-        domain, metric, measure_of("approx_zcdp"), plan, global_scale=global_scale, threshold=threshold
-    )
-    if measure_kind == "zcdp":
-        return inner
-    # make_fix_delta takes the *total* δ: the curve's share is what the threshold's δ leaves
-    return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(inner), total_delta)
-
-
-def make_opendp_key_release(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    max_contributions: int,
-    delta: float,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    noise_delta_fraction: float = 0.5,
-    item: str | None = None,
-) -> dp.Measurement:
-    r"""OpenDP 0.16's own key release, calibrated to a budget, with the WGM's output shape.
-
-    The plan is OpenDP's Polars one (``make_private_lazyframe``): ``truncate_per_group(1, by=[item])`` (one row
-    per user and item), ``truncate_num_groups(Δ0, by=[item])`` (Δ0 items per user), ``group_by(item)
-    .agg(dp.len())`` with OpenDP's integer Gaussian noise and its threshold on the noisy counts. Two quirks of
-    OpenDP 0.16 with Polars 1.36 are worked around openly (``docs/baselines.md`` §4):
-
-    - ``keep="sample"`` fails at collect ("multiple fields with name ... found"). It would rank each user's
-      groups by an (unseeded) hash of the group key. We do the same with ``keep="first"`` on the groups
-      ``(key, item)``, where ``key`` is a keyed hash of the item under a secret seed drawn per call (a column
-      added before the data enter OpenDP; a row-wise map, stable): every user keeps its Δ0 items that come
-      first in one random order of all items. Each user's kept set is a uniformly random subset of its items,
-      but users' choices are correlated (users with the same items keep the same ones), unlike the WGM's
-      independent per-user subsample.
-    - ``keep="first"`` keeps ranks ``< k`` of a 1-based dense rank, i.e. only ``k − 1`` groups, while the map
-      charges ``k``. We pass ``k = Δ0 + 1``, so each user keeps Δ0 items and OpenDP charges Δ0 + 1 of them
-      (ℓ2 sensitivity :math:`\sqrt{\Delta_0 + 1}`): the price of the quirk, paid by this baseline.
-
-    Parameters
-    ----------
-    input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
-    max_contributions
-        Δ0 ≥ 1, items kept per user.
-    delta
-        δ ∈ (0, 1).
-    epsilon, rho
-        Exactly one. With ε: OpenDP's zCDP → (ε, δ) conversion (``make_zCDP_to_approxDP`` then
-        ``make_fix_delta`` at ``noise_delta_fraction · δ``), output measure
-        ``dp.approximate(dp.max_divergence())``; with ρ: ``dp.approximate(dp.zero_concentrated_divergence())``.
-    noise_delta_fraction
-        Share of δ spent by the noise under (ε, δ); the rest pays for OpenDP's threshold.
-    item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
-
-    Returns
-    -------
-    opendp.mod.Measurement
-        Maps a frame to a ``pl.DataFrame`` with the item column (input dtype) and ``noisy_count`` (Int64),
-        sorted by item. The map is OpenDP's own, evaluated on the same plan; under (ε, δ) and ``d_in > 1``
-        it is :math:`(d_{in}\varepsilon_1,\ \delta_{profile}(d_{in}\varepsilon_1) + \delta_T(d_{in}))` from OpenDP's
-        privacy profile at ``d_in`` (``make_fix_delta`` refuses once the threshold's δ exceeds the fixed δ).
-
-    Notes
-    -----
-    The global scale and the (integer) threshold are the smallest that pass OpenDP's map at ``d_in = 1``
-    (bisection on the map). Data enter OpenDP through ``dp.lazyframe_domain``: the item column is cast to Int64
-    (integers) or String (anything else, ``-0.0`` written as ``0.0``) and cast back on output; the user key
-    enters as Int64 (integers), String (strings) or its dense rank (any other dtype), so that two rows are one
-    user in OpenDP exactly when Polars finds their keys equal.
-
-    Required features: ``contrib``, ``honest-but-curious``.
-    """
-    _assert_features()
-    max_contributions = check_max_contributions(max_contributions)
-    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
-    epsilon, delta = budget.epsilon, budget.delta
-    fraction = _check_real(
-        "noise_delta_fraction",
-        noise_delta_fraction,
-        minimum=0.0,
-        maximum=1.0,
-        minimum_inclusive=False,
-        maximum_inclusive=False,
-    )
-    space = _resolve_space(input_domain, input_metric, item)
-    groups = max_contributions + 1
-    kind = "approx" if epsilon is not None else "zcdp"
-    noise_delta = fraction * delta if epsilon is not None else 0.0
-    global_scale, threshold = _calibrate_key_release(groups, kind, noise_delta, (budget.value, delta))
-    user_name, item_name = "user", "item"
-
-    @lru_cache(maxsize=8)
-    def measurement_for(user_dtype: pl.DataType, item_dtype: pl.DataType) -> dp.Measurement:
-        return _opendp_measurement(
-            user_name, item_name, user_dtype, item_dtype, groups, kind, global_scale, threshold, delta
-        )
-
-    reference = measurement_for(pl.Int64, pl.Int64)
-    inner_reference = _opendp_measurement(
-        user_name, item_name, pl.Int64, pl.Int64, groups, "zcdp", global_scale, threshold, delta
-    )
-
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        item_dtype, lf = _key_release_input(frame, space, user_name, item_name)
-        schema = lf.collect_schema()
-        released = measurement_for(schema[user_name], schema[item_name])(lf)
-        released = released.collect()  # OpenDP returns a OnceFrame: collect it exactly once
-        return (
-            released.select(
-                pl.col(item_name).cast(item_dtype).alias(space.item),
-                pl.col("len").cast(pl.Int64).alias("noisy_count"),
-            ).sort(space.item)
-        )
-
-    epsilon_1 = float(reference.map(1)[0]) if epsilon is not None else None
-
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        d_in = _check_d_in(d_in)
-        if d_in == 0:
-            return 0.0, 0.0
-        if epsilon is None or d_in == 1:
-            return tuple(float(v) for v in reference.map(d_in))
-        # make_fix_delta's map fails once the threshold's δ at d_in exceeds the fixed δ: report the pair at
-        # ε' = d_in·ε₁ from OpenDP's own privacy profile plus its threshold δ instead
-        profile, threshold_delta = dp.c.make_zCDP_to_approxDP(inner_reference).map(d_in)
-        return d_in * epsilon_1, min(1.0, float(profile.delta(d_in * epsilon_1)) + float(threshold_delta))
-
-    return dp.m.make_user_measurement(input_domain, input_metric, budget.measure, function, privacy_map)
-
-
-@lru_cache(maxsize=256)
-def _calibrate_key_release(
-    groups: int, kind: str, noise_delta: float, budget: tuple[float, float]
-) -> tuple[float, int]:
-    """Smallest global scale (and, for it, smallest threshold) whose OpenDP map at d_in = 1 meets ``budget``
-    (:func:`opendp_wgm.privacy.calibrate.calibrate_key_release` on the plan of this module)."""
-
-    def threshold_delta(scale: float, threshold: int) -> float:
-        inner = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, "zcdp", scale, threshold, 0.0)
-        return float(inner.map(1)[1])
-
-    def loss(scale: float, threshold: int) -> tuple[float, float]:
-        measurement = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1])
-        return measurement.map(1)
-
-    total = Budget("approx_dp" if kind == "approx" else "approx_zcdp", budget[0], budget[1])
-    return calibrate_key_release(total, noise_delta=noise_delta, threshold_delta=threshold_delta, loss=loss)
-
-
 then_policy_gaussian = _to_then(make_policy_gaussian)
 then_policy_gaussian_from_budget = _to_then(make_policy_gaussian_from_budget)
 then_policy_greedy = _to_then(make_policy_greedy)
 then_policy_greedy_from_budget = _to_then(make_policy_greedy_from_budget)
-then_opendp_key_release = _to_then(make_opendp_key_release)

@@ -13,12 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opendp_wgm as wgm
+from opendp_wgm.measurements.baselines import make_limited_domain_top_k, then_limited_domain_top_k
 from opendp_wgm.measurements.top_k import (
-    make_limited_domain_top_k,
     make_peeling_top_k,
     make_wgm_top_k,
     make_wgm_top_k_from_budget,
-    then_limited_domain_top_k,
     then_peeling_top_k,
     then_wgm_top_k,
     then_wgm_top_k_from_budget,

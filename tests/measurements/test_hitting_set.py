@@ -22,18 +22,18 @@ import opendp_wgm as wgm
 from opendp_wgm.privacy.calibrate import calibrate_wgm
 from opendp_wgm.privacy.gaussian import rho_to_epsilon
 from opendp_wgm.privacy.peeling import peeling_epsilon
+from opendp_wgm.measurements.baselines import greedy_hitting_set, user_peeling_on_true_domain
+from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.hitting_set import (
     _Coverage,
     calibrate_user_peeling,
     calibrate_wgm_hitting_set,
-    greedy_hitting_set,
     make_user_peeling,
     make_user_peeling_from_budget,
     make_wgm_hitting_set,
     make_wgm_hitting_set_from_budget,
     then_user_peeling,
     then_wgm_hitting_set_from_budget,
-    user_peeling_on_true_domain,
 )
 from opendp_wgm.metrics import coverage, missed_users
 
@@ -182,7 +182,8 @@ def test_greedy_matches_brute_force_and_is_monotone(users, k) -> None:
 @given(users=user_sets, picks=st.lists(st.integers(0, 12), max_size=8))
 def test_incremental_counts_equal_recomputed_counts(users, picks) -> None:
     pairs = sorted({(u, x) for u, items in enumerate(users) for x in items})
-    state = _Coverage(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), 13)
+    csr = user_item_csr(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]), 13, item_index=True)
+    state = _Coverage(csr)
     covered: set[int] = set()
     for j in picks:
         holders = {u for u, x in pairs if x == j}

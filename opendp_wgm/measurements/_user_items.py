@@ -1,0 +1,67 @@
+"""The one user → items coding of the measurements that walk users sequentially (policy baselines, user peeling).
+
+:func:`user_item_csr` turns (user, item-code) rows, each user's rows contiguous, into CSR arrays user → item
+codes and, on request, item → users. The callers' Polars plans decide which rows there are and in which
+order (the policy baselines: users in a keyed-hash order, items bounded; peeling: candidates only, deduplicated);
+this module only lays them out, so both read the same arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["UserItemCSR", "user_item_csr"]
+
+
+@dataclass(frozen=True)
+class UserItemCSR:
+    """CSR arrays of (user, item) rows: user ``u`` (its position in row order) holds ``items[offsets[u]:offsets[u+1]]``.
+
+    ``item_offsets`` / ``item_users`` (only with ``item_index=True``) are the transpose: item ``x`` is held by
+    users ``item_users[item_offsets[x]:item_offsets[x+1]]``, in increasing user position.
+    """
+
+    items: np.ndarray  # int64 item code of every row, users contiguous
+    offsets: np.ndarray  # int64, n_users + 1
+    n_items: int
+    item_offsets: np.ndarray | None = None  # int64, n_items + 1
+    item_users: np.ndarray | None = None  # int64 user positions, items contiguous
+
+    @property
+    def n_users(self) -> int:
+        return int(self.offsets.size) - 1
+
+
+def user_item_csr(users: np.ndarray, items: np.ndarray, n_items: int, *, item_index: bool = False) -> UserItemCSR:
+    """Lay (user, item-code) rows out as CSR; each user's rows must be contiguous (any order of users).
+
+    Parameters
+    ----------
+    users
+        A user key per row (any integer coding); a new user starts wherever the key changes.
+    items
+        ``int64`` item codes in ``[0, n_items)``, same length; kept in row order.
+    n_items
+        Number of item codes.
+    item_index
+        Also build item → users (a stable counting sort of the rows by item).
+    """
+    items = np.asarray(items, dtype=np.int64)
+    users = np.asarray(users)
+    if users.size:
+        starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1])))
+    else:
+        starts = np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate((starts, [users.size])).astype(np.int64)
+    if not item_index:
+        return UserItemCSR(items=items, offsets=offsets, n_items=n_items)
+    position = np.repeat(np.arange(starts.size, dtype=np.int64), np.diff(offsets))
+    # numpy radix-sorts 16-bit keys in O(rows): ~5x faster than the comparison sort on 5e6 pairs
+    keys = items.astype(np.uint16) if n_items <= np.iinfo(np.uint16).max + 1 else items
+    item_users = position[np.argsort(keys, kind="stable")]
+    item_offsets = np.concatenate(([0], np.cumsum(np.bincount(items, minlength=n_items)))).astype(np.int64)
+    return UserItemCSR(
+        items=items, offsets=offsets, n_items=n_items, item_offsets=item_offsets, item_users=item_users
+    )

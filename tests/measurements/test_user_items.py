@@ -1,0 +1,86 @@
+"""The one user → items coding (measurements._user_items) and its two callers: the policy baselines' CSR input and
+user peeling's coverage state keep the layouts they had before they shared it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+import opendp_wgm.engines.polars as engine
+from opendp_wgm.domains import _Space
+from opendp_wgm.measurements import hitting_set
+from opendp_wgm.measurements._user_items import user_item_csr
+from opendp_wgm.measurements.baselines import policy
+
+SPACE = _Space("user", "item", None, lazyframe_domain=False)
+SEEDS = (11, 22, 33, 44)
+
+#: sha256 of the layouts below computed by the code before the unification (policy `_csr` and
+#: `hitting_set._coverage` each with its own CSR construction), at the same fixed seeds and data
+GOLDEN = "31957abf532a3549dbc41c76dda8c866aa34abf99d594fc6ef1a88d277000475"
+
+
+def test_user_item_csr_layout() -> None:
+    # users 7, 3, 9 contiguous (any order of users), items coded 0..3
+    csr = user_item_csr(np.array([7, 7, 3, 9, 9, 9]), np.array([2, 0, 1, 0, 3, 2]), 4, item_index=True)
+    assert csr.n_users == 3
+    assert csr.offsets.tolist() == [0, 2, 3, 6]
+    assert csr.items.tolist() == [2, 0, 1, 0, 3, 2]
+    assert csr.item_offsets is not None and csr.item_users is not None
+    assert csr.item_offsets.tolist() == [0, 2, 3, 5, 6]
+    assert csr.item_users.tolist() == [0, 2, 1, 0, 2, 2]  # holders by user position, increasing
+    empty = user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, item_index=True)
+    assert empty.n_users == 0 and empty.offsets.tolist() == [0] and empty.item_offsets.tolist() == [0]
+
+
+def _layouts() -> dict[str, object]:
+    rng = np.random.default_rng(7)
+    users = rng.integers(0, 40, 400)
+    items = rng.zipf(1.6, 400) % 60
+    out: dict[str, object] = {}
+    for dtype in ("int", "str"):
+        values = items if dtype == "int" else np.array([f"i{v:02d}" for v in items])
+        df = pl.DataFrame({"user": users, "item": values})
+        options = {
+            "bounded": {"max_contributions": 3, "key_order": False, "priority_order": False},
+            "key_order": {"max_contributions": 3, "key_order": True, "priority_order": False},
+            "all": {"max_contributions": None, "key_order": False, "priority_order": False},
+            "priority": {"max_contributions": None, "key_order": False, "priority_order": True},
+        }
+        for name, kw in options.items():
+            d = policy._csr(df, SPACE, **kw)
+            segments = [d.decode(d.codes[a:b]).to_list() for a, b in zip(d.offsets[:-1], d.offsets[1:])]
+            # the item order within a user is defined only for the key-ordered and the priority layouts
+            segments = segments if name in ("key_order", "priority") else [sorted(s) for s in segments]
+            out[f"policy_{dtype}_{name}"] = {"offsets": d.offsets.tolist(), "segments": segments}
+        for candidates in (None, list(np.unique(values)[::2])):
+            state, its = hitting_set.coverage(df.lazy(), SPACE, None if candidates is None else pl.Series(candidates))
+            ptr, user_items = state.user_ptr, state.user_items
+
+            def items_of(u: int) -> list[object]:
+                return sorted(its.gather(user_items[ptr[u] : ptr[u + 1]]).to_list())  # noqa: B023
+
+            per_user = sorted(items_of(u) for u in range(ptr.size - 1))
+            holders = [
+                sorted(tuple(items_of(u)) for u in state.item_users[a:b])
+                for a, b in zip(state.item_ptr[:-1], state.item_ptr[1:])
+            ]
+            out[f"coverage_{dtype}_{'all' if candidates is None else 'half'}"] = {
+                "items": its.to_list(),
+                "counts": state.counts.tolist(),
+                "per_user": per_user,
+                "holders": holders,
+                "n_users": int(state.covered.size),
+            }
+    return out
+
+
+def test_policy_csr_and_coverage_layouts_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(policy, "fresh_seeds", lambda: SEEDS)
+    text = json.dumps(_layouts(), default=int)
+    assert hashlib.sha256(text.encode()).hexdigest() == GOLDEN
