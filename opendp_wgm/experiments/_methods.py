@@ -124,7 +124,7 @@ def _limited_domain(eps: float, delta: float, multiplier: int) -> Variant:
 
 
 def _hitting_set(method: str, eps: float, delta: float, max_contributions: int) -> Variant:
-    from opendp_wgm.measurements import hitting_set as hs
+    from opendp_wgm import measurements as hs
 
     if method == "wgm_hitting_set":
         return Variant(

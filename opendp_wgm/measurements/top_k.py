@@ -31,7 +31,7 @@ from opendp_wgm._validation import (
     _check_int,
     _check_positive,
 )
-from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
+from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import candidate_counts, cast_candidates
 from opendp_wgm.measurements.two_stage import (
     make_wgm_then_peeling,
@@ -47,7 +47,6 @@ from opendp_wgm.privacy.peeling import (
 )
 from opendp_wgm.samplers import SELECTION_METHODS, NoiseMethod, SelectionMethod, noisy_top_k
 from opendp_wgm.transformations import (
-    _assert_features,
     _check_candidates,
     _check_candidates_for,
 )
@@ -70,7 +69,7 @@ def _selection_sampler(kind: MeasureKind) -> Literal["zcdp", "max_divergence"]:
     return "max_divergence" if kind == "pure_dp" else "zcdp"
 
 
-def check_method(method: Any) -> str:
+def check_method(method: Any) -> SelectionMethod:
     return _check_choice("method", method, SELECTION_METHODS)
 
 
@@ -111,7 +110,7 @@ def make_peeling_top_k(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    candidates: Sequence | pl.Series | np.ndarray,
+    candidates: Sequence[Any] | pl.Series | np.ndarray,
     k: int,
     scale: float,
     output_measure: dp.Measure | None = None,

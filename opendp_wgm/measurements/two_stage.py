@@ -147,7 +147,8 @@ def make_two_stage(
         if second.output_measure != output_measure:
             msg = f"`stage_2` must measure privacy in {output_measure} (found {second.output_measure})"
             raise ValueError(msg)
-        return second(data)  # stage 2, on the same prepared data
+        released: pl.DataFrame = second(data)  # stage 2, on the same prepared data
+        return released
 
     def privacy_map(d_in: int) -> Any:
         d_in = _check_d_in(d_in)

@@ -11,22 +11,23 @@ from functools import lru_cache
 
 import opendp.prelude as dp
 import polars as pl
+from opendp.extras.polars import dp_len
+from polars._typing import PolarsDataType
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_real
-from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
+from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import fresh_seeds
 from opendp_wgm.privacy.budget import Budget, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_key_release
 from opendp_wgm.privacy.threshold import check_max_contributions
-from opendp_wgm.transformations import _assert_features
 
 __all__ = ["make_opendp_key_release", "then_opendp_key_release"]
 
 _KEY = "__opendp_wgm_key__"
 
 
-def _series_domain(name: str, dtype: pl.DataType) -> dp.Domain:
+def _series_domain(name: str, dtype: PolarsDataType) -> dp.Domain:
     if dtype == pl.String:
         return dp.series_domain(name, dp.atom_domain(T=dp.String))
     if dtype == pl.UInt64:
@@ -34,14 +35,14 @@ def _series_domain(name: str, dtype: pl.DataType) -> dp.Domain:
     return dp.series_domain(name, dp.atom_domain(T=dp.i64))
 
 
-def _canonical_dtype(dtype: pl.DataType) -> pl.DataType:
+def _canonical_dtype(dtype: PolarsDataType) -> PolarsDataType:
     """The dtype a column is cast to before it enters OpenDP: String or Int64."""
     if dtype.is_integer() or dtype == pl.Boolean:
         return pl.Int64
     return pl.String
 
 
-def _canonical_item(item: str, dtype: pl.DataType) -> pl.Expr:
+def _canonical_item(item: str, dtype: PolarsDataType) -> pl.Expr:
     """The item as it enters OpenDP (:func:`_canonical_dtype`), one value one string: floats' ``-0.0`` is
     written as ``0.0`` (Polars' equality, and every other mechanism here, has them equal)."""
     column = pl.col(item)
@@ -50,7 +51,7 @@ def _canonical_item(item: str, dtype: pl.DataType) -> pl.Expr:
     return column.cast(_canonical_dtype(dtype))
 
 
-def _canonical_user(user: str, dtype: pl.DataType) -> pl.Expr:
+def _canonical_user(user: str, dtype: PolarsDataType) -> pl.Expr:
     """The user as it enters OpenDP: integers as Int64, strings as they are, any other dtype as its dense
     rank, i.e. by Polars' equality (a cast to String would split ``0.0`` and ``-0.0`` into two users). The
     rank depends on other users but only relabels them: OpenDP's plan uses the user as a group only."""
@@ -63,7 +64,7 @@ def _canonical_user(user: str, dtype: pl.DataType) -> pl.Expr:
 
 def _key_release_input(
     frame: pl.DataFrame | pl.LazyFrame, space: _Space, user: str, item: str
-) -> tuple[pl.DataType, pl.LazyFrame]:
+) -> tuple[PolarsDataType, pl.LazyFrame]:
     """The data's item dtype (to cast the released items back) and the frame OpenDP's plan reads.
 
     Columns ``user``, ``item`` (canonical dtypes) and the item's keyed hash ``_KEY`` under a fresh secret seed
@@ -78,7 +79,7 @@ def _key_release_input(
 
 
 def _key_release_plan(
-    user: str, item: str, user_dtype: pl.DataType, item_dtype: pl.DataType, groups: int
+    user: str, item: str, user_dtype: PolarsDataType, item_dtype: PolarsDataType, groups: int
 ) -> pl.LazyFrame:
     """OpenDP's key release plan: one row per (user, item), ``groups - 1`` items per user, noisy counts.
 
@@ -90,12 +91,12 @@ def _key_release_plan(
         .filter(pl.int_range(pl.len()).over(user, _KEY, item) < 1)
         .filter(pl.struct(_KEY, item).rank("dense").over(user) < groups)
         .group_by(_KEY, item)
-        .agg(dp.len(signed=True))
+        .agg(dp_len(signed=True))
     )
 
 
 def _opendp_measurement(
-    user: str, item: str, user_dtype: pl.DataType, item_dtype: pl.DataType, groups: int, measure_kind: str,
+    user: str, item: str, user_dtype: PolarsDataType, item_dtype: PolarsDataType, groups: int, measure_kind: str,
     global_scale: float, threshold: int, total_delta: float,
 ) -> dp.Measurement:
     domain = dp.lazyframe_domain(
@@ -197,7 +198,7 @@ def make_opendp_key_release(
     user_name, item_name = "user", "item"
 
     @lru_cache(maxsize=8)
-    def measurement_for(user_dtype: pl.DataType, item_dtype: pl.DataType) -> dp.Measurement:
+    def measurement_for(user_dtype: PolarsDataType, item_dtype: PolarsDataType) -> dp.Measurement:
         return _opendp_measurement(
             user_name, item_name, user_dtype, item_dtype, groups, kind, global_scale, threshold, delta
         )
@@ -210,8 +211,8 @@ def make_opendp_key_release(
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         item_dtype, lf = _key_release_input(frame, space, user_name, item_name)
         schema = lf.collect_schema()
-        released = measurement_for(schema[user_name], schema[item_name])(lf)
-        released = released.collect()  # OpenDP returns a OnceFrame: collect it exactly once
+        once = measurement_for(schema[user_name], schema[item_name])(lf)
+        released: pl.DataFrame = once.collect()  # OpenDP returns a OnceFrame: collect it exactly once
         return (
             released.select(
                 pl.col(item_name).cast(item_dtype).alias(space.item),
@@ -225,8 +226,9 @@ def make_opendp_key_release(
         d_in = _check_d_in(d_in)
         if d_in == 0:
             return 0.0, 0.0
-        if epsilon is None or d_in == 1:
-            return tuple(float(v) for v in reference.map(d_in))
+        if epsilon_1 is None or d_in == 1:
+            loss = reference.map(d_in)
+            return float(loss[0]), float(loss[1])
         # make_fix_delta's map fails once the threshold's δ at d_in exceeds the fixed δ: report the pair at
         # ε' = d_in·ε₁ from OpenDP's own privacy profile plus its threshold δ instead
         profile, threshold_delta = dp.c.make_zCDP_to_approxDP(inner_reference).map(d_in)
@@ -248,7 +250,8 @@ def _calibrate_key_release(
 
     def loss(scale: float, threshold: int) -> tuple[float, float]:
         measurement = _opendp_measurement("user", "item", pl.Int64, pl.Int64, groups, kind, scale, threshold, budget[1])
-        return measurement.map(1)
+        loss = measurement.map(1)
+        return float(loss[0]), float(loss[1])
 
     total = Budget("approx_dp" if kind == "approx" else "approx_zcdp", budget[0], budget[1])
     return calibrate_key_release(total, noise_delta=noise_delta, threshold_delta=threshold_delta, loss=loss)

@@ -13,7 +13,7 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability
-from opendp_wgm.domains import _prepare_frame, _resolve_space
+from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space
 from opendp_wgm.engines.polars import bound_plan
 from opendp_wgm.measurements.top_k import check_method
 from opendp_wgm.measurements.two_stage import ranked_frame
@@ -22,7 +22,6 @@ from opendp_wgm.privacy.calibrate import calibrate_limited_domain
 from opendp_wgm.privacy.peeling import limited_domain_group_loss, limited_domain_threshold_offset
 from opendp_wgm.privacy.threshold import check_max_contributions
 from opendp_wgm.samplers import SelectionMethod, noisy_top_k
-from opendp_wgm.transformations import _assert_features
 
 __all__ = ["make_limited_domain_top_k", "then_limited_domain_top_k"]
 

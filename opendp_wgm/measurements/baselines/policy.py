@@ -22,15 +22,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
-from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space, _value_key
+from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
+from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
@@ -38,7 +38,6 @@ from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_policy_greedy, calibrate_wgm
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
-from opendp_wgm.transformations import _assert_features
 
 __all__ = [
     "make_policy_gaussian",
@@ -52,7 +51,7 @@ __all__ = [
 ]
 
 Descent = Literal["l2", "reference_l1"]
-_DESCENTS = ("l2", "reference_l1")
+_DESCENTS: tuple[Descent, ...] = ("l2", "reference_l1")
 
 #: One unit of weight on the lattice 2^-k Z, and its square (a user's squared-ℓ2 budget in lattice units).
 _UNIT = 1 << LATTICE_BITS
@@ -74,11 +73,8 @@ def assert_idealized() -> None:
         raise dp.OpenDPException("FailedFunction", msg) from err
 
 
-def _check_descent(descent: str) -> str:
-    if descent not in _DESCENTS:
-        msg = f"`descent` must be one of {_DESCENTS}, got {descent!r}"
-        raise ValueError(msg)
-    return descent
+def _check_descent(descent: Any) -> Descent:
+    return _check_choice("descent", descent, _DESCENTS)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -200,7 +196,7 @@ class _UserItems:
     decode: Callable[[np.ndarray], pl.Series]  # codes -> item values (input dtype)
 
 
-def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: list[int]) -> tuple[pl.LazyFrame, bool]:
+def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: tuple[int, ...]) -> tuple[pl.LazyFrame, bool]:
     """Integer codes ``_u`` (user) and ``_x`` (item), the item itself as ``_value`` (to decode codes), and the
     user's order key ``_h``, a hash of the user's value under ``seeds``.
 
@@ -247,6 +243,7 @@ def _csr(
     if max_contributions is not None and not priority_order:
         lf = bound_plan(lf, space, max_contributions)  # before coding: the hash key must read values
     coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item], fresh_seeds())
+    descending: bool | list[bool]
     if priority_order:
         plan = coded.with_row_index("_row").group_by("_u", "_x").agg(
             _m=pl.len(), _first=pl.col("_row").min(), _h=pl.col("_h").first()
@@ -542,9 +539,10 @@ def _greedy_cap(threshold: float, alpha: float, scale: float) -> int:
 def _sample_discrete_laplace(lattice_scale: float, values: np.ndarray) -> np.ndarray:
     """``values`` + exact discrete Laplace noise of scale ``lattice_scale``: OpenDP's ``make_laplace`` on i64."""
     if values.size == 0:
-        return values.copy()
+        return np.zeros(0, dtype=np.int64)
     space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
-    return np.asarray(dp.m.make_laplace(*space, scale=lattice_scale)(values.tolist()), dtype=np.int64)
+    noisy: list[int] = dp.m.make_laplace(*space, scale=lattice_scale)(values.tolist())
+    return np.asarray(noisy, dtype=np.int64)
 
 
 def make_policy_greedy(
