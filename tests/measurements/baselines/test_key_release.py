@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.domains import _Space
 from opendp_wgm.measurements import baselines as bl
 from opendp_wgm.measurements.baselines import key_release
 
-U = 2**20
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
 APPROX_DP = dp.approximate(dp.max_divergence())
-SPACE = _Space("user", "item", None, lazyframe_domain=False)
 
 
 @pytest.fixture(autouse=True)
 def _features() -> None:
+    # the last test releases the policy baselines too, whose maps need the idealized-numerics opt-in
     dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
 
 
