@@ -103,12 +103,12 @@ def user_peeling_on_true_domain(
 ) -> pl.DataFrame:
     r"""User peeling over the data's own item domain. **Not differentially private in the domain.**
 
-    The baseline "Non-Private-Domain-And-Peel" (the paper's reference code): :func:`make_user_peeling` with the
-    whole budget, and with candidates = every distinct item of ``data``. The peeling rounds are private *for
+    The baseline "Non-Private-Domain-And-Peel" (the paper's reference code): :func:`opendp_wgm.make_user_peeling`
+    with the whole budget, and with candidates = every distinct item of ``data``. The peeling rounds are private *for
     a public candidate list*, but here the list is read from the data (a released item may be held by one
     user only), so the output as a whole is not differentially private. It models a known, public domain.
 
-    The budget is as in :func:`calibrate_user_peeling`, spread over ``k`` rounds as the reference does
+    The budget is as in :func:`opendp_wgm.calibrate_user_peeling`, spread over ``k`` rounds as the reference does
     (``epsilon`` with ``delta`` reproduces its per-round ε').
 
     Returns
