@@ -27,7 +27,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm import datasets
-from opendp_wgm.domains import _Space, user_items_space
+from opendp_wgm._spaces import _Space
+from opendp_wgm.domains import user_items_space
 from opendp_wgm.measurements.hitting_set import (
     _peel,
     calibrate_wgm_hitting_set,

@@ -21,8 +21,8 @@ import opendp.prelude as dp
 
 import opendp_wgm as wgm
 from opendp_wgm import datasets
+from opendp_wgm._spaces import _Space
 from opendp_wgm.measurements import baselines as bl
-from opendp_wgm.domains import _Space
 
 DATASETS = ("imdb_50k", "fimi_retail")
 TARGETS = {("policy gaussian l2", "imdb_50k"): 5.0, ("policy gaussian l2", "fimi_retail"): 2.0}

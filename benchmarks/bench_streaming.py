@@ -81,7 +81,7 @@ def worker(mode: str, data: Path, max_contributions: int) -> dict:
     import opendp.prelude as dp
 
     import opendp_wgm as wgm
-    from opendp_wgm.domains import _prepare_frame, _resolve_space
+    from opendp_wgm._spaces import _prepare_frame, _resolve_space
 
     dp.enable_features("contrib", "honest-but-curious")  # this script is the user
     calibration = wgm.calibrate_wgm(max_contributions=max_contributions, epsilon=1.0, delta=1e-5)

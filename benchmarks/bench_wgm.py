@@ -47,12 +47,12 @@ import opendp.prelude as dp
 import polars as pl
 
 import opendp_wgm as wgm
-from opendp_wgm.privacy.threshold import LATTICE_BITS
-from opendp_wgm.samplers import sample_discrete_gaussian
 
 # Private plan pieces of the library, imported so that the stage breakdown times exactly the code m(df) runs.
-from opendp_wgm.domains import _Space
+from opendp_wgm._spaces import _Space
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan, release_above_threshold
+from opendp_wgm.privacy.threshold import LATTICE_BITS
+from opendp_wgm.samplers import sample_discrete_gaussian
 
 T = TypeVar("T")
 

@@ -23,17 +23,9 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_int
-from opendp_wgm.domains import (
-    _BOUND_STEP,
-    BoundedUserItems,
-    UserItemsDescriptor,
-    _assert_features,
-    _prepare_frame,
-    _resolve_space,
-    _Space,
-    user_items_domain,
-)
+from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _prepare_frame, _resolve_space, _Space
+from opendp_wgm._validation import _MAX_PASSES, _check_d_in, _check_execution, _check_int
+from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import (
     WEIGHT_LAT,
     ListsOf,
@@ -60,8 +52,7 @@ __all__ = [
 ]
 
 #: Most ``passes``: each pass re-scans the input, so beyond ~10^3 the scans, not memory, dominate.
-MAX_PASSES = 1024
-_ENGINES = ("auto", "in-memory", "streaming")
+MAX_PASSES = _MAX_PASSES
 
 def make_bound_user_items(
     input_domain: dp.Domain,
@@ -173,14 +164,6 @@ def weighted_histogram_l02inf(d_in: int, max_contributions: int) -> tuple[int, f
     return d_in * max_contributions, float(d_in), float(d_in)
 
 
-def _check_execution(passes: int, engine: str) -> tuple[int, str]:
-    passes = _check_int("passes", passes, minimum=1, maximum=MAX_PASSES)
-    if engine not in _ENGINES:
-        msg = f"`engine` must be one of {_ENGINES}, got {engine!r}"
-        raise ValueError(msg)
-    return passes, engine
-
-
 def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
     """The bounded per-user lists of the histogram's input: the bound step's own plan when ``frame`` is its
     output with at most Δ0 items per user (fast path: no second bound, no exploded frame), else the bound
@@ -245,8 +228,8 @@ def make_weighted_histogram(
     descriptor = getattr(input_domain, "descriptor", None)
     if not isinstance(descriptor, UserItemsDescriptor) or descriptor.max_contributions is None:
         msg = (
-            "`input_domain` must be a bounded user-items domain (the output of make_bound_user_items), "
-            f"got {input_domain}"
+            "`input_domain` must be a bounded user-items domain (the output of make_bound_user_items) "
+            f"(found {input_domain})"
         )
         raise ValueError(msg)
     passes, engine = _check_execution(passes, engine)

@@ -15,10 +15,11 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.privacy.threshold import lattice_weights
-from opendp_wgm.domains import UserItemsDescriptor, _resolve_space, _user_of_metric, user_items_domain
+from opendp_wgm._spaces import _resolve_space, _user_of_metric
+from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.measurements import baselines as bl
 from opendp_wgm.measurements.hitting_set import make_user_peeling
+from opendp_wgm.privacy.threshold import lattice_weights
 
 HOUSEHOLD = pl.col("person") // 2
 

@@ -140,7 +140,7 @@ def test_bad_input() -> None:
     # errors raised inside a release reach the caller wrapped by OpenDP's FFI, message intact
     with pytest.raises(dp.OpenDPException, match=r"column\(s\) \['item'\] not found"):
         bound(pl.DataFrame({"user": [1], "thing": [2]}))
-    with pytest.raises(dp.OpenDPException, match="expected a polars DataFrame or LazyFrame"):
+    with pytest.raises(dp.OpenDPException, match="`frame` must be a polars DataFrame or LazyFrame"):
         bound([(1, 2)])
 
 

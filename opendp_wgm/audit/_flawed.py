@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import opendp.prelude as dp
 
+from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_real
-from opendp_wgm.domains import _assert_features
 
 __all__ = ["make_underclaimed"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 
-from opendp_wgm.domains import _Space, _value_key
+from opendp_wgm._spaces import _Space, _value_key
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
 
@@ -63,7 +63,7 @@ def bounded_lists_plan(
 ) -> pl.LazyFrame:
     """One row per user: the list of its ``max_contributions`` distinct items of smallest random key.
 
-    ``lf`` is a prepared frame (:func:`opendp_wgm.domains._prepare_frame`). The key is a hash of (user, item)
+    ``lf`` is a prepared frame (:func:`opendp_wgm._spaces._prepare_frame`). The key is a hash of (user, item)
     under ``seeds`` (fresh ones when ``None``), so a user's kept subset is a uniform random subset of its
     distinct items and depends on no other user's rows (the stability argument conditions on the seed). The
     hash reads values only (a Categorical is hashed as its string, not its code, which depends on other rows).

@@ -38,13 +38,9 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.domains import (
-    _assert_features,
-    _check_column_names,
-    _Space,
-    _user_of_metric,
-    user_items_space,
-)
+from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
+from opendp_wgm._validation import _check_columns
+from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
 from opendp_wgm.measurements.hitting_set import _peel, make_user_peeling
 from opendp_wgm.measurements.top_k import (
@@ -132,7 +128,7 @@ class SparkUserItemsDescriptor:
     item: str = "item"
 
     def __post_init__(self) -> None:
-        _check_column_names(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
+        _check_columns(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
 
 
 def spark_user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain, dp.Metric]:
@@ -173,7 +169,7 @@ def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> Sp
     if not isinstance(descriptor, SparkUserItemsDescriptor):
         msg = (
             "`input_domain` must come from opendp_wgm.spark.spark_user_items_space() (for Polars frames use "
-            f"opendp_wgm.make_wgm), got {input_domain}"
+            f"opendp_wgm.make_wgm) (found {input_domain})"
         )
         raise ValueError(msg)
     user = _user_of_metric(input_metric)
@@ -228,8 +224,10 @@ def _check_frame(frame: object, space: SparkUserItemsDescriptor) -> DataFrame:
     """A running Spark DataFrame with both columns, of supported types; raises a clear error otherwise."""
     sql = _pyspark()
     if not isinstance(frame, sql.DataFrame):
-        hint = " (for Polars frames use opendp_wgm.make_wgm)" if isinstance(frame, (pl.DataFrame, pl.LazyFrame)) else ""
-        msg = f"expected a pyspark.sql.DataFrame, got {type(frame).__module__}.{type(frame).__name__}{hint}"
+        polars = isinstance(frame, (pl.DataFrame, pl.LazyFrame))
+        hint = " (for Polars frames use opendp_wgm.make_wgm)" if polars else ""
+        found = f"{type(frame).__module__}.{type(frame).__name__}"
+        msg = f"`data` must be a pyspark.sql.DataFrame (found {found}){hint}"
         raise TypeError(msg)
     session = frame.sparkSession
     if session.sparkContext._jsc is None:  # SparkContext.stop() clears it

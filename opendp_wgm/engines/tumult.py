@@ -36,6 +36,8 @@ import numbers
 from typing import Any
 
 from opendp_wgm._validation import (
+    _check_column,
+    _check_columns,
     _check_positive,
     _check_probability,
     _check_real,
@@ -112,23 +114,22 @@ def _check_output_measure(output_measure: Any) -> Any:
         )
         raise ValueError(msg)
     if not isinstance(output_measure, ApproxDP):
-        raise ValueError(f"`output_measure` must be ApproxDP(), got {output_measure!r}")
+        raise ValueError(f"`output_measure` must be ApproxDP() (found {output_measure!r})")
     return output_measure
 
 
 def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
     if not isinstance(input_domain, SparkDataFrameDomain):
-        raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain, got {input_domain!r}")
+        raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain (found {input_domain!r})")
     for name, column in (("user", user), ("item", item)):
-        if not isinstance(column, str) or not column:
-            raise TypeError(f"`{name}` must be a non-empty column name (found {column!r})")
+        _check_column(name, column)
         if column not in input_domain.schema:
             msg = f"{name} column {column!r} not found in `input_domain` (columns: {list(input_domain.schema)})"
             raise ValueError(msg)
         if isinstance(input_domain.schema[column], SparkFloatColumnDescriptor):
-            raise ValueError(f"{name} column {column!r} must not be floating point (found {input_domain.schema[column]})")
-    if user == item:
-        raise ValueError(f"`user` and `item` must be different columns (both are {user!r})")
+            found = input_domain.schema[column]
+            raise ValueError(f"`{name}` column {column!r} must not be floating point (found {found})")
+    _check_columns(user, item)
 
 
 def _users(distance: ExactNumber) -> int:

@@ -30,8 +30,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import cast_candidates
 from opendp_wgm.measurements.two_stage import (
     _make_wgm_then_peeling,

@@ -26,6 +26,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm._validation import (
     _check_choice,
     _check_d_in,
@@ -33,7 +34,6 @@ from opendp_wgm._validation import (
     _check_positive,
     _check_probability,
 )
-from opendp_wgm.domains import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import bound_plan, candidate_counts, cast_candidates
 from opendp_wgm.measurements.two_stage import (
     _make_wgm_then_peeling,

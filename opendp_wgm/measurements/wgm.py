@@ -24,7 +24,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
+from opendp_wgm._spaces import _assert_features
+from opendp_wgm._validation import _check_d_in, _check_execution, _check_positive, _check_real
 from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
@@ -37,8 +38,6 @@ from opendp_wgm.privacy.threshold import (
 from opendp_wgm.transformations import (
     UserDistanceDescriptor,
     WeightedHistogramDescriptor,
-    _assert_features,
-    _check_execution,
     make_bound_user_items,
     make_weighted_histogram,
 )

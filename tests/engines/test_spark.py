@@ -20,7 +20,7 @@ import pytest
 from scipy.special import ndtr
 
 import opendp_wgm as wgm
-from opendp_wgm.domains import _Space
+from opendp_wgm._spaces import _Space
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
 
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")

@@ -78,7 +78,7 @@ def test_a_custom_stage_2_reads_the_prepared_frame_once_prepared() -> None:
 
     def stage_2(domain, metric, candidates):
         def function(frame):
-            from opendp_wgm.domains import _prepare_frame, _resolve_space
+            from opendp_wgm._spaces import _prepare_frame, _resolve_space
 
             lf = _prepare_frame(frame, _resolve_space(domain, metric))
             seen.append(lf.collect())

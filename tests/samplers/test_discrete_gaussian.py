@@ -119,7 +119,7 @@ def _word_after(x: mpmath.mpf, bits: int) -> int:
         (
             {"scale": 1.0, "size": 3, "method": "exact"},
             ValueError,
-            r"`method` must be one of \{'lattice', 'opendp'\}, got 'exact'",
+            r"`method` must be one of \{'lattice', 'opendp'\} \(found 'exact'\)",
         ),
     ],
 )
