@@ -14,7 +14,7 @@ import os
 import opendp.prelude as dp
 
 from opendp_wgm.audit import audit, worst_case_pairs
-from opendp_wgm.audit._cli import build_mechanism
+from opendp_wgm.cli._audit import build_mechanism
 
 
 def main() -> None:

@@ -7,8 +7,10 @@ the public face of the spaces is :mod:`opendp_wgm.domains`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import opendp.prelude as dp
 import polars as pl
 from opendp.domains import _lazyframe_from_domain
@@ -226,3 +228,28 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
     lf = frame.lazy().select(key, pl.col(space.item))
     user_dtype = lf.collect_schema()[space.user]
     return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
+
+
+def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Series:
+    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
+    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
+        msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
+        raise TypeError(msg)
+    series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
+    if series.null_count():
+        msg = "`candidates` must not contain nulls"
+        raise ValueError(msg)
+    if series.is_duplicated().any():
+        msg = f"`candidates` must be distinct ({series.is_duplicated().sum()} duplicated entries)"
+        raise ValueError(msg)
+    return series
+
+
+def _check_candidates_for(candidates: pl.Series, space: _Space) -> pl.Series:
+    """Check at construction that ``candidates`` cast exactly to the item dtype the input domain states (if it
+    states one: ``dp.lazyframe_domain``); the release checks again against the data's dtype
+    (:func:`opendp_wgm.engines.polars.cast_candidates`)."""
+    from opendp_wgm.engines.polars import cast_candidates  # deferred: the kernel builds on this module
+
+    dtype = space.item_dtype
+    return candidates if dtype is None else cast_candidates(candidates, dtype).rename(candidates.name)

@@ -23,7 +23,15 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _prepare_frame, _resolve_space, _Space
+from opendp_wgm._spaces import (
+    _BOUND_STEP,
+    _assert_features,
+    _check_candidates,
+    _check_candidates_for,
+    _prepare_frame,
+    _resolve_space,
+    _Space,
+)
 from opendp_wgm._validation import _MAX_PASSES, _check_d_in, _check_execution, _check_int
 from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import (
@@ -31,7 +39,6 @@ from opendp_wgm.engines.polars import (
     ListsOf,
     bounded_lists_plan,
     candidate_counts,
-    cast_candidates,
     fresh_seeds,
     lattice_histogram,
 )
@@ -254,29 +261,6 @@ def make_weighted_histogram(
         function,
         _check_d_in,  # identity: d_in users in, the same d_in users' contributions out
     )
-
-
-def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Series:
-    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
-    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
-        msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
-        raise TypeError(msg)
-    series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
-    if series.null_count():
-        msg = "`candidates` must not contain nulls"
-        raise ValueError(msg)
-    if series.is_duplicated().any():
-        msg = f"`candidates` must be distinct ({series.is_duplicated().sum()} duplicated entries)"
-        raise ValueError(msg)
-    return series
-
-
-def _check_candidates_for(candidates: pl.Series, space: _Space) -> pl.Series:
-    """Check at construction that ``candidates`` cast exactly to the item dtype the input domain states (if it
-    states one: ``dp.lazyframe_domain``); the release checks again against the data's dtype
-    (:func:`opendp_wgm.engines.polars.cast_candidates`)."""
-    dtype = space.item_dtype
-    return candidates if dtype is None else cast_candidates(candidates, dtype).rename(candidates.name)
 
 
 def make_candidate_counts(

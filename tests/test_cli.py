@@ -705,7 +705,7 @@ def test_reproduce_help_is_the_experiments_help(capsys: pytest.CaptureFixture[st
 
 def test_audit_help_is_the_audit_packages_help(capsys: pytest.CaptureFixture[str]) -> None:
     """`audit` is listed with the audit package's one-line help; its arguments are added on first use."""
-    from opendp_wgm.audit._cli import AUDIT_DESCRIPTION, AUDIT_HELP
+    from opendp_wgm.cli._audit import AUDIT_DESCRIPTION, AUDIT_HELP
     from opendp_wgm.cli import audit
 
     assert audit._HELP == AUDIT_HELP

@@ -86,7 +86,7 @@ def _variant_id(v: Variant) -> str:
 
 def _assert_features(config: Config) -> None:
     """Fail before any data is read if the caller has not enabled what the chosen methods need."""
-    from opendp_wgm.transformations import _assert_features as assert_plugin_features
+    from opendp_wgm._spaces import _assert_features as assert_plugin_features
 
     assert_plugin_features()
     if any(m.startswith("policy_") for m in config.methods):

@@ -30,7 +30,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space, _value_key
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
 from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements.wgm import (
@@ -46,7 +46,6 @@ from opendp_wgm.privacy.calibrate import (
     calibrate_wgm,
 )
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
-from opendp_wgm.transformations import _assert_features
 
 __all__ = [
     "make_opendp_key_release",

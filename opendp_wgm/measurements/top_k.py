@@ -26,7 +26,14 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
+from opendp_wgm._spaces import (
+    _assert_features,
+    _check_candidates,
+    _check_candidates_for,
+    _prepare_frame,
+    _resolve_space,
+    _Space,
+)
 from opendp_wgm._validation import (
     _check_choice,
     _check_d_in,
@@ -51,11 +58,6 @@ from opendp_wgm.privacy.peeling import (
 )
 from opendp_wgm.privacy.threshold import check_max_contributions
 from opendp_wgm.samplers import SELECTION_METHODS, SelectionMethod, noisy_top_k
-from opendp_wgm.transformations import (
-    _assert_features,
-    _check_candidates,
-    _check_candidates_for,
-)
 
 __all__ = [
     "make_limited_domain_top_k",
