@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import opendp.prelude as dp
 import polars as pl
+from numpy.typing import NDArray
 from opendp.domains import _lazyframe_from_domain
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 __all__: list[str] = []
 
@@ -45,7 +49,8 @@ def _identifier_of_metric(input_metric: dp.Metric) -> pl.Expr:
     if identifier.meta.has_multiple_outputs() or not identifier.meta.root_names():
         msg = f"`input_metric`'s identifier must be one expression over the frame's columns (found {identifier})"
         raise ValueError(msg)
-    return identifier
+    expression: pl.Expr = identifier
+    return expression
 
 
 def _user_of_metric(input_metric: dp.Metric) -> str:
@@ -178,7 +183,7 @@ def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str |
     raise ValueError(msg)
 
 
-def _value_dtype(dtype: pl.DataType) -> pl.DataType:
+def _value_dtype(dtype: PolarsDataType) -> PolarsDataType:
     """``dtype`` with every Categorical/Enum, nested ones included, replaced by String.
 
     A Categorical's physical code depends on the order in which values first appeared (in the frame, or in
@@ -196,7 +201,7 @@ def _value_dtype(dtype: pl.DataType) -> pl.DataType:
     return dtype
 
 
-def _value_key(column: str, dtype: pl.DataType) -> pl.Expr:
+def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
     """Column ``column`` in a representation that depends on its value only (for hashing and ordering)."""
     value_dtype = _value_dtype(dtype)
     return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
@@ -230,7 +235,7 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
     return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
 
 
-def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Series:
+def _check_candidates(candidates: Sequence[Any] | pl.Series | NDArray[Any]) -> pl.Series:
     """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
     if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
         msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"

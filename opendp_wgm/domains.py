@@ -9,12 +9,15 @@ measurements compose next to OpenDP's Polars queries.
 The neighbouring relation is always: datasets differ by the rows of ``d_in`` whole users (add or remove),
 where a user is the set of rows sharing a value of the metric's identifier: the ``user`` column, or, with
 OpenDP's space, any row-wise Polars expression (``pl.col("person") // 2`` for households), which every
-constructor evaluates into the user key before bounding, weighting or counting (:func:`opendp_wgm._spaces._prepare_frame`).
+constructor evaluates into the user key before bounding, weighting or counting
+(:func:`opendp_wgm._spaces._prepare_frame`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import opendp.prelude as dp
 import polars as pl
@@ -45,7 +48,7 @@ class UserItemsDescriptor:
         _check_columns(self.user, self.item)
 
 
-def _is_member(descriptor: UserItemsDescriptor):
+def _is_member(descriptor: UserItemsDescriptor) -> Callable[[object], bool]:
     def member(frame: object) -> bool:
         if isinstance(frame, BoundedUserItems):  # the bound step's output: checked when it was built
             return descriptor.max_contributions is not None and frame.names == (descriptor.user, descriptor.item)
@@ -143,6 +146,7 @@ class BoundedUserItems:
         """The distinct (user, item) rows, at most Δ0 per user, as a lazy plan."""
         return self.lists().explode(self.space.item)
 
-    def collect(self, **options: object) -> pl.DataFrame:
+    def collect(self, **options: Any) -> pl.DataFrame:
         """The distinct (user, item) rows, at most Δ0 per user (``options`` go to ``LazyFrame.collect``)."""
-        return self.lazy().collect(**options)  # type: ignore[arg-type]
+        frame: pl.DataFrame = self.lazy().collect(**options)
+        return frame

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import opendp.prelude as dp
 import polars as pl
+from numpy.typing import NDArray
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import (
@@ -32,7 +33,7 @@ from opendp_wgm._spaces import (
     _resolve_space,
     _Space,
 )
-from opendp_wgm._validation import _MAX_PASSES, _check_d_in, _check_execution, _check_int
+from opendp_wgm._validation import _MAX_PASSES, _check_d_in, _check_execution, _check_int, _Engine
 from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import (
     WEIGHT_LAT,
@@ -154,7 +155,8 @@ def user_distance(max_contributions: int) -> dp.Metric:
         ``dp.user_distance`` whose descriptor is :class:`UserDistanceDescriptor` (Δ0, lattice bits).
     """
     descriptor = UserDistanceDescriptor(_check_int("max_contributions", max_contributions, minimum=1))
-    return dp.user_distance(f"WeightedUserDistance(max_contributions={descriptor.max_contributions})", descriptor=descriptor)
+    name = f"WeightedUserDistance(max_contributions={descriptor.max_contributions})"
+    return dp.user_distance(name, descriptor=descriptor)
 
 
 def weighted_histogram_l02inf(d_in: int, max_contributions: int) -> tuple[int, float, float]:
@@ -193,7 +195,7 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
 
 
 def make_weighted_histogram(
-    input_domain: dp.Domain, input_metric: dp.Metric, *, passes: int = 1, engine: str = "auto"
+    input_domain: dp.Domain, input_metric: dp.Metric, *, passes: int = 1, engine: _Engine = "auto"
 ) -> dp.Transformation:
     r"""Sum each user's weight :math:`1/\sqrt{t}` (rounded down to the lattice) over the items they keep.
 
@@ -267,7 +269,7 @@ def make_candidate_counts(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    candidates: Sequence | pl.Series | np.ndarray,
+    candidates: Sequence[Any] | pl.Series | NDArray[Any],
     item: str | None = None,
 ) -> dp.Transformation:
     r"""Count the distinct users holding each item of a public candidate list.
@@ -305,7 +307,8 @@ def make_candidate_counts(
     series = _check_candidates_for(_check_candidates(candidates), space)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
-        return candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+        counts: list[int] = candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+        return counts
 
     return dp.t.make_user_transformation(
         input_domain,
