@@ -6,7 +6,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,7 +369,9 @@ def _load(dataset: str, config: Config) -> pl.DataFrame:
     return load(dataset, config.data_dir, unique=False).select("user", "item")
 
 
-def _row(config: Config, dataset: str, v: Variant, x: int | None, trial: int, seconds: float, values: dict) -> dict:
+def _row(
+    config: Config, dataset: str, v: Variant, x: int | None, trial: int, seconds: float, values: Mapping[str, float | None]
+) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     row.update(
         experiment=config.experiment,
@@ -390,10 +392,10 @@ def _row(config: Config, dataset: str, v: Variant, x: int | None, trial: int, se
     else:
         row["k"] = x
         row["max_contributions"] = config.max_contributions if v.method.startswith("wgm") else ""
-        if v.k_bar_multiplier is not None:
+        if v.k_bar_multiplier is not None and x is not None:
             row["k_bar"] = v.k_bar_multiplier * x
     for name, value in values.items():
-        row[name] = "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(float(value))
+        row[name] = "" if value is None or math.isnan(value) else repr(float(value))
     return row
 
 
