@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +65,10 @@ from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
 from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from pyspark.sql import DataFrame
+    import numpy as np
+    import pyarrow as pa
+    from numpy.typing import NDArray
+    from pyspark.sql import DataFrame, Row
 
 __all__ = [
     "SparkUserItemsDescriptor",
@@ -267,10 +270,11 @@ def _fresh_name(base: str, taken: set[str]) -> str:
 def bound_plan(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int) -> DataFrame:
     """Steps 1–2: distinct (user, item) rows, at most Δ0 per user, as a lazy Spark plan.
 
-    The kernel's bound step (``opendp_wgm.engines.polars.bound_plan``) in Spark: nulls dropped, duplicates removed, then each
-    user keeps its distinct items of smallest key ``xxhash64(s1, s2, user, item)`` (``row_number`` over the
-    user's rows ordered by key then item, so at most Δ0 rows whatever the hash collisions). The seed is fresh from the OS on every call; a user's kept rows are a function of
-    that user's rows and the seed only (``docs/privacy.md`` §1).
+    The kernel's bound step (``opendp_wgm.engines.polars.bound_plan``) in Spark: nulls dropped, duplicates
+    removed, then each user keeps its distinct items of smallest key ``xxhash64(s1, s2, user, item)``
+    (``row_number`` over the user's rows ordered by key then item, so at most Δ0 rows whatever the hash
+    collisions). The seed is fresh from the OS on every call; a user's kept rows are a function of that user's
+    rows and the seed only (``docs/privacy.md`` §1).
     """
     sql = _pyspark()
     functions, Window = sql.functions, sql.window.Window
@@ -312,11 +316,13 @@ def lattice_histogram_plan(frame: DataFrame, space: SparkUserItemsDescriptor, ma
     )
 
 
-def _noise_and_threshold(item: str, scale: float, threshold: float):
+def _noise_and_threshold(
+    item: str, scale: float, threshold: float
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Step 4, run in the executors by ``mapInArrow``: noise every sum, keep those above the threshold, with the
     Polars kernel's code (``opendp_wgm.engines.polars.noisy_above_threshold``, which the executors import)."""
 
-    def apply(batches):
+    def apply(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         for batch in batches:
@@ -326,7 +332,8 @@ def _noise_and_threshold(item: str, scale: float, threshold: float):
             noisy, keep = noisy_above_threshold(weights, scale=scale, threshold=threshold)
             if keep.any():
                 items = batch.column(0).filter(pa.array(keep))
-                yield pa.RecordBatch.from_arrays([items, pa.array(noisy[keep], type=pa.int64())], names=[item, _NOISY_LAT])
+                noisy_lat = pa.array(noisy[keep], type=pa.int64())
+                yield pa.RecordBatch.from_arrays([items, noisy_lat], names=[item, _NOISY_LAT])
 
     return apply
 
@@ -339,14 +346,17 @@ def _item_schema(item: str, item_type: Any, column: str, column_type: Any) -> An
     return types.StructType([types.StructField(item, item_type, False), types.StructField(column, column_type, False)])
 
 
-def release_above_threshold(histogram: DataFrame, item: str, item_type: Any, *, scale: float, threshold: float) -> list:
+def release_above_threshold(
+    histogram: DataFrame, item: str, item_type: Any, *, scale: float, threshold: float
+) -> list[Row]:
     """Noise and threshold in the executors; collect only the released (item, noisy_lat) rows."""
     sql = _pyspark()
     schema = _item_schema(item, item_type, _NOISY_LAT, sql.types.LongType())
     with warnings.catch_warnings():  # pyspark builds mapInArrow on a pandas_udf and warns about its own call
         warnings.filterwarnings("ignore", message="In Python 3.6\\+ and Spark 3.0\\+", category=UserWarning)
         released = histogram.mapInArrow(_noise_and_threshold(item, scale, threshold), schema)
-    return released.collect()
+    rows: list[Row] = released.collect()
+    return rows
 
 
 def _value(value: Any) -> Any:
@@ -354,7 +364,7 @@ def _value(value: Any) -> Any:
     return bytes(value) if isinstance(value, bytearray) else value
 
 
-def _to_polars(rows: list, item: str, item_dtype: pl.DataType) -> pl.DataFrame:
+def _to_polars(rows: list[Row], item: str, item_dtype: pl.DataType) -> pl.DataFrame:
     """The release as the Polars engine returns it: item (input dtype) and ``noisy_weight``, sorted by item."""
     items = pl.Series(item, [_value(r[0]) for r in rows], dtype=item_dtype)
     return weights_frame(items, pl.Series(_NOISY_LAT, [r[1] for r in rows], dtype=pl.Int64))
@@ -370,7 +380,9 @@ def _spark_wgm_release(
     return _to_polars(rows, space.item, _polars_dtype(item_type))
 
 
-def _spark_wgm_function(space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float):
+def _spark_wgm_function(
+    space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float
+) -> Callable[[DataFrame], pl.DataFrame]:
     def function(frame: DataFrame) -> pl.DataFrame:
         return _spark_wgm_release(_check_frame(frame, space), space, max_contributions, scale, threshold)
 
@@ -528,7 +540,7 @@ def _candidate_pairs(
     ), position
 
 
-def candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series):
+def candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series) -> NDArray[np.int64]:
     """Exact number of distinct users holding each candidate, in the candidates' order (int64)."""
     import numpy as np
 
@@ -557,7 +569,7 @@ def _hitting_set_stage_2(
     driver, where the Polars engine's user peeling (``hitting_set._peel``) runs on them unchanged."""
     user_dtype = _polars_dtype(frame.schema[space.user].dataType)
     if candidates.len() == 0:
-        rows: list = []
+        rows: list[Row] = []
     else:
         pairs, _ = _candidate_pairs(frame, space, candidates)
         rows = pairs.select(space.user, space.item).collect()
@@ -720,7 +732,8 @@ def make_wgm_hitting_set(
         peel_delta=peel_delta,
     )
     _assert_features()
-    return _make_two_stage(input_domain, input_metric, _spark_peeling(make_user_peeling, _hitting_set_stage_2), USER_PEELING, parameters)
+    stage_2 = _spark_peeling(make_user_peeling, _hitting_set_stage_2)
+    return _make_two_stage(input_domain, input_metric, stage_2, USER_PEELING, parameters)
 
 
 def make_wgm_hitting_set_from_budget(

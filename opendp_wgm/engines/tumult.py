@@ -74,7 +74,7 @@ try:
     from tmlt.core.utils.exact_number import ExactNumber
 except ImportError as _error:  # the module still imports (docs, doctest collection); constructors raise
     _IMPORT_ERROR: ImportError | None = _error
-    _TumultMeasurement = object  # type: ignore[assignment,misc]
+    _TumultMeasurement = object
 else:
     _IMPORT_ERROR = None
 
@@ -95,7 +95,8 @@ def _to_float(name: str, value: Any, *, round_up: bool) -> float:
         exact = ExactNumber(value)
     except Exception as err:  # sympy / Tumult raise several types for malformed numbers
         raise TypeError(f"`{name}` must be a real number or a Tumult ExactNumberInput (found {value!r})") from err
-    return exact.to_float(round_up=round_up)
+    rounded: float = exact.to_float(round_up=round_up)
+    return rounded
 
 
 def _exact(value: float) -> ExactNumber:
@@ -134,7 +135,7 @@ def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
 
 def _users(distance: ExactNumber) -> int:
     """floor(d_in) exactly: datasets are an integer number of users apart, so a d_in below k+1 means <= k."""
-    users = int(math.floor(distance.to_float(round_up=False)))
+    users: int = math.floor(distance.to_float(round_up=False))
     while ExactNumber(users + 1) <= distance:  # exact, whatever the float rounding did
         users += 1
     while ExactNumber(users) > distance:
@@ -160,7 +161,7 @@ def _driver_frame(session: Any, rows: Any, item: str, item_type: Any, column: st
     return session.createDataFrame(rows, _item_schema(item, item_type, column, column_type))
 
 
-class _UserItemsMeasurement(_TumultMeasurement):
+class _UserItemsMeasurement(_TumultMeasurement):  # type: ignore[misc]  # tmlt.core ships no type information
     """A Tumult measurement over a (user, item) Spark DataFrame under ``IfGroupedBy([user],
     SymmetricDifference())``, whose privacy function is a float map at ⌊d_in⌋ users (``_users_loss``)."""
 
@@ -381,7 +382,8 @@ class _SparkTwoStage(_UserItemsMeasurement):
         return self._measurement
 
     def _users_loss(self, users: int) -> tuple[float, float]:
-        return self._measurement.map(users)  # the OpenDP map at ⌊d_in⌋ users
+        loss: tuple[float, float] = self._measurement.map(users)  # the OpenDP map at ⌊d_in⌋ users
+        return loss
 
     def __call__(self, sdf: Any) -> Any:
         """Release on ``sdf``: a Spark DataFrame of (item, rank), in rank order, built from driver-side rows."""
@@ -477,6 +479,7 @@ def create_wgm_top_k_measurement(
         delta=_delta_down(delta),
         split=split,
     )
+    assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
     return WGMTopKMeasurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.max_contributions, wgm_scale=cal.wgm.scale,
         wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
@@ -501,6 +504,7 @@ def create_wgm_hitting_set_measurement(
         split=split,
         noise_delta_fraction=noise_delta_fraction,
     )
+    assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
     return WGMHittingSetMeasurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.wgm.max_contributions, wgm_scale=cal.wgm.scale,
         wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
