@@ -30,7 +30,6 @@ import os
 import platform
 import random
 import re
-import secrets
 import statistics
 import sys
 import time
@@ -189,7 +188,7 @@ def probe_keep_sample() -> str:
     tiny = pl.DataFrame({"user": [0, 0, 1], "item": ["a", "b", "a"]})
     try:
         builtin_key_release(tiny, "user", "item", dp.loss_of(epsilon=EPSILON, delta=DELTA), keep="sample")
-    except Exception as err:  # noqa: BLE001 - we report whatever it raises
+    except Exception as err:
         text = str(err)
         inner = re.search(r'ErrString\("([^\\"]+)', text)  # Polars' message inside OpenDP's wrapper
         return f"crashes at collect ({type(err).__name__}: {(inner.group(1) if inner else text.strip())[:120]})"

@@ -27,12 +27,12 @@ def _frame(common: object, solo: list[object], dtype: pl.DataType) -> pl.DataFra
     return pl.DataFrame({"uid": users, "thing": items}, schema={"uid": pl.Int64, "thing": dtype})
 
 
-@pytest.fixture()
+@pytest.fixture
 def text_frame() -> pl.DataFrame:
     return _frame("a", [f"solo{u}" for u in range(N_USERS)], pl.String)
 
 
-@pytest.fixture()
+@pytest.fixture
 def csv_path(tmp_path: Path, text_frame: pl.DataFrame) -> Path:
     path = tmp_path / "data.csv"
     text_frame.write_csv(path)
@@ -254,7 +254,7 @@ def _run_command(capsys: pytest.CaptureFixture[str], command: str, *argv: object
     return code, out, err
 
 
-@pytest.fixture()
+@pytest.fixture
 def ranked_csv(tmp_path: Path) -> Path:
     """400 users hold "a", 50 others hold "b". At ε = 1, δ = 1e-5 (WGM at ε/2: σ ≈ 7.7, T ≈ 42) "a" is
     released and then picked first with overwhelming probability (its score beats b's by 350 users, and a
@@ -705,8 +705,8 @@ def test_reproduce_help_is_the_experiments_help(capsys: pytest.CaptureFixture[st
 
 def test_audit_help_is_the_audit_packages_help(capsys: pytest.CaptureFixture[str]) -> None:
     """`audit` is listed with the audit package's one-line help; its arguments are added on first use."""
-    from opendp_wgm.cli._audit import AUDIT_DESCRIPTION, AUDIT_HELP
     from opendp_wgm.cli import audit
+    from opendp_wgm.cli._audit import AUDIT_DESCRIPTION, AUDIT_HELP
 
     assert audit._HELP == AUDIT_HELP
     assert main(["--help"]) == 0

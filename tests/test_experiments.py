@@ -12,8 +12,7 @@ import pytest
 
 from opendp_wgm import metrics
 from opendp_wgm.datasets import synthetic_zipf
-from opendp_wgm.experiments import main_reproduce, reproduce
-from opendp_wgm.experiments import _runner
+from opendp_wgm.experiments import _runner, main_reproduce, reproduce
 from opendp_wgm.experiments._config import parse_grid
 from opendp_wgm.experiments._truth import Truth
 

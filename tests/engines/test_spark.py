@@ -245,7 +245,7 @@ def test_then_partial_chains(ws) -> None:
 
 def coverage_frame() -> pl.DataFrame:
     """Items with distinct user counts and greedy gains: A 30 users, B 25 (inside A's), C 20, D 10, E 5."""
-    holders = {"A": range(0, 30), "B": range(0, 25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
+    holders = {"A": range(30), "B": range(25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
     rows = [(u, item) for item, users in holders.items() for u in users]
     return pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
 

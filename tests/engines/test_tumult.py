@@ -88,7 +88,26 @@ def core(tmlt):
     from tmlt.core.transformations.spark_transformations.truncation import LimitRowsPerID
     from tmlt.core.utils.exact_number import ExactNumber
 
-    return dict(locals())
+    return {
+        "sp": sp,
+        "SparkDataFrameDomain": SparkDataFrameDomain,
+        "SparkFloatColumnDescriptor": SparkFloatColumnDescriptor,
+        "SparkIntegerColumnDescriptor": SparkIntegerColumnDescriptor,
+        "SparkStringColumnDescriptor": SparkStringColumnDescriptor,
+        "ChainTM": ChainTM,
+        "PrivacyAccountant": PrivacyAccountant,
+        "SequentialComposition": SequentialComposition,
+        "GeometricPartitionSelection": GeometricPartitionSelection,
+        "ApproxDP": ApproxDP,
+        "InsufficientBudgetError": InsufficientBudgetError,
+        "RhoZCDP": RhoZCDP,
+        "IfGroupedBy": IfGroupedBy,
+        "SymmetricDifference": SymmetricDifference,
+        "ChainTT": ChainTT,
+        "Select": Select,
+        "LimitRowsPerID": LimitRowsPerID,
+        "ExactNumber": ExactNumber,
+    }
 
 
 def domain(core, item_descriptor=None):
@@ -255,7 +274,7 @@ def test_composes_in_a_privacy_accountant_that_enforces_the_budget(tmlt, core, s
 
 def coverage_frame() -> pl.DataFrame:
     """Items with distinct user counts and greedy gains: A 30 users, B 25 (inside A's), C 20, D 10, E 5."""
-    holders = {"A": range(0, 30), "B": range(0, 25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
+    holders = {"A": range(30), "B": range(25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
     rows = [(u, item) for item, users in holders.items() for u in users]
     return pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
 

@@ -139,7 +139,7 @@ def test_opendp_method_requires_contrib() -> None:
         opendp.mod.GLOBAL_FEATURES.update(saved)
 
 
-@pytest.fixture()
+@pytest.fixture
 def contrib():
     saved = set(opendp.mod.GLOBAL_FEATURES)
     dp.enable_features("contrib")
