@@ -11,6 +11,7 @@ timed too, for scale. The machine's load is printed: the policies are single-thr
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -91,7 +92,7 @@ def main() -> None:
     for name, frame in frames.items():
         for label, measurement in methods.items():
             measurement(frame)  # warm-up (imports, categorical dictionary, page faults)
-            seconds = _median_time(lambda: measurement(frame), args.runs)
+            seconds = _median_time(functools.partial(measurement, frame), args.runs)
             target = TARGETS.get((label, name))
             status = "" if target is None else ("ok" if seconds <= target else "MISSED")
             reference = f"{REFERENCE[name]:.1f}" if label == "policy gaussian reference_l1" else ""

@@ -36,7 +36,7 @@ def frame(users: list[list]) -> pl.DataFrame:
 def histogram(users: list[list], max_contributions: int = 100) -> dict:
     t = wgm.user_items_space() >> wgm.then_bound_user_items(max_contributions=max_contributions)
     out = (t >> wgm.then_weighted_histogram())(frame(users)).collect()
-    return dict(zip(out["item"].to_list(), out["weight"].to_list()))
+    return dict(zip(out["item"].to_list(), out["weight"].to_list(), strict=False))
 
 
 def test_weighted_histogram_oracle() -> None:
@@ -80,7 +80,7 @@ def test_bounded_users_properties(users: list[list[int]], max_contributions: int
     out = bound(frame(users)).collect()
     assert out.is_duplicated().sum() == 0
     kept = out.group_by("user").agg(pl.col("item"))
-    for user, items in zip(kept["user"].to_list(), kept["item"].to_list()):
+    for user, items in zip(kept["user"].to_list(), kept["item"].to_list(), strict=False):
         distinct = set(users[user])
         assert set(items) <= distinct
         assert len(items) == min(len(distinct), max_contributions)

@@ -370,7 +370,13 @@ def _load(dataset: str, config: Config) -> pl.DataFrame:
 
 
 def _row(
-    config: Config, dataset: str, v: Variant, x: int | None, trial: int, seconds: float, values: Mapping[str, float | None]
+    config: Config,
+    dataset: str,
+    v: Variant,
+    x: int | None,
+    trial: int,
+    seconds: float,
+    values: Mapping[str, float | None],
 ) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     row.update(

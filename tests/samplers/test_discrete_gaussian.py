@@ -273,7 +273,7 @@ def test_fast_path_abstains_and_fallback_finds_exact_q(sigma: float) -> None:
     b2_arr = np.array([rnd.getrandbits(64) for _ in qs], dtype=np.uint64)
     _, _, amb_mag, _ = nz._fast_round(par, b1_arr, b2_arr)
     assert amb_mag.all()
-    for q, word in zip(qs, b1):
+    for q, word in zip(qs, b1, strict=False):
         delta = rnd.choice([-1, 1])
         p = _mp_exp_neg(q * par.lam_q)
         w1 = (_word_after(p, 64) + delta) % (1 << 64) if q else rnd.getrandbits(64)
@@ -411,7 +411,7 @@ def test_float_library_assumption() -> None:
     got = np.exp(xs)
     worst = 0.0
     with mpmath.workprec(120):
-        for x, y in zip(xs.tolist(), got.tolist()):
+        for x, y in zip(xs.tolist(), got.tolist(), strict=False):
             ref = mpmath.exp(mpmath.mpf(x))
             worst = max(worst, float(abs(mpmath.mpf(y) / ref - 1)))
     assert worst <= 2.0**-50, worst

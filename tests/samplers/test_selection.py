@@ -54,10 +54,10 @@ def pf_round(scores: list[int], left: set[int], scale: float) -> dict[int, float
     p = {j: math.exp((scores[j] - top) / scale) for j in items}
     win = dict.fromkeys(items, 0.0)
     for mask in itertools.product([0, 1], repeat=len(items)):
-        accepted = [j for j, b in zip(items, mask) if b]
+        accepted = [j for j, b in zip(items, mask, strict=False) if b]
         if not accepted:
             continue
-        prob = math.prod(p[j] if b else 1.0 - p[j] for j, b in zip(items, mask))
+        prob = math.prod(p[j] if b else 1.0 - p[j] for j, b in zip(items, mask, strict=False))
         for j in accepted:
             win[j] += prob / len(accepted)
     return win
@@ -89,7 +89,7 @@ def chi2_gof(counts: Counter, pmf: dict, n: int) -> tuple[float, float]:
     if pool_e > 0:
         observed.append(pool_o)
         expected.append(pool_e)
-    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected))
+    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=False))
     return stat, stats.chi2.ppf(1 - ALPHA, len(expected) - 1)
 
 
@@ -228,8 +228,8 @@ def test_exact_race_agrees_with_high_precision(measure) -> None:
 
         winner = sel._exact_race(offsets, counts, [w0, w1], 1.3, measure, Source())
         # the decision must hold for the refined uniforms: check on the original 64-bit cells when decisive
-        lo = [_key_mp(o, 1.3, c, mp.mpf(w + 1) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1])]
-        hi = [_key_mp(o, 1.3, c, mp.mpf(w) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1])]
+        lo = [_key_mp(o, 1.3, c, mp.mpf(w + 1) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1], strict=False)]
+        hi = [_key_mp(o, 1.3, c, mp.mpf(w) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1], strict=False)]
         if hi[0] < lo[1]:
             assert winner == 0
         elif hi[1] < lo[0]:
@@ -267,10 +267,10 @@ def test_float_library_assumption() -> None:
     x = np.concatenate([rng.random(400), 1 - rng.random(100) * 2.0**-40, rng.random(100) * 2.0**-40])
     x = x[x > 0]
     worst = max(abs(float((mp.mpf(float(v)) - mp.log(mp.mpf(float(u)))) / mp.log(mp.mpf(float(u)))))
-                for u, v in zip(x, np.log(x)) if u != 1.0)
+                for u, v in zip(x, np.log(x), strict=False) if u != 1.0)
     t = -rng.random(500) * 60
     worst_expm1 = max(abs(float((mp.mpf(float(v)) - mp.expm1(mp.mpf(float(u)))) / mp.expm1(mp.mpf(float(u)))))
-                      for u, v in zip(t, np.expm1(t)) if u != 0.0)
+                      for u, v in zip(t, np.expm1(t), strict=False) if u != 0.0)
     assert worst <= 2.0**-42 and worst_expm1 <= 2.0**-42
 
 
