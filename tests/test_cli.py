@@ -333,7 +333,7 @@ def test_hitting_set_picks_the_common_item(
 ) -> None:
     source, output = tmp_path / "ranked.parquet", tmp_path / "picks.parquet"
     pl.read_csv(ranked_csv).with_columns(pl.col("thing").cast(pl.Categorical)).write_parquet(source)
-    code, out, err = _run_command(
+    code, _out, err = _run_command(
         capsys, "hitting-set", source, "--user", "uid", "--item", "thing", "--k", 1, "-o", output,
         "--noise-delta-fraction", 0.4,
     )
@@ -637,7 +637,8 @@ def test_ctrl_c_during_the_release_exits_130_and_writes_nothing(csv_path: Path, 
         [sys.executable, "-c", _SLOW_RELEASE, "discover", str(csv_path), "--user", "uid", "--item", "thing",
          "-o", str(output)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background job ignores SIGINT
+        # a background job ignores SIGINT; the test process starts no thread before forking
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )
     try:
         assert process.stderr is not None

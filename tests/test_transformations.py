@@ -132,7 +132,7 @@ def test_bad_input() -> None:
         wgm.make_weighted_histogram(*space)
     with pytest.raises(ValueError, match="symmetric_id_distance"):
         wgm.make_bound_user_items(space[0], dp.symmetric_distance(), max_contributions=1)
-    with pytest.raises(ValueError, match="`item` .* disagrees"):
+    with pytest.raises(ValueError, match=r"`item` .* disagrees"):
         wgm.make_bound_user_items(*space, max_contributions=1, item="other")
     with pytest.raises(ValueError, match="different columns"):
         wgm.user_items_space(user="a", item="a")
@@ -172,7 +172,7 @@ def test_candidate_counts() -> None:
 )
 def test_candidate_counts_move_monotonically(users, extra) -> None:
     t = wgm.make_candidate_counts(*wgm.user_items_space(), candidates=list(range(10)))
-    before, after = np.array(t(frame(users))), np.array(t(frame(users + [extra])))
+    before, after = np.array(t(frame(users))), np.array(t(frame([*users, extra])))
     assert np.all((after - before >= 0) & (after - before <= 1))
 
 

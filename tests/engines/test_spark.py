@@ -329,12 +329,12 @@ def test_stopped_session(spark, ws, monkeypatch) -> None:
 
 
 def test_bad_spaces_and_parameters(ws) -> None:
-    with pytest.raises(ValueError, match="must come from opendp_wgm.spark.spark_user_items_space"):
+    with pytest.raises(ValueError, match=r"must come from opendp_wgm\.spark\.spark_user_items_space"):
         ws.make_wgm(*wgm.user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
     domain, _ = ws.spark_user_items_space(user="u")
     with pytest.raises(ValueError, match="identifies users by 'user' but `input_domain` by 'u'"):
         ws.make_wgm(domain, dp.symmetric_id_distance(pl.col("user")), max_contributions=2, scale=1.0, threshold=5.0)
-    with pytest.raises(ValueError, match="must be dp.symmetric_id_distance"):
+    with pytest.raises(ValueError, match=r"must be dp\.symmetric_id_distance"):
         ws.make_wgm(domain, dp.symmetric_distance(), max_contributions=2, scale=1.0, threshold=5.0)
     # an identifier expression (a household of persons) is refused, not read as its root column
     with pytest.raises(ValueError, match="must identify users by a column"):

@@ -177,13 +177,13 @@ def test_relation_and_calibrated_factory(tmlt, core) -> None:
 
 
 def test_bad_parameters(tmlt, core) -> None:
-    with pytest.raises(ValueError, match="not rho-zCDP.*RhoZCDPToApproxDP"):
+    with pytest.raises(ValueError, match=r"not rho-zCDP.*RhoZCDPToApproxDP"):
         tmlt.WGMMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), **PARAMS)
     with pytest.raises(ValueError, match="item column 'thing' not found in `input_domain`"):
         tmlt.WGMMeasurement(domain(core), "user", "thing", **PARAMS)
     with pytest.raises(ValueError, match="`item` column 'item' must not be floating point"):
         tmlt.WGMMeasurement(domain(core, core["SparkFloatColumnDescriptor"]()), "user", "item", **PARAMS)
-    with pytest.raises(TypeError, match="must be a tmlt.core SparkDataFrameDomain"):
+    with pytest.raises(TypeError, match=r"must be a tmlt\.core SparkDataFrameDomain"):
         tmlt.WGMMeasurement(wgm.user_items_space()[0], "user", "item", **PARAMS)
     with pytest.raises(ValueError, match=r"`max_contributions` must be an integer >= 1 \(found 0\)"):
         tmlt.WGMMeasurement(domain(core), "user", "item", **{**PARAMS, "max_contributions": 0})

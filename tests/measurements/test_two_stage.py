@@ -36,7 +36,9 @@ def spy(counter: list[str], name: str, constructor):
 def test_map_is_the_sum_of_the_stage_maps_and_stage_1_is_built_once() -> None:
     calls: list[str] = []
     stage_1 = spy(calls, "stage 1", wgm.then_wgm(**WGM))
-    stage_2_map = lambda d: peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=TOP_K)
+
+    def stage_2_map(d: int) -> tuple[float, float]:
+        return peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=TOP_K)
 
     def stage_2(domain, metric, candidates):
         calls.append("stage 2")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -107,7 +108,7 @@ def test_maps_are_monotone_in_d_in(scale, threshold, max_contributions, epsilon)
         for d in range(6)
     ]
     assert losses[0] == (0.0, 0.0)
-    for lo, hi in zip(losses, losses[1:], strict=False):
+    for lo, hi in itertools.pairwise(losses):
         assert lo[0] <= hi[0] and lo[1] <= hi[1] + 1e-15
         assert 0.0 <= hi[1] <= 1.0
 

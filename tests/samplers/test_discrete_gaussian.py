@@ -313,7 +313,7 @@ def test_fallback_acceptance_on_forced_cells(sigma: float, delta: int) -> None:
             r2 = int(mpmath.floor(p * mpmath.mpf(2) ** par.ubits))
             nxt = int(mpmath.floor(p * mpmath.mpf(2) ** (par.ubits + 64))) % (1 << 64)
         b2 = (0 << 63) | (w << par.ubits) | r2
-        value, accept, amb_mag, amb_acc = nz._fast_round(
+        value, _accept, amb_mag, amb_acc = nz._fast_round(
             par, np.array([b1], dtype=np.uint64), np.array([b2], dtype=np.uint64)
         )
         assert not amb_mag[0] and amb_acc[0]

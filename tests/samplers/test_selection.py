@@ -214,10 +214,7 @@ def test_exact_race_agrees_with_high_precision(measure) -> None:
         w0 = int(rng.integers(1, 2**63)) * 2 + 1
         # pick w1 so that level 1's key is within ~2^-50 of level 0's
         target = _key_mp(offsets[0], 1.3, counts[0], mp.mpf(w0) / 2**64, measure) - mp.mpf(offsets[1]) / mp.mpf(1.3)
-        if measure == "zcdp":
-            v1 = mp.exp(-mp.exp(target + mp.log(counts[1])))
-        else:
-            v1 = (1 - mp.exp(target)) ** counts[1]
+        v1 = mp.exp(-mp.exp(target + mp.log(counts[1]))) if measure == "zcdp" else (1 - mp.exp(target)) ** counts[1]
         if not (0 < v1 < 1):
             continue
         w1 = int(mp.floor(v1 * 2**64))
