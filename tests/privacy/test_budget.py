@@ -41,7 +41,7 @@ def test_peeling_budget_kinds_and_errors() -> None:
     assert Budget.of_peeling(rho=0.5) == Budget("approx_zcdp", 0.5, 0.0)
     assert Budget.of_peeling(epsilon=1.0) == Budget("pure_dp", 1.0, 0.0)
     assert Budget.of_peeling(epsilon=1.0, delta=1e-5) == Budget("approx_dp", 1.0, 1e-5)
-    with pytest.raises(ValueError, match=r"`delta` applies only with `epsilon` \(peeling spends no δ under zCDP\)"):
+    with pytest.raises(ValueError, match=r"`delta` must be None unless `epsilon` is given \(peeling spends no δ under zCDP\) \(found 1e-05\)"):
         Budget.of_peeling(rho=0.5, delta=1e-5)
     with pytest.raises(ValueError, match="exactly one of `epsilon` and `rho`"):
         Budget.of_peeling()
