@@ -14,7 +14,7 @@ import os
 import opendp.prelude as dp
 
 from opendp_wgm.audit import audit, worst_case_pairs
-from opendp_wgm.audit._cli import build_mechanism
+from opendp_wgm.cli._audit import build_mechanism
 
 
 def main() -> None:
@@ -23,7 +23,9 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2")
     args = parser.parse_args()
     dp.enable_features("contrib", "honest-but-curious")
-    build = functools.partial(build_mechanism, "wgm", sigma=4.0, threshold=7.0, max_contributions=1, k=1, peel_scale=1.0)
+    build = functools.partial(
+        build_mechanism, "wgm", sigma=4.0, threshold=7.0, max_contributions=1, k=1, peel_scale=1.0
+    )
     pairs = worst_case_pairs(1, 7.0, users=200)
     print(f"load average before: {os.getloadavg()}")
     for workers in (int(w) for w in args.workers.split(",")):

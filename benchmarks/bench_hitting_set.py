@@ -16,6 +16,7 @@ The reference's values at k = 100 on steam_200k: 1600 ± 28 (wgm+peel) and 1181 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -27,7 +28,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm import datasets
-from opendp_wgm.domains import _Space, user_items_space
+from opendp_wgm._spaces import _Space
+from opendp_wgm.domains import user_items_space
 from opendp_wgm.measurements.baselines import greedy_hitting_set, user_peeling_on_true_domain
 from opendp_wgm.measurements.hitting_set import (
     calibrate_wgm_hitting_set,
@@ -65,13 +67,13 @@ def bench_dataset(name: str, data: pl.DataFrame, ks: tuple[int, ...], trials: in
         )
         wgm_missed, wgm_times, true_missed, true_times = [], [], [], []
         for _ in range(trials):
-            out, seconds = _timed(lambda: mech(data))
+            out, seconds = _timed(functools.partial(mech, data))
             wgm_missed.append(missed_users(data, out))
             wgm_times.append(seconds)
-            out, seconds = _timed(lambda: user_peeling_on_true_domain(data, k, epsilon=EPSILON, delta=DELTA))
+            out, seconds = _timed(functools.partial(user_peeling_on_true_domain, data, k, epsilon=EPSILON, delta=DELTA))
             true_missed.append(missed_users(data, out))
             true_times.append(seconds)
-        greedy, greedy_time = _timed(lambda: greedy_hitting_set(data, k))
+        greedy, greedy_time = _timed(functools.partial(greedy_hitting_set, data, k))
         rows.append(
             f"| {name} | {n_users:,} | {k} | {_mean_se(wgm_missed)} | {statistics.fmean(wgm_times):.3f} | "
             f"{missed_users(data, greedy)} | {greedy_time:.3f} | {_mean_se(true_missed)} | "
@@ -86,7 +88,12 @@ def rounds_row(name: str, data: pl.DataFrame, k: int) -> str:
     cal = calibrate_wgm_hitting_set(k=k, max_contributions=MAX_CONTRIBUTIONS, epsilon=EPSILON, delta=DELTA)
     space = _Space("user", "item", None, lazyframe_domain=False)
     lf = data.lazy()
-    release = make_wgm(*user_items_space(), max_contributions=cal.wgm.max_contributions, scale=cal.wgm.scale, threshold=cal.wgm.threshold)
+    release = make_wgm(
+        *user_items_space(),
+        max_contributions=cal.wgm.max_contributions,
+        scale=cal.wgm.scale,
+        threshold=cal.wgm.threshold,
+    )
     cells = []
     for candidates in (release(lf).get_column("item"), None):
         timings: dict[str, float] = {}
@@ -106,7 +113,12 @@ def bench_imdb(data: pl.DataFrame, k: int = 100) -> list[str]:
     cal = calibrate_wgm_hitting_set(k=k, max_contributions=MAX_CONTRIBUTIONS, epsilon=EPSILON, delta=DELTA)
     space = _Space("user", "item", None, lazyframe_domain=False)
     lf = data.lazy()
-    release = make_wgm(*user_items_space(), max_contributions=cal.wgm.max_contributions, scale=cal.wgm.scale, threshold=cal.wgm.threshold)
+    release = make_wgm(
+        *user_items_space(),
+        max_contributions=cal.wgm.max_contributions,
+        scale=cal.wgm.scale,
+        threshold=cal.wgm.threshold,
+    )
     candidates, stage1 = _timed(lambda: release(lf).get_column("item"))
     timings: dict[str, float] = {}
     _peel(lf, space, candidates, k, cal.peel_scale, timings=timings)

@@ -11,6 +11,7 @@ timed too, for scale. The machine's load is printed: the policies are single-thr
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -21,8 +22,8 @@ import opendp.prelude as dp
 
 import opendp_wgm as wgm
 from opendp_wgm import datasets
+from opendp_wgm._spaces import _Space
 from opendp_wgm.measurements.baselines import policy as bl
-from opendp_wgm.domains import _Space
 
 DATASETS = ("imdb_50k", "fimi_retail")
 TARGETS = {("policy gaussian l2", "imdb_50k"): 5.0, ("policy gaussian l2", "fimi_retail"): 2.0}
@@ -91,7 +92,7 @@ def main() -> None:
     for name, frame in frames.items():
         for label, measurement in methods.items():
             measurement(frame)  # warm-up (imports, categorical dictionary, page faults)
-            seconds = _median_time(lambda: measurement(frame), args.runs)
+            seconds = _median_time(functools.partial(measurement, frame), args.runs)
             target = TARGETS.get((label, name))
             status = "" if target is None else ("ok" if seconds <= target else "MISSED")
             reference = f"{REFERENCE[name]:.1f}" if label == "policy gaussian reference_l1" else ""

@@ -81,7 +81,7 @@ def worker(mode: str, data: Path, max_contributions: int) -> dict:
     import opendp.prelude as dp
 
     import opendp_wgm as wgm
-    from opendp_wgm.domains import _prepare_frame, _resolve_space
+    from opendp_wgm._spaces import _prepare_frame, _resolve_space
 
     dp.enable_features("contrib", "honest-but-curious")  # this script is the user
     calibration = wgm.calibrate_wgm(max_contributions=max_contributions, epsilon=1.0, delta=1e-5)
@@ -112,7 +112,9 @@ def worker(mode: str, data: Path, max_contributions: int) -> dict:
 
 def run(mode: str, data: Path, max_contributions: int) -> dict:
     """Run ``worker`` in a fresh interpreter; add its wall time and peak RSS (GiB)."""
-    command = [sys.executable, __file__, "--worker", mode, "--data", str(data), "--max-contributions", str(max_contributions)]
+    command = [
+        sys.executable, __file__, "--worker", mode, "--data", str(data), "--max-contributions", str(max_contributions)
+    ]
     start = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     out = proc.stdout.read() if proc.stdout else ""
@@ -144,7 +146,8 @@ def main() -> None:
     size = sum(p.stat().st_size for p in data.glob("part-*.parquet")) / 2**20
     made = f"written in {seconds:.0f} s" if seconds else "reused"
     print(f"data: {rows:,} rows, {users:,} users, {size:,.0f} MiB of Parquet at {data} ({made})")
-    print(f"in memory as two Int64 columns: {rows * 16 / 2**30:.2f} GiB; cores: {os.cpu_count()}; Δ0 = {args.max_contributions}")
+    gib = rows * 16 / 2**30
+    print(f"in memory as two Int64 columns: {gib:.2f} GiB; cores: {os.cpu_count()}; Δ0 = {args.max_contributions}")
     header = f"{'mode':<14} | {'release (s)':>11} | {'wall (s)':>8} | {'peak RSS (GiB)':>14} | {'released':>8}"
     print(header)
     print("-" * len(header))
@@ -153,7 +156,10 @@ def main() -> None:
         if "error" in r:
             print(f"{mode:<14} | {'failed: ' + r['error']:>11} | {'':>8} | {r['peak_rss_gib']:>14.2f} | {'':>8}")
             continue
-        print(f"{mode:<14} | {r['seconds']:>11.1f} | {r['wall']:>8.1f} | {r['peak_rss_gib']:>14.2f} | {r['released']:>8,}")
+        print(
+            f"{mode:<14} | {r['seconds']:>11.1f} | {r['wall']:>8.1f} | {r['peak_rss_gib']:>14.2f} | "
+            f"{r['released']:>8,}"
+        )
 
 
 if __name__ == "__main__":

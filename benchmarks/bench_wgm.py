@@ -30,7 +30,6 @@ import os
 import platform
 import random
 import re
-import secrets
 import statistics
 import sys
 import time
@@ -47,12 +46,12 @@ import opendp.prelude as dp
 import polars as pl
 
 import opendp_wgm as wgm
-from opendp_wgm.privacy.threshold import LATTICE_BITS
-from opendp_wgm.samplers import sample_discrete_gaussian
 
 # Private plan pieces of the library, imported so that the stage breakdown times exactly the code m(df) runs.
-from opendp_wgm.domains import _Space
+from opendp_wgm._spaces import _Space
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan, release_above_threshold
+from opendp_wgm.privacy.threshold import LATTICE_BITS
+from opendp_wgm.samplers import sample_discrete_gaussian
 
 T = TypeVar("T")
 
@@ -108,18 +107,19 @@ def naive_wgm_reference_NOT_PRIVATE(
     item. Not differentially private; a speed reference only. Timed from Python lists of the rows.
     """
     lists: defaultdict[Any, list[Any]] = defaultdict(list)
-    for user, item in zip(users, items):
+    for user, item in zip(users, items, strict=False):
         lists[user].append(item)
     weights: defaultdict[Any, float] = defaultdict(float)
     for held in lists.values():
         distinct = list(set(held))
-        kept = np.random.choice(len(distinct), min(len(distinct), max_contributions), replace=False)
+        # the reference code's own legacy-RNG calls, timed as they are (this function is not private anyway)
+        kept = np.random.choice(len(distinct), min(len(distinct), max_contributions), replace=False)  # noqa: NPY002
         weight = 1.0 / math.sqrt(len(kept))
         for index in kept:
             weights[distinct[index]] += weight
     released = {}
     for item, weight in weights.items():
-        noisy = weight + np.random.normal(0.0, scale)
+        noisy = weight + np.random.normal(0.0, scale)  # noqa: NPY002 - as above
         if noisy > threshold:
             released[item] = noisy
     return released
@@ -134,7 +134,7 @@ def naive_wgm_NOT_PRIVATE(
     never use it for a release. Timed from Python lists of the rows.
     """
     sets: defaultdict[Any, set[Any]] = defaultdict(set)
-    for user, item in zip(users, items):
+    for user, item in zip(users, items, strict=False):
         sets[user].add(item)
     weights: defaultdict[Any, float] = defaultdict(float)
     for held in sets.values():
@@ -185,11 +185,12 @@ def builtin_key_release(
 
 
 def probe_keep_sample() -> str:
-    """Does ``truncate_num_groups(keep="sample")`` run in this OpenDP/Polars? (in OpenDP 0.16 with Polars 1.36 it crashes.)"""
+    """Does ``truncate_num_groups(keep="sample")`` run in this OpenDP/Polars? (in OpenDP 0.16 with Polars 1.36 it
+    crashes.)"""
     tiny = pl.DataFrame({"user": [0, 0, 1], "item": ["a", "b", "a"]})
     try:
         builtin_key_release(tiny, "user", "item", dp.loss_of(epsilon=EPSILON, delta=DELTA), keep="sample")
-    except Exception as err:  # noqa: BLE001 - we report whatever it raises
+    except Exception as err:
         text = str(err)
         inner = re.search(r'ErrString\("([^\\"]+)', text)  # Polars' message inside OpenDP's wrapper
         return f"crashes at collect ({type(err).__name__}: {(inner.group(1) if inner else text.strip())[:120]})"
@@ -221,7 +222,8 @@ class Row:
 
 
 def stage_breakdown(df: pl.DataFrame, user: str, item: str, calibration: wgm.WGMCalibration) -> dict[str, float]:
-    """WGM's plan cut at each stage and materialised in between (the kernel steps of ``engines.polars`` that ``make_wgm`` chains)."""
+    """WGM's plan cut at each stage and materialised in between (the kernel steps of ``engines.polars`` that
+    ``make_wgm`` chains)."""
     space = _Space(user, item, None, lazyframe_domain=False)
     times: dict[str, float] = {}
     times["bound (dedup + subsample)"], lists = timed(

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 _Choice = TypeVar("_Choice", bound=str)
+
+#: The most passes a histogram may split its users into (``passes``), and the Polars engines (``engine``).
+_MAX_PASSES = 1024
+_Engine = Literal["auto", "in-memory", "streaming"]
+_ENGINES: tuple[_Engine, ...] = ("auto", "in-memory", "streaming")
 
 __all__: list[str] = []
 
@@ -70,10 +75,52 @@ def _check_choice(name: str, value: Any, allowed: tuple[_Choice, ...]) -> _Choic
         if value == option:
             return option
     options = "{" + ", ".join(map(repr, allowed)) + "}"
-    msg = f"`{name}` must be one of {options}, got {value!r}"
+    msg = f"`{name}` must be one of {options} (found {value!r})"
     raise ValueError(msg)
+
+
+def _check_column(name: str, value: Any) -> str:
+    """A column name: a non-empty ``str``."""
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"`{name}` must be a non-empty column name (found {value!r})")
+    return value
+
+
+def _check_columns(user: Any, item: Any) -> tuple[str, str]:
+    """The user and item columns: two different non-empty column names."""
+    user, item = _check_column("user", user), _check_column("item", item)
+    if user == item:
+        raise ValueError(f"`user` and `item` must be different columns (found both {user!r})")
+    return user, item
+
+
+def _check_absent(name: str, value: Any, *, unless: str) -> None:
+    """``value`` is ``None``: the parameter applies only ``unless`` (such as another option's value)."""
+    if value is not None:
+        raise ValueError(f"`{name}` must be None unless {unless} (found {value!r})")
+
+
+def _check_given(name: str, value: Any, *, when: str) -> None:
+    """``value`` is not ``None``: the parameter is required ``when`` (such as another option's value)."""
+    if value is None:
+        raise ValueError(f"`{name}` must be given {when} (found None)")
+
+
+def _check_exactly_one(**given: object) -> str:
+    """The name of the one argument among ``given`` that is not ``None`` (such as ``epsilon=…, rho=…``)."""
+    passed = [name for name, value in given.items() if value is not None]
+    if len(passed) != 1:
+        names = " and ".join(f"`{name}`" for name in given)
+        found = ", ".join(passed) if passed else "neither"
+        raise ValueError(f"exactly one of {names} must be given (found {found})")
+    return passed[0]
 
 
 def _check_d_in(d_in: Any) -> int:
     """A dataset distance under add/remove-one-user: an integer number of users >= 0."""
     return _check_int("d_in", d_in, minimum=0)
+
+
+def _check_execution(passes: Any, engine: Any) -> tuple[int, _Engine]:
+    """How a histogram runs: ``passes`` in ``[1, _MAX_PASSES]`` and a Polars ``engine``."""
+    return _check_int("passes", passes, minimum=1, maximum=_MAX_PASSES), _check_choice("engine", engine, _ENGINES)

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
-from opendp_wgm._validation import _check_int, _check_real
+from opendp_wgm._validation import _check_choice, _check_columns, _check_int, _check_real
 
 __all__ = [
     "DATASETS",
@@ -109,13 +109,7 @@ def synthetic_zipf(
     n_users = _check_int("n_users", n_users, minimum=1)
     items_per_user = _check_int("items_per_user", items_per_user, minimum=1)
     exponent = _check_real("exponent", exponent, minimum=1.0, minimum_inclusive=False)
-    for name, value in (("user", user), ("item", item)):
-        if not isinstance(value, str):
-            msg = f"`{name}` must be a column name (str) (found {value!r})"
-            raise TypeError(msg)
-    if user == item:
-        msg = f"`user` and `item` must be different column names (both are {user!r})"
-        raise ValueError(msg)
+    user, item = _check_columns(user, item)
     rng = np.random.default_rng(seed)
     items = rng.zipf(exponent, size=n_users * items_per_user).astype(np.int64, copy=False)
     users = np.repeat(np.arange(n_users, dtype=np.int64), items_per_user)
@@ -462,8 +456,7 @@ def load_reddit_pushshift(
         patterns = ("*_submissions_*.jsonl.gz", "*_submissions_*.jsonl", "RS_*.jsonl.gz", "RS_*.jsonl")
         fields = ("title", "selftext")
     else:
-        msg = f"`kind` must be one of {{'comments', 'submissions'}} (found {kind!r})"
-        raise ValueError(msg)
+        _check_choice("kind", kind, ("comments", "submissions"))
     files = _resolve_many(path, "reddit_pushshift", patterns)
     schema = {"author": pl.String, **dict.fromkeys(fields, pl.String)}
     frames = []

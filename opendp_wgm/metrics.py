@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
-from opendp_wgm._validation import _check_int
+from opendp_wgm._validation import _check_choice, _check_columns, _check_int
 
 __all__ = [
     "Truth",
@@ -52,12 +52,6 @@ _TEXT_DTYPES = (pl.String, pl.Categorical, pl.Enum)
 # --------------------------------------------------------------------------------------------------------
 # private helpers
 # --------------------------------------------------------------------------------------------------------
-def _check_column_name(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        msg = f"`{name}` must be a column name (str) (found {value!r})"
-        raise TypeError(msg)
-    return value
-
 
 @dataclass(frozen=True, eq=False)
 class Truth:
@@ -106,11 +100,7 @@ class Truth:
         >>> truth.total_mass, truth.n_users, missing_mass(truth, ["a"])
         (3, 2, 0.3333333333333333)
         """
-        user = _check_column_name("user", user)
-        item = _check_column_name("item", item)
-        if user == item:
-            msg = f"`user` and `item` must name different columns (both are {user!r})"
-            raise ValueError(msg)
+        user, item = _check_columns(user, item)
         if isinstance(data, pl.DataFrame):
             lf = data.lazy()
         elif isinstance(data, pl.LazyFrame):
@@ -541,9 +531,7 @@ def top_k_l1_loss(
     4.0
     """
     k = _check_int("k", k, minimum=1)
-    if order not in ("sorted", "output"):
-        msg = f"`order` must be one of {{'sorted', 'output'}} (found {order!r})"
-        raise ValueError(msg)
+    order = _check_choice("order", order, ("sorted", "output"))
     series = _released_series(released, item)
     _check_at_most_k(series, k)
     summary = _summarise(data, user, item)

@@ -17,29 +17,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import opendp.prelude as dp
 import polars as pl
+from numpy.typing import NDArray
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_int
-from opendp_wgm.domains import (
+from opendp_wgm._spaces import (
     _BOUND_STEP,
-    BoundedUserItems,
-    UserItemsDescriptor,
     _assert_features,
+    _check_candidates,
+    _check_candidates_for,
     _prepare_frame,
     _resolve_space,
     _Space,
-    user_items_domain,
 )
+from opendp_wgm._validation import _MAX_PASSES, _check_d_in, _check_execution, _check_int, _Engine
+from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import (
     WEIGHT_LAT,
     ListsOf,
     bounded_lists_plan,
     candidate_counts,
-    cast_candidates,
     fresh_seeds,
     lattice_histogram,
 )
@@ -60,8 +60,7 @@ __all__ = [
 ]
 
 #: Most ``passes``: each pass re-scans the input, so beyond ~10^3 the scans, not memory, dominate.
-MAX_PASSES = 1024
-_ENGINES = ("auto", "in-memory", "streaming")
+MAX_PASSES = _MAX_PASSES
 
 def make_bound_user_items(
     input_domain: dp.Domain,
@@ -156,7 +155,8 @@ def user_distance(max_contributions: int) -> dp.Metric:
         ``dp.user_distance`` whose descriptor is :class:`UserDistanceDescriptor` (Δ0, lattice bits).
     """
     descriptor = UserDistanceDescriptor(_check_int("max_contributions", max_contributions, minimum=1))
-    return dp.user_distance(f"WeightedUserDistance(max_contributions={descriptor.max_contributions})", descriptor=descriptor)
+    name = f"WeightedUserDistance(max_contributions={descriptor.max_contributions})"
+    return dp.user_distance(name, descriptor=descriptor)
 
 
 def weighted_histogram_l02inf(d_in: int, max_contributions: int) -> tuple[int, float, float]:
@@ -171,14 +171,6 @@ def weighted_histogram_l02inf(d_in: int, max_contributions: int) -> tuple[int, f
     d_in = _check_d_in(d_in)
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
     return d_in * max_contributions, float(d_in), float(d_in)
-
-
-def _check_execution(passes: int, engine: str) -> tuple[int, str]:
-    passes = _check_int("passes", passes, minimum=1, maximum=MAX_PASSES)
-    if engine not in _ENGINES:
-        msg = f"`engine` must be one of {_ENGINES}, got {engine!r}"
-        raise ValueError(msg)
-    return passes, engine
 
 
 def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
@@ -203,7 +195,7 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
 
 
 def make_weighted_histogram(
-    input_domain: dp.Domain, input_metric: dp.Metric, *, passes: int = 1, engine: str = "auto"
+    input_domain: dp.Domain, input_metric: dp.Metric, *, passes: int = 1, engine: _Engine = "auto"
 ) -> dp.Transformation:
     r"""Sum each user's weight :math:`1/\sqrt{t}` (rounded down to the lattice) over the items they keep.
 
@@ -245,8 +237,8 @@ def make_weighted_histogram(
     descriptor = getattr(input_domain, "descriptor", None)
     if not isinstance(descriptor, UserItemsDescriptor) or descriptor.max_contributions is None:
         msg = (
-            "`input_domain` must be a bounded user-items domain (the output of make_bound_user_items), "
-            f"got {input_domain}"
+            "`input_domain` must be a bounded user-items domain (the output of make_bound_user_items) "
+            f"(found {input_domain})"
         )
         raise ValueError(msg)
     passes, engine = _check_execution(passes, engine)
@@ -273,34 +265,11 @@ def make_weighted_histogram(
     )
 
 
-def _check_candidates(candidates: Sequence | pl.Series | np.ndarray) -> pl.Series:
-    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
-    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
-        msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
-        raise TypeError(msg)
-    series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
-    if series.null_count():
-        msg = "`candidates` must not contain nulls"
-        raise ValueError(msg)
-    if series.is_duplicated().any():
-        msg = f"`candidates` must be distinct ({series.is_duplicated().sum()} duplicated entries)"
-        raise ValueError(msg)
-    return series
-
-
-def _check_candidates_for(candidates: pl.Series, space: _Space) -> pl.Series:
-    """Check at construction that ``candidates`` cast exactly to the item dtype the input domain states (if it
-    states one: ``dp.lazyframe_domain``); the release checks again against the data's dtype
-    (:func:`opendp_wgm.engines.polars.cast_candidates`)."""
-    dtype = space.item_dtype
-    return candidates if dtype is None else cast_candidates(candidates, dtype).rename(candidates.name)
-
-
 def make_candidate_counts(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    candidates: Sequence | pl.Series | np.ndarray,
+    candidates: Sequence[Any] | pl.Series | NDArray[Any],
     item: str | None = None,
 ) -> dp.Transformation:
     r"""Count the distinct users holding each item of a public candidate list.
@@ -338,7 +307,8 @@ def make_candidate_counts(
     series = _check_candidates_for(_check_candidates(candidates), space)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
-        return candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+        counts: list[int] = candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+        return counts
 
     return dp.t.make_user_transformation(
         input_domain,

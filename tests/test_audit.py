@@ -207,7 +207,7 @@ def test_audit_workers_need_a_factory() -> None:
 def test_audit_in_a_process_pool() -> None:
     import functools
 
-    from opendp_wgm.audit._cli import build_mechanism
+    from opendp_wgm.cli._audit import build_mechanism
 
     build = functools.partial(
         build_mechanism, "wgm", sigma=1.0, threshold=3.0, max_contributions=1, k=1, peel_scale=1.0
@@ -260,7 +260,7 @@ def test_audit_passes_on_the_household_identifier_once_fixed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["wgm-hitting-set", "opendp-key-release"])
 def test_audit_passes_on_the_other_shipped_release_paths(name: str) -> None:
-    from opendp_wgm.audit._cli import build_mechanism
+    from opendp_wgm.cli._audit import build_mechanism
 
     m = build_mechanism(name, sigma=1.0, threshold=3.0, max_contributions=1, k=3, peel_scale=1.0)
     report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=500, alpha=ALPHA, progress=False)

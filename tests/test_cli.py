@@ -27,12 +27,12 @@ def _frame(common: object, solo: list[object], dtype: pl.DataType) -> pl.DataFra
     return pl.DataFrame({"uid": users, "thing": items}, schema={"uid": pl.Int64, "thing": dtype})
 
 
-@pytest.fixture()
+@pytest.fixture
 def text_frame() -> pl.DataFrame:
     return _frame("a", [f"solo{u}" for u in range(N_USERS)], pl.String)
 
 
-@pytest.fixture()
+@pytest.fixture
 def csv_path(tmp_path: Path, text_frame: pl.DataFrame) -> Path:
     path = tmp_path / "data.csv"
     text_frame.write_csv(path)
@@ -254,7 +254,7 @@ def _run_command(capsys: pytest.CaptureFixture[str], command: str, *argv: object
     return code, out, err
 
 
-@pytest.fixture()
+@pytest.fixture
 def ranked_csv(tmp_path: Path) -> Path:
     """400 users hold "a", 50 others hold "b". At ε = 1, δ = 1e-5 (WGM at ε/2: σ ≈ 7.7, T ≈ 42) "a" is
     released and then picked first with overwhelming probability (its score beats b's by 350 users, and a
@@ -333,7 +333,7 @@ def test_hitting_set_picks_the_common_item(
 ) -> None:
     source, output = tmp_path / "ranked.parquet", tmp_path / "picks.parquet"
     pl.read_csv(ranked_csv).with_columns(pl.col("thing").cast(pl.Categorical)).write_parquet(source)
-    code, out, err = _run_command(
+    code, _out, err = _run_command(
         capsys, "hitting-set", source, "--user", "uid", "--item", "thing", "--k", 1, "-o", output,
         "--noise-delta-fraction", 0.4,
     )
@@ -637,7 +637,8 @@ def test_ctrl_c_during_the_release_exits_130_and_writes_nothing(csv_path: Path, 
         [sys.executable, "-c", _SLOW_RELEASE, "discover", str(csv_path), "--user", "uid", "--item", "thing",
          "-o", str(output)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background job ignores SIGINT
+        # a background job ignores SIGINT; the test process starts no thread before forking
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )
     try:
         assert process.stderr is not None
@@ -705,8 +706,8 @@ def test_reproduce_help_is_the_experiments_help(capsys: pytest.CaptureFixture[st
 
 def test_audit_help_is_the_audit_packages_help(capsys: pytest.CaptureFixture[str]) -> None:
     """`audit` is listed with the audit package's one-line help; its arguments are added on first use."""
-    from opendp_wgm.audit._cli import AUDIT_DESCRIPTION, AUDIT_HELP
     from opendp_wgm.cli import audit
+    from opendp_wgm.cli._audit import AUDIT_DESCRIPTION, AUDIT_HELP
 
     assert audit._HELP == AUDIT_HELP
     assert main(["--help"]) == 0

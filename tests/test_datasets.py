@@ -81,8 +81,8 @@ class TestSyntheticZipf:
                 TypeError,
                 r"`exponent` must be a real number",
             ),
-            ({"n_users": 1, "items_per_user": 1, "user": "a", "item": "a"}, ValueError, "must be different"),
-            ({"n_users": 1, "items_per_user": 1, "item": 0}, TypeError, r"`item` must be a column name"),
+            ({"n_users": 1, "items_per_user": 1, "user": "a", "item": "a"}, ValueError, r"`user` and `item` must be different columns \(found both 'a'\)"),
+            ({"n_users": 1, "items_per_user": 1, "item": 0}, TypeError, r"`item` must be a non-empty column name \(found 0\)"),
         ],
     )
     def test_validation(self, kwargs: dict, error: type[Exception], message: str) -> None:

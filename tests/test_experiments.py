@@ -12,8 +12,7 @@ import pytest
 
 from opendp_wgm import metrics
 from opendp_wgm.datasets import synthetic_zipf
-from opendp_wgm.experiments import main_reproduce, reproduce
-from opendp_wgm.experiments import _runner
+from opendp_wgm.experiments import _runner, main_reproduce, reproduce
 from opendp_wgm.experiments._config import parse_grid
 from opendp_wgm.experiments._truth import Truth
 
@@ -163,7 +162,7 @@ def test_bad_input_fails_before_any_work(data_dir, tmp_path, no_loading, kwargs,
 
 
 def test_missing_data_folder(tmp_path, no_loading) -> None:
-    with pytest.raises(FileNotFoundError, match="data folder .* does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"data folder .* does not exist"):
         reproduce("set-union", data_dir=tmp_path / "nowhere", out_dir=tmp_path, progress=False)
 
 
@@ -265,7 +264,7 @@ def test_resume_with_other_settings_is_refused(data_dir, tmp_path) -> None:
 def test_resume_without_stored_settings_is_refused(data_dir, tmp_path) -> None:
     reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS)
     (tmp_path / "set-union" / "config.json").unlink()
-    with pytest.raises(ValueError, match="cannot resume: .*config.json' is missing"):
+    with pytest.raises(ValueError, match=r"cannot resume: .*config\.json' is missing"):
         reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS, resume=True)
 
 

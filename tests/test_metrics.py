@@ -248,9 +248,9 @@ class TestErrors:
         df = frame(FIVE)
         with pytest.raises(TypeError, match="`data` must be a polars DataFrame or LazyFrame"):
             captured_mass({"user": [1], "item": [1]}, [1])
-        with pytest.raises(ValueError, match="`user` and `item` must name different columns"):
+        with pytest.raises(ValueError, match="`user` and `item` must be different columns"):
             captured_mass(df, [1], item="user")
-        with pytest.raises(TypeError, match="`item` must be a column name"):
+        with pytest.raises(TypeError, match="`item` must be a non-empty column name"):
             captured_mass(df, [1], item=3)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="not a single str"):
             captured_mass(df, "12")

@@ -36,7 +36,7 @@ def frame(users: list[list]) -> pl.DataFrame:
 def histogram(users: list[list], max_contributions: int = 100) -> dict:
     t = wgm.user_items_space() >> wgm.then_bound_user_items(max_contributions=max_contributions)
     out = (t >> wgm.then_weighted_histogram())(frame(users)).collect()
-    return dict(zip(out["item"].to_list(), out["weight"].to_list()))
+    return dict(zip(out["item"].to_list(), out["weight"].to_list(), strict=False))
 
 
 def test_weighted_histogram_oracle() -> None:
@@ -80,7 +80,7 @@ def test_bounded_users_properties(users: list[list[int]], max_contributions: int
     out = bound(frame(users)).collect()
     assert out.is_duplicated().sum() == 0
     kept = out.group_by("user").agg(pl.col("item"))
-    for user, items in zip(kept["user"].to_list(), kept["item"].to_list()):
+    for user, items in zip(kept["user"].to_list(), kept["item"].to_list(), strict=False):
         distinct = set(users[user])
         assert set(items) <= distinct
         assert len(items) == min(len(distinct), max_contributions)
@@ -132,7 +132,7 @@ def test_bad_input() -> None:
         wgm.make_weighted_histogram(*space)
     with pytest.raises(ValueError, match="symmetric_id_distance"):
         wgm.make_bound_user_items(space[0], dp.symmetric_distance(), max_contributions=1)
-    with pytest.raises(ValueError, match="`item` .* disagrees"):
+    with pytest.raises(ValueError, match=r"`item` .* disagrees"):
         wgm.make_bound_user_items(*space, max_contributions=1, item="other")
     with pytest.raises(ValueError, match="different columns"):
         wgm.user_items_space(user="a", item="a")
@@ -140,7 +140,7 @@ def test_bad_input() -> None:
     # errors raised inside a release reach the caller wrapped by OpenDP's FFI, message intact
     with pytest.raises(dp.OpenDPException, match=r"column\(s\) \['item'\] not found"):
         bound(pl.DataFrame({"user": [1], "thing": [2]}))
-    with pytest.raises(dp.OpenDPException, match="expected a polars DataFrame or LazyFrame"):
+    with pytest.raises(dp.OpenDPException, match="`frame` must be a polars DataFrame or LazyFrame"):
         bound([(1, 2)])
 
 
@@ -172,7 +172,7 @@ def test_candidate_counts() -> None:
 )
 def test_candidate_counts_move_monotonically(users, extra) -> None:
     t = wgm.make_candidate_counts(*wgm.user_items_space(), candidates=list(range(10)))
-    before, after = np.array(t(frame(users))), np.array(t(frame(users + [extra])))
+    before, after = np.array(t(frame(users))), np.array(t(frame([*users, extra])))
     assert np.all((after - before >= 0) & (after - before <= 1))
 
 

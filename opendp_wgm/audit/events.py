@@ -18,7 +18,8 @@ __all__ = ["AnyReleased", "Event", "ItemReleased", "RankAtMost", "SetEquals"]
 class Event(Protocol):
     """What :func:`opendp_wgm.audit.audit` needs of an event: a label and a test on one release."""
 
-    label: str
+    @property
+    def label(self) -> str: ...
 
     def __call__(self, released: pl.DataFrame) -> bool: ...
 
@@ -34,7 +35,7 @@ def _items(released: pl.DataFrame, item: str) -> pl.Series:
 class AnyReleased:
     """At least one of ``items`` is in the release (for a differing user's unique items: the threshold's δ)."""
 
-    items: tuple
+    items: tuple[Any, ...]
     item: str = "item"
 
     @property
@@ -64,7 +65,7 @@ class ItemReleased(AnyReleased):
 class SetEquals:
     """The released item set is exactly ``items``."""
 
-    items: tuple
+    items: tuple[Any, ...]
     item: str = "item"
 
     @property

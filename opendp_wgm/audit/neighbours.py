@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 import polars as pl
@@ -80,6 +81,16 @@ def symmetric_id_distance(data: pl.DataFrame, neighbour: pl.DataFrame, identifie
     ).get_column("_id").unique()
     both = changed.filter(changed.is_in(ids[0].implode()) & changed.is_in(ids[1].implode()))
     return int(only_one + 2 * both.len())
+
+
+class _PairOptions(TypedDict):
+    """The keyword arguments that every pair constructor shares."""
+
+    users: int
+    shared_items: int
+    seed: int
+    user: str
+    item: str
 
 
 def _base(users: int, shared_items: int, seed: int, user: str, item: str) -> pl.DataFrame:
@@ -173,7 +184,7 @@ def worst_case_pairs(
     """
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
     threshold = _check_real("threshold", threshold)
-    common = {"users": users, "shared_items": shared_items, "seed": seed, "user": user, "item": item}
+    common = _PairOptions(users=users, shared_items=shared_items, seed=seed, user=user, item=item)
     pairs = [unique_items_pair(t, **common) for t in range(1, max_contributions + 1)]
     pairs.append(shared_item_pair(max(0, math.floor(threshold)), **common))
     return pairs

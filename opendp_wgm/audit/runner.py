@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import opendp.mod
@@ -28,6 +28,7 @@ from opendp_wgm.audit.events import Event
 from opendp_wgm.audit.neighbours import NeighbourPair, symmetric_id_distance
 from opendp_wgm.audit.stats import (
     _EPSILONS,
+    FloatArray,
     clopper_pearson,
     delta_lower_bound,
     epsilon_lower_bound,
@@ -80,13 +81,15 @@ def _claim(measurement: dp.Measurement, d_in: int) -> _Claim:
     raise ValueError(msg)
 
 
-def _bounds(claim: _Claim, lo1, hi1, lo0, hi0) -> tuple[np.ndarray, np.ndarray]:
+def _bounds(
+    claim: _Claim, lo1: FloatArray, hi1: FloatArray, lo0: FloatArray, hi0: FloatArray
+) -> tuple[FloatArray, FloatArray]:
     """Lower bounds on ε (at the claimed δ) and on δ (at the claimed ε or ρ), the largest over the two
     directions D→D′, D′→D and over each event and its complement."""
     directions = ((lo1, hi0), (lo0, hi1), (1 - hi1, 1 - lo0), (1 - hi0, 1 - lo1))
-    eps = np.max([epsilon_lower_bound(low, high, claim.delta) for low, high in directions], axis=0)
+    eps: FloatArray = np.max([epsilon_lower_bound(low, high, claim.delta) for low, high in directions], axis=0)
     if claim.kind == "approx-dp":
-        delta = np.max([delta_lower_bound(low, high, claim.first) for low, high in directions], axis=0)
+        delta: FloatArray = np.max([delta_lower_bound(low, high, claim.first) for low, high in directions], axis=0)
     else:
         delta = np.max([zcdp_delta_lower_bound(low, high, claim.first) for low, high in directions], axis=0)
     return eps, delta
@@ -119,7 +122,12 @@ def _count(measurement: dp.Measurement, frame: pl.DataFrame, events: Sequence[Ev
     return counts
 
 
-def _init_worker(build: Callable[[], dp.Measurement], features: list[str], frames, events) -> None:
+def _init_worker(
+    build: Callable[[], dp.Measurement],
+    features: list[str],
+    frames: list[tuple[pl.DataFrame, pl.DataFrame]],
+    events: list[tuple[Event, ...]],
+) -> None:
     dp.enable_features(*features)  # the parent's features, nothing more
     _WORKER.update(measurement=build(), frames=frames, events=events)
 
@@ -134,10 +142,23 @@ def _tasks(n_pairs: int, trials: int, workers: int) -> list[tuple[int, int, int]
     return [(p, side, n) for p in range(n_pairs) for side in (0, 1) for n in sizes]
 
 
-def _progress(total: int, enabled: bool):
+class _ProgressBar(Protocol):
+    """What the audit uses of a ``tqdm`` bar."""
+
+    def update(self, n: int) -> object: ...
+
+    def __enter__(self) -> _ProgressBar: ...
+
+    def __exit__(self, *exc_info: object) -> object: ...
+
+
+def _progress(total: int, enabled: bool) -> _ProgressBar:
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="release", desc="audit", file=sys.stderr, disable=not enabled, leave=False)
+    bar: _ProgressBar = tqdm(
+        total=total, unit="release", desc="audit", file=sys.stderr, disable=not enabled, leave=False
+    )
+    return bar
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -322,7 +343,7 @@ def audit(
             f"(found a dp.Measurement; workers={workers})"
         )
         raise TypeError(msg)
-    built = measurement if factory is None else factory()
+    built = measurement if isinstance(measurement, dp.Measurement) else measurement()
     claim = _claim(built, d_in)
     _check_distance(built.input_metric, pairs, d_in)
     pair_events = [tuple(events) if events is not None else p.events for p in pairs]
@@ -339,6 +360,7 @@ def audit(
                 counts[p][side] += _count(built, frame, pair_events[p], n)
                 bar.update(n)
         else:
+            assert factory is not None  # checked above: `workers` > 1 needs a factory
             frames = [(p.data, p.neighbour) for p in pairs]
             with ProcessPoolExecutor(
                 max_workers=workers,

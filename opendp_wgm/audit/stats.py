@@ -21,7 +21,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from scipy import stats
+
+FloatArray = NDArray[np.float64]
 
 __all__ = [
     "clopper_pearson",
@@ -37,7 +40,7 @@ _ORDERS = 1.0 + np.geomspace(1e-4, 1e4, 4001)
 _EPSILONS = np.concatenate([np.linspace(0.0, 2.0, 401), np.linspace(2.0, 60.0, 2901)[1:]])
 
 
-def clopper_pearson(successes, trials, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+def clopper_pearson(successes: ArrayLike, trials: ArrayLike, alpha: float) -> tuple[FloatArray, FloatArray]:
     """Two-sided Clopper–Pearson interval for a binomial proportion, at confidence ``1 - alpha``.
 
     Each tail has probability at most ``alpha / 2``; the interval is exact (conservative) for every
@@ -54,10 +57,10 @@ def clopper_pearson(successes, trials, alpha: float) -> tuple[np.ndarray, np.nda
     with np.errstate(invalid="ignore"):
         lo = np.where(k > 0, stats.beta.ppf(alpha / 2, k, n - k + 1), 0.0)
         hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
-    return lo, hi
+    return np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
 
 
-def zcdp_delta(rho: float, epsilon) -> np.ndarray:
+def zcdp_delta(rho: float, epsilon: ArrayLike) -> FloatArray:
     r"""The δ of ρ-zCDP at ε: :math:`\inf_{\alpha>1} \frac{e^{(\alpha-1)(\alpha\rho-\varepsilon)}}{\alpha-1}
     (1-1/\alpha)^{\alpha}`, capped at 1 (Canonne, Kamath, Steinke 2020, Prop. 12).
 
@@ -75,15 +78,16 @@ def zcdp_delta(rho: float, epsilon) -> np.ndarray:
         return np.zeros(shape)
     a = _ORDERS[:, None]
     log_delta = (a - 1) * (a * rho - eps[None, :]) - np.log(a - 1) + a * np.log1p(-1 / a)
-    return np.minimum(1.0, np.exp(log_delta.min(axis=0))).reshape(shape)
+    delta: FloatArray = np.minimum(1.0, np.exp(log_delta.min(axis=0))).reshape(shape)
+    return delta
 
 
-def delta_lower_bound(p1_low, p0_high, epsilon: float) -> np.ndarray:
+def delta_lower_bound(p1_low: ArrayLike, p0_high: ArrayLike, epsilon: float) -> FloatArray:
     """The δ that (ε, δ)-DP needs when ``P1 >= p1_low`` and ``P0 <= p0_high``: ``max(0, p1_low − e^ε p0_high)``."""
     return np.maximum(0.0, np.asarray(p1_low) - math.exp(epsilon) * np.asarray(p0_high))
 
 
-def epsilon_lower_bound(p1_low, p0_high, delta: float) -> np.ndarray:
+def epsilon_lower_bound(p1_low: ArrayLike, p0_high: ArrayLike, delta: float) -> FloatArray:
     """The ε that (ε, δ)-DP needs when ``P1 >= p1_low`` and ``P0 <= p0_high``: ``ln((p1_low − δ)/p0_high)``,
     0 when ``p1_low <= δ`` or the ratio is below 1, ``inf`` when ``p0_high`` is 0."""
     p1, p0 = np.broadcast_arrays(np.asarray(p1_low, float), np.asarray(p0_high, float))
@@ -93,10 +97,11 @@ def epsilon_lower_bound(p1_low, p0_high, delta: float) -> np.ndarray:
     return np.maximum(0.0, eps)
 
 
-def zcdp_delta_lower_bound(p1_low, p0_high, rho: float) -> np.ndarray:
+def zcdp_delta_lower_bound(p1_low: ArrayLike, p0_high: ArrayLike, rho: float) -> FloatArray:
     r"""The δ that approximate (ρ, δ)-zCDP needs: :math:`\max(0, \max_\varepsilon L_1 - e^{\varepsilon} U_0 -
     \delta_\rho(\varepsilon))`, over a fixed grid of ε (each ε is a valid bound, so the maximum is too)."""
     p1 = np.atleast_1d(np.asarray(p1_low, float))[:, None]
     p0 = np.atleast_1d(np.asarray(p0_high, float))[:, None]
     bound = p1 - np.exp(_EPSILONS)[None, :] * p0 - zcdp_delta(rho, _EPSILONS)[None, :]
-    return np.maximum(0.0, bound.max(axis=1))
+    lower: FloatArray = np.maximum(0.0, bound.max(axis=1))
+    return lower

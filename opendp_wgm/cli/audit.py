@@ -11,13 +11,13 @@ from typing import TextIO
 
 from opendp_wgm.cli._errors import CLIError, _Parser
 
-#: The one-line help in ``opendp-wgm --help``: ``opendp_wgm.audit._cli.AUDIT_HELP`` (a test pins the two
+#: The one-line help in ``opendp-wgm --help``: ``opendp_wgm.cli._audit.AUDIT_HELP`` (a test pins the two
 #: equal), repeated here so that listing the commands imports nothing heavy.
 _HELP = "test a shipped mechanism's privacy claim empirically on worst-case neighbours"
 
 
 def _populate(parser: _Parser) -> None:
-    from opendp_wgm.audit._cli import populate
+    from opendp_wgm.cli._audit import populate
 
     populate(parser)
 
@@ -30,10 +30,10 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
-    """Audit the mechanisms (:func:`opendp_wgm.audit._cli.run_audit`): 0 when none is flagged, 1 when one is."""
+    """Audit the mechanisms (:func:`opendp_wgm.cli._audit.run_audit`): 0 when none is flagged, 1 when one is."""
     import opendp.prelude as dp
 
-    from opendp_wgm.audit._cli import run_audit
+    from opendp_wgm.cli._audit import run_audit
 
     try:
         return run_audit(args, stdout=stdout, stderr=stderr)

@@ -23,8 +23,10 @@ from collections.abc import Callable
 
 import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
-from opendp_wgm.domains import _Space, _value_key
+from opendp_wgm._spaces import _Space, _value_key
+from opendp_wgm._validation import _Engine
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
 
@@ -63,7 +65,7 @@ def bounded_lists_plan(
 ) -> pl.LazyFrame:
     """One row per user: the list of its ``max_contributions`` distinct items of smallest random key.
 
-    ``lf`` is a prepared frame (:func:`opendp_wgm.domains._prepare_frame`). The key is a hash of (user, item)
+    ``lf`` is a prepared frame (:func:`opendp_wgm._spaces._prepare_frame`). The key is a hash of (user, item)
     under ``seeds`` (fresh ones when ``None``), so a user's kept subset is a uniform random subset of its
     distinct items and depends on no other user's rows (the stability argument conditions on the seed). The
     hash reads values only (a Categorical is hashed as its string, not its code, which depends on other rows).
@@ -118,7 +120,7 @@ def lattice_histogram(
     max_contributions: int,
     *,
     passes: int = 1,
-    engine: str = "auto",
+    engine: _Engine = "auto",
 ) -> pl.LazyFrame:
     """The lattice histogram (item, :data:`WEIGHT_LAT`) of the users' bounded lists, over ``passes`` disjoint
     buckets of users.
@@ -132,13 +134,13 @@ def lattice_histogram(
     """
     if passes == 1:
         plan = lattice_histogram_plan(lists_of(None), space, max_contributions)
-        return plan if engine == "auto" else plan.collect(engine=engine).lazy()  # type: ignore[arg-type]
+        return plan if engine == "auto" else plan.collect(engine=engine).lazy()
     bucket_seed = secrets.randbits(64)
     parts = []
     for bucket in range(passes):  # a loop over passes, not rows: each pass is one lazy plan
         users = pl.col(space.user).hash(bucket_seed) % passes == bucket
         plan = lattice_histogram_plan(lists_of(users), space, max_contributions)
-        parts.append(plan.collect(engine=engine))  # type: ignore[arg-type]
+        parts.append(plan.collect(engine=engine))
     return pl.concat(parts).group_by(space.item).agg(pl.col(WEIGHT_LAT).sum()).lazy()
 
 
@@ -216,7 +218,7 @@ def cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
     return cast
 
 
-def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> np.ndarray:
+def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:
     """Distinct-user counts of each candidate on a prepared frame, in the candidates' order (int64; 0 for
     absent items)."""
     if candidates.len() == 0:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,13 +38,9 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm.domains import (
-    _assert_features,
-    _check_column_names,
-    _Space,
-    _user_of_metric,
-    user_items_space,
-)
+from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
+from opendp_wgm._validation import _check_columns
+from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 from opendp_wgm.measurements.hitting_set import peel as _peel
@@ -66,7 +62,10 @@ from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
 from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from pyspark.sql import DataFrame
+    import numpy as np
+    import pyarrow as pa
+    from numpy.typing import NDArray
+    from pyspark.sql import DataFrame, Row
 
 __all__ = [
     "SparkUserItemsDescriptor",
@@ -129,7 +128,7 @@ class SparkUserItemsDescriptor:
     item: str = "item"
 
     def __post_init__(self) -> None:
-        _check_column_names(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
+        _check_columns(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
 
 
 def spark_user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain, dp.Metric]:
@@ -170,7 +169,7 @@ def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> Sp
     if not isinstance(descriptor, SparkUserItemsDescriptor):
         msg = (
             "`input_domain` must come from opendp_wgm.spark.spark_user_items_space() (for Polars frames use "
-            f"opendp_wgm.make_wgm), got {input_domain}"
+            f"opendp_wgm.make_wgm) (found {input_domain})"
         )
         raise ValueError(msg)
     user = _user_of_metric(input_metric)
@@ -225,8 +224,10 @@ def _check_frame(frame: object, space: SparkUserItemsDescriptor) -> DataFrame:
     """A running Spark DataFrame with both columns, of supported types; raises a clear error otherwise."""
     sql = _pyspark()
     if not isinstance(frame, sql.DataFrame):
-        hint = " (for Polars frames use opendp_wgm.make_wgm)" if isinstance(frame, (pl.DataFrame, pl.LazyFrame)) else ""
-        msg = f"expected a pyspark.sql.DataFrame, got {type(frame).__module__}.{type(frame).__name__}{hint}"
+        polars = isinstance(frame, (pl.DataFrame, pl.LazyFrame))
+        hint = " (for Polars frames use opendp_wgm.make_wgm)" if polars else ""
+        found = f"{type(frame).__module__}.{type(frame).__name__}"
+        msg = f"`data` must be a pyspark.sql.DataFrame (found {found}){hint}"
         raise TypeError(msg)
     session = frame.sparkSession
     if session.sparkContext._jsc is None:  # SparkContext.stop() clears it
@@ -266,10 +267,11 @@ def _fresh_name(base: str, taken: set[str]) -> str:
 def bound_plan(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int) -> DataFrame:
     """Steps 1–2: distinct (user, item) rows, at most Δ0 per user, as a lazy Spark plan.
 
-    The kernel's bound step (``opendp_wgm.engines.polars.bound_plan``) in Spark: nulls dropped, duplicates removed, then each
-    user keeps its distinct items of smallest key ``xxhash64(s1, s2, user, item)`` (``row_number`` over the
-    user's rows ordered by key then item, so at most Δ0 rows whatever the hash collisions). The seed is fresh from the OS on every call; a user's kept rows are a function of
-    that user's rows and the seed only (``docs/privacy.md`` §1).
+    The kernel's bound step (``opendp_wgm.engines.polars.bound_plan``) in Spark: nulls dropped, duplicates
+    removed, then each user keeps its distinct items of smallest key ``xxhash64(s1, s2, user, item)``
+    (``row_number`` over the user's rows ordered by key then item, so at most Δ0 rows whatever the hash
+    collisions). The seed is fresh from the OS on every call; a user's kept rows are a function of that user's
+    rows and the seed only (``docs/privacy.md`` §1).
     """
     sql = _pyspark()
     functions, Window = sql.functions, sql.window.Window
@@ -311,11 +313,13 @@ def lattice_histogram_plan(frame: DataFrame, space: SparkUserItemsDescriptor, ma
     )
 
 
-def _noise_and_threshold(item: str, scale: float, threshold: float):
+def _noise_and_threshold(
+    item: str, scale: float, threshold: float
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Step 4, run in the executors by ``mapInArrow``: noise every sum, keep those above the threshold, with the
     Polars kernel's code (``opendp_wgm.engines.polars.noisy_above_threshold``, which the executors import)."""
 
-    def apply(batches):
+    def apply(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
         for batch in batches:
@@ -325,7 +329,8 @@ def _noise_and_threshold(item: str, scale: float, threshold: float):
             noisy, keep = noisy_above_threshold(weights, scale=scale, threshold=threshold)
             if keep.any():
                 items = batch.column(0).filter(pa.array(keep))
-                yield pa.RecordBatch.from_arrays([items, pa.array(noisy[keep], type=pa.int64())], names=[item, _NOISY_LAT])
+                noisy_lat = pa.array(noisy[keep], type=pa.int64())
+                yield pa.RecordBatch.from_arrays([items, noisy_lat], names=[item, _NOISY_LAT])
 
     return apply
 
@@ -338,14 +343,17 @@ def _item_schema(item: str, item_type: Any, column: str, column_type: Any) -> An
     return types.StructType([types.StructField(item, item_type, False), types.StructField(column, column_type, False)])
 
 
-def release_above_threshold(histogram: DataFrame, item: str, item_type: Any, *, scale: float, threshold: float) -> list:
+def release_above_threshold(
+    histogram: DataFrame, item: str, item_type: Any, *, scale: float, threshold: float
+) -> list[Row]:
     """Noise and threshold in the executors; collect only the released (item, noisy_lat) rows."""
     sql = _pyspark()
     schema = _item_schema(item, item_type, _NOISY_LAT, sql.types.LongType())
     with warnings.catch_warnings():  # pyspark builds mapInArrow on a pandas_udf and warns about its own call
         warnings.filterwarnings("ignore", message="In Python 3.6\\+ and Spark 3.0\\+", category=UserWarning)
         released = histogram.mapInArrow(_noise_and_threshold(item, scale, threshold), schema)
-    return released.collect()
+    rows: list[Row] = released.collect()
+    return rows
 
 
 def _value(value: Any) -> Any:
@@ -353,7 +361,7 @@ def _value(value: Any) -> Any:
     return bytes(value) if isinstance(value, bytearray) else value
 
 
-def _to_polars(rows: list, item: str, item_dtype: pl.DataType) -> pl.DataFrame:
+def _to_polars(rows: list[Row], item: str, item_dtype: pl.DataType) -> pl.DataFrame:
     """The release as the Polars engine returns it: item (input dtype) and ``noisy_weight``, sorted by item."""
     items = pl.Series(item, [_value(r[0]) for r in rows], dtype=item_dtype)
     return weights_frame(items, pl.Series(_NOISY_LAT, [r[1] for r in rows], dtype=pl.Int64))
@@ -369,7 +377,9 @@ def _spark_wgm_release(
     return _to_polars(rows, space.item, _polars_dtype(item_type))
 
 
-def _spark_wgm_function(space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float):
+def _spark_wgm_function(
+    space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float
+) -> Callable[[DataFrame], pl.DataFrame]:
     def function(frame: DataFrame) -> pl.DataFrame:
         return _spark_wgm_release(_check_frame(frame, space), space, max_contributions, scale, threshold)
 
@@ -527,7 +537,7 @@ def _candidate_pairs(
     ), position
 
 
-def candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series):
+def candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series) -> NDArray[np.int64]:
     """Exact number of distinct users holding each candidate, in the candidates' order (int64)."""
     import numpy as np
 
@@ -556,7 +566,7 @@ def _hitting_set_stage_2(
     driver, where the Polars engine's user peeling (``hitting_set._peel``) runs on them unchanged."""
     user_dtype = _polars_dtype(frame.schema[space.user].dataType)
     if candidates.len() == 0:
-        rows: list = []
+        rows: list[Row] = []
     else:
         pairs, _ = _candidate_pairs(frame, space, candidates)
         rows = pairs.select(space.user, space.item).collect()
@@ -719,7 +729,8 @@ def make_wgm_hitting_set(
         peel_delta=peel_delta,
     )
     _assert_features()
-    return _make_two_stage(input_domain, input_metric, _spark_peeling(make_user_peeling, _hitting_set_stage_2), USER_PEELING, parameters)
+    stage_2 = _spark_peeling(make_user_peeling, _hitting_set_stage_2)
+    return _make_two_stage(input_domain, input_metric, stage_2, USER_PEELING, parameters)
 
 
 def make_wgm_hitting_set_from_budget(

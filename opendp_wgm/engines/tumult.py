@@ -36,6 +36,8 @@ import numbers
 from typing import Any
 
 from opendp_wgm._validation import (
+    _check_column,
+    _check_columns,
     _check_positive,
     _check_probability,
     _check_real,
@@ -72,7 +74,7 @@ try:
     from tmlt.core.utils.exact_number import ExactNumber
 except ImportError as _error:  # the module still imports (docs, doctest collection); constructors raise
     _IMPORT_ERROR: ImportError | None = _error
-    _TumultMeasurement = object  # type: ignore[assignment,misc]
+    _TumultMeasurement = object
 else:
     _IMPORT_ERROR = None
 
@@ -93,7 +95,8 @@ def _to_float(name: str, value: Any, *, round_up: bool) -> float:
         exact = ExactNumber(value)
     except Exception as err:  # sympy / Tumult raise several types for malformed numbers
         raise TypeError(f"`{name}` must be a real number or a Tumult ExactNumberInput (found {value!r})") from err
-    return exact.to_float(round_up=round_up)
+    rounded: float = exact.to_float(round_up=round_up)
+    return rounded
 
 
 def _exact(value: float) -> ExactNumber:
@@ -112,28 +115,27 @@ def _check_output_measure(output_measure: Any) -> Any:
         )
         raise ValueError(msg)
     if not isinstance(output_measure, ApproxDP):
-        raise ValueError(f"`output_measure` must be ApproxDP(), got {output_measure!r}")
+        raise ValueError(f"`output_measure` must be ApproxDP() (found {output_measure!r})")
     return output_measure
 
 
 def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
     if not isinstance(input_domain, SparkDataFrameDomain):
-        raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain, got {input_domain!r}")
+        raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain (found {input_domain!r})")
     for name, column in (("user", user), ("item", item)):
-        if not isinstance(column, str) or not column:
-            raise TypeError(f"`{name}` must be a non-empty column name (found {column!r})")
+        _check_column(name, column)
         if column not in input_domain.schema:
             msg = f"{name} column {column!r} not found in `input_domain` (columns: {list(input_domain.schema)})"
             raise ValueError(msg)
         if isinstance(input_domain.schema[column], SparkFloatColumnDescriptor):
-            raise ValueError(f"{name} column {column!r} must not be floating point (found {input_domain.schema[column]})")
-    if user == item:
-        raise ValueError(f"`user` and `item` must be different columns (both are {user!r})")
+            found = input_domain.schema[column]
+            raise ValueError(f"`{name}` column {column!r} must not be floating point (found {found})")
+    _check_columns(user, item)
 
 
 def _users(distance: ExactNumber) -> int:
     """floor(d_in) exactly: datasets are an integer number of users apart, so a d_in below k+1 means <= k."""
-    users = int(math.floor(distance.to_float(round_up=False)))
+    users: int = math.floor(distance.to_float(round_up=False))
     while ExactNumber(users + 1) <= distance:  # exact, whatever the float rounding did
         users += 1
     while ExactNumber(users) > distance:
@@ -159,7 +161,7 @@ def _driver_frame(session: Any, rows: Any, item: str, item_type: Any, column: st
     return session.createDataFrame(rows, _item_schema(item, item_type, column, column_type))
 
 
-class _UserItemsMeasurement(_TumultMeasurement):
+class _UserItemsMeasurement(_TumultMeasurement):  # type: ignore[misc]  # tmlt.core ships no type information
     """A Tumult measurement over a (user, item) Spark DataFrame under ``IfGroupedBy([user],
     SymmetricDifference())``, whose privacy function is a float map at ⌊d_in⌋ users (``_users_loss``)."""
 
@@ -380,7 +382,8 @@ class _SparkTwoStage(_UserItemsMeasurement):
         return self._measurement
 
     def _users_loss(self, users: int) -> tuple[float, float]:
-        return self._measurement.map(users)  # the OpenDP map at ⌊d_in⌋ users
+        loss: tuple[float, float] = self._measurement.map(users)  # the OpenDP map at ⌊d_in⌋ users
+        return loss
 
     def __call__(self, sdf: Any) -> Any:
         """Release on ``sdf``: a Spark DataFrame of (item, rank), in rank order, built from driver-side rows."""
@@ -476,6 +479,7 @@ def create_wgm_top_k_measurement(
         delta=_delta_down(delta),
         split=split,
     )
+    assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
     return WGMTopKMeasurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.max_contributions, wgm_scale=cal.wgm.scale,
         wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
@@ -500,6 +504,7 @@ def create_wgm_hitting_set_measurement(
         split=split,
         noise_delta_fraction=noise_delta_fraction,
     )
+    assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
     return WGMHittingSetMeasurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.wgm.max_contributions, wgm_scale=cal.wgm.scale,
         wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -60,7 +61,7 @@ examples:
 """
 
 
-def _grid(name: str):
+def _grid(name: str) -> Callable[[str], tuple[int, ...]]:
     def parse(text: str) -> tuple[int, ...]:
         try:
             return parse_grid(name, text)

@@ -120,8 +120,10 @@ def parse_grid(name: str, value: Any, *, minimum: int = 1) -> tuple[int, ...]:
         if isinstance(number, bool) or not isinstance(number, numbers.Real):
             msg = f"`{name}` values must be integers >= {minimum} (found {v!r})"
             raise TypeError(msg)
-        if isinstance(number, numbers.Integral) or (math.isfinite(float(number)) and float(number).is_integer()):
+        if isinstance(number, numbers.Integral):
             integer = int(number)
+        elif math.isfinite(float(number)) and float(number).is_integer():
+            integer = int(float(number))
         else:
             msg = f"`{name}` values must be integers >= {minimum} (found {v!r})"
             raise ValueError(msg)

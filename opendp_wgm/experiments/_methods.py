@@ -8,10 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 import polars as pl
 
 from opendp_wgm.domains import user_items_space
+
+if TYPE_CHECKING:
+    from opendp_wgm.experiments._config import Config
+
+
+class _Budget(TypedDict):
+    """An (ε, δ) budget, as the ``*_from_budget`` constructors' keyword arguments."""
+
+    epsilon: float
+    delta: float
 
 __all__: list[str] = []
 
@@ -44,7 +55,7 @@ LABELS = {
 }
 
 
-def variants(config) -> list[Variant]:
+def variants(config: Config) -> list[Variant]:
     """The variants of ``config.methods`` for ``config.experiment``, in order.
 
     Nothing is built here (the input space is created when a variant is built), so listing variants needs no
@@ -69,13 +80,13 @@ def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
     from opendp_wgm.measurements import baselines
     from opendp_wgm.measurements.wgm import make_wgm_from_budget
 
-    budget = {"epsilon": eps, "delta": delta}
+    budget = _Budget(epsilon=eps, delta=delta)
     if method == "wgm":
         return Variant(
             method, LABELS[method], lambda d0: make_wgm_from_budget(*user_items_space(), max_contributions=d0, **budget)
         )
     if method in ("policy_gaussian_l2", "policy_gaussian_reference_l1"):
-        descent = "l2" if method.endswith("l2") else "reference_l1"
+        descent: Literal["l2", "reference_l1"] = "l2" if method.endswith("l2") else "reference_l1"
         return Variant(
             method,
             LABELS[method],

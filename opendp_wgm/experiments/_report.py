@@ -47,7 +47,7 @@ def summarise(rows: pl.DataFrame, experiment: str) -> pl.DataFrame:
 
 
 def _format(mean: float | None, std: float | None, column: str) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+    if mean is None or math.isnan(mean):
         return "—"
     if column in ("missing_mass", "top_k_missing_mass"):
         return f"{mean:.3f} ± {std:.3f}"

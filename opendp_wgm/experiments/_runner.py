@@ -6,7 +6,7 @@ import csv
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ def _variant_id(v: Variant) -> str:
 
 def _assert_features(config: Config) -> None:
     """Fail before any data is read if the caller has not enabled what the chosen methods need."""
-    from opendp_wgm.transformations import _assert_features as assert_plugin_features
+    from opendp_wgm._spaces import _assert_features as assert_plugin_features
 
     assert_plugin_features()
     if any(m.startswith("policy_") for m in config.methods):
@@ -369,7 +369,15 @@ def _load(dataset: str, config: Config) -> pl.DataFrame:
     return load(dataset, config.data_dir, unique=False).select("user", "item")
 
 
-def _row(config: Config, dataset: str, v: Variant, x: int | None, trial: int, seconds: float, values: dict) -> dict:
+def _row(
+    config: Config,
+    dataset: str,
+    v: Variant,
+    x: int | None,
+    trial: int,
+    seconds: float,
+    values: Mapping[str, float | None],
+) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     row.update(
         experiment=config.experiment,
@@ -390,10 +398,10 @@ def _row(config: Config, dataset: str, v: Variant, x: int | None, trial: int, se
     else:
         row["k"] = x
         row["max_contributions"] = config.max_contributions if v.method.startswith("wgm") else ""
-        if v.k_bar_multiplier is not None:
+        if v.k_bar_multiplier is not None and x is not None:
             row["k_bar"] = v.k_bar_multiplier * x
     for name, value in values.items():
-        row[name] = "" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(float(value))
+        row[name] = "" if value is None or math.isnan(value) else repr(float(value))
     return row
 
 

@@ -30,8 +30,15 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import (
+    _assert_features,
+    _check_candidates,
+    _check_candidates_for,
+    _prepare_frame,
+    _resolve_space,
+    _Space,
+)
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import cast_candidates
 from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
@@ -49,7 +56,6 @@ from opendp_wgm.privacy.calibrate import (
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
 from opendp_wgm.samplers import NoiseMethod, noisy_max
-from opendp_wgm.transformations import _check_candidates, _check_candidates_for
 
 __all__ = [
     "HittingSetCalibration",

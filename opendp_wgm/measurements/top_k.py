@@ -26,12 +26,19 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import (
+    _assert_features,
+    _check_candidates,
+    _check_candidates_for,
+    _prepare_frame,
+    _resolve_space,
+    _Space,
+)
 from opendp_wgm._validation import (
     _check_choice,
     _check_int,
     _check_positive,
 )
-from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import candidate_counts, cast_candidates
 from opendp_wgm.measurements.two_stage import (
     make_wgm_then_peeling,
@@ -46,10 +53,6 @@ from opendp_wgm.privacy.peeling import (
     peeling_loss,
 )
 from opendp_wgm.samplers import SELECTION_METHODS, NoiseMethod, SelectionMethod, noisy_top_k
-from opendp_wgm.transformations import (
-    _check_candidates,
-    _check_candidates_for,
-)
 
 __all__ = [
     "make_peeling_top_k",

@@ -22,22 +22,15 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
-from opendp_wgm.domains import (
-    UserItemsDescriptor,
-    _prepare_frame,
-    _PreparedFrame,
-    _resolve_space,
-    _Space,
-    user_items_domain,
-)
+from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _resolve_space, _Space
+from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
+from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
 from opendp_wgm.privacy.budget import check_two_stage_measure, measure_of
 from opendp_wgm.privacy.calibrate import WGMCalibration
 from opendp_wgm.privacy.peeling import Accounting, add_up, peeling_loss
 from opendp_wgm.privacy.threshold import check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
-from opendp_wgm.transformations import _check_execution
 
 __all__ = ["make_two_stage"]
 
@@ -219,7 +212,7 @@ def make_wgm_then_peeling(
     output_measure, kind, wgm_epsilon, peel_delta_value = check_two_stage_measure(
         output_measure, wgm_epsilon, peel_delta, zero_delta=accounting.zero_delta
     )
-    passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
+    passes, engine = _check_execution(passes, engine)
     options: dict[str, Any] = {}  # an engine's WGM has its own execution options
     if make_stage_1 is None:
         make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}

@@ -24,8 +24,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
-from opendp_wgm.domains import _assert_features
+from opendp_wgm._spaces import _assert_features
+from opendp_wgm._validation import _check_choice, _check_d_in, _check_execution, _check_positive, _check_real
 from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
@@ -39,7 +39,6 @@ from opendp_wgm.samplers import NOISE_METHODS, NoiseMethod
 from opendp_wgm.transformations import (
     UserDistanceDescriptor,
     WeightedHistogramDescriptor,
-    _check_execution,
     make_bound_user_items,
     make_weighted_histogram,
 )
@@ -58,11 +57,7 @@ Engine = Literal["auto", "in-memory", "streaming"]
 
 def check_noise(noise: str) -> NoiseMethod:
     """``noise`` if it names a discrete Gaussian sampler (:data:`opendp_wgm.samplers.NOISE_METHODS`)."""
-    for method in NOISE_METHODS:
-        if noise == method:
-            return method
-    msg = f"`noise` must be one of {NOISE_METHODS}, got {noise!r}"
-    raise ValueError(msg)
+    return _check_choice("noise", noise, NOISE_METHODS)
 
 
 def wgm_privacy_map(
@@ -288,7 +283,7 @@ def make_wgm(
     scale = _check_scale(scale)
     threshold = _check_real("threshold", threshold)
     noise = check_noise(noise)
-    passes, engine = _check_execution(passes, engine)  # type: ignore[assignment]
+    passes, engine = _check_execution(passes, engine)
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     _check_lattice_scale(epsilon, scale)
     bound = make_bound_user_items(input_domain, input_metric, max_contributions=max_contributions, item=item)

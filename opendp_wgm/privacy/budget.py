@@ -19,7 +19,14 @@ from typing import Any, Literal
 
 import opendp.prelude as dp
 
-from opendp_wgm._validation import _check_positive, _check_probability, _check_real
+from opendp_wgm._validation import (
+    _check_absent,
+    _check_exactly_one,
+    _check_given,
+    _check_positive,
+    _check_probability,
+    _check_real,
+)
 
 __all__ = [
     "Budget",
@@ -40,6 +47,9 @@ MeasureKind = Literal["approx_zcdp", "zcdp", "approx_dp", "pure_dp"]
 Loss = float | tuple[float, float]
 
 #: How each kind's measure is written in messages (OpenDP's constructors).
+#: The output measure that some parameters apply to only (as the messages spell it).
+_APPROX_DP = "output_measure=dp.approximate(dp.max_divergence())"
+
 _SPELLING: dict[MeasureKind, str] = {
     "approx_zcdp": "dp.approximate(dp.zero_concentrated_divergence())",
     "zcdp": "dp.zero_concentrated_divergence()",
@@ -78,7 +88,7 @@ def measure_kind(
             return kind
     spelled = [_SPELLING[kind] for kind in allowed]
     choices = spelled[0] if len(spelled) == 1 else f"{', '.join(spelled[:-1])} or {spelled[-1]}"
-    msg = f"`output_measure` must be {'one of ' if len(spelled) > 2 else ''}{choices}, got {output_measure}"
+    msg = f"`output_measure` must be {'one of ' if len(spelled) > 2 else ''}{choices} (found {output_measure})"
     raise ValueError(msg)
 
 
@@ -102,13 +112,9 @@ def check_gaussian_measure(
     checked: the WGM and the baselines that share its map (:mod:`opendp_wgm.measurements.baselines`)."""
     kind = measure_kind(output_measure, ("approx_zcdp", "approx_dp"))
     if kind == "approx_zcdp":
-        if epsilon is not None:
-            msg = "`epsilon` applies only to output_measure=dp.approximate(dp.max_divergence())"
-            raise ValueError(msg)
+        _check_absent("epsilon", epsilon, unless=_APPROX_DP)
     else:
-        if epsilon is None:
-            msg = "output_measure=dp.approximate(dp.max_divergence()) needs `epsilon` (the ε reported at d_in=1)"
-            raise ValueError(msg)
+        _check_given("epsilon", epsilon, when=f"with {_APPROX_DP} (the ε reported at d_in=1)")
         epsilon = _check_positive("epsilon", epsilon)
     return measure_of(kind), epsilon
 
@@ -127,17 +133,11 @@ def check_peeling_measure(
     (approx_dp only; 0 otherwise)."""
     kind = measure_kind(output_measure)
     if kind == "approx_dp":
-        if delta is None:
-            basic = "; 0 gives basic composition" if zero_delta else ""
-            msg = (
-                "output_measure=dp.approximate(dp.max_divergence()) needs `delta` (the δ at which the peeling's "
-                f"zCDP is converted to (ε, δ){basic})"
-            )
-            raise ValueError(msg)
+        basic = "; 0 gives basic composition" if zero_delta else ""
+        when = f"with {_APPROX_DP} (the δ at which the peeling's zCDP is converted to (ε, δ){basic})"
+        _check_given("delta", delta, when=when)
         return kind, check_conversion_delta("delta", delta, zero_delta=zero_delta)
-    if delta is not None:
-        msg = f"`delta` applies only to output_measure=dp.approximate(dp.max_divergence()) (got {output_measure})"
-        raise ValueError(msg)
+    _check_absent("delta", delta, unless=_APPROX_DP)
     return kind, 0.0
 
 
@@ -150,14 +150,10 @@ def check_two_stage_measure(
     arguments = (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta))
     if kind == "approx_zcdp":
         for name, value in arguments:
-            if value is not None:
-                msg = f"`{name}` applies only to output_measure=dp.approximate(dp.max_divergence())"
-                raise ValueError(msg)
+            _check_absent(name, value, unless=_APPROX_DP)
         return measure_of(kind), kind, None, 0.0
-    missing = [name for name, value in arguments if value is None]
-    if missing:
-        msg = f"output_measure=dp.approximate(dp.max_divergence()) needs {' and '.join(f'`{n}`' for n in missing)}"
-        raise ValueError(msg)
+    for name, value in arguments:
+        _check_given(name, value, when=f"with {_APPROX_DP}")
     wgm_epsilon = _check_positive("wgm_epsilon", wgm_epsilon)
     return measure_of(kind), kind, wgm_epsilon, check_conversion_delta("peel_delta", peel_delta, zero_delta=zero_delta)
 
@@ -168,10 +164,7 @@ def check_two_stage_measure(
 
 def _check_epsilon_or_rho(epsilon: float | None, rho: float | None) -> None:
     """A budget is given by exactly one of ε and ρ."""
-    given = [name for name, v in (("epsilon", epsilon), ("rho", rho)) if v is not None]
-    if len(given) != 1:
-        msg = f"pass exactly one of `epsilon` and `rho` (got {given or 'neither'})"
-        raise ValueError(msg)
+    _check_exactly_one(epsilon=epsilon, rho=rho)
 
 
 @dataclass(frozen=True)
@@ -222,9 +215,7 @@ class Budget:
         """A peeling budget: ρ (approximate zCDP, no δ), ε with δ ((ε, δ)-DP) or ε alone (pure DP)."""
         _check_epsilon_or_rho(epsilon, rho)
         if rho is not None:
-            if delta is not None:
-                msg = "`delta` applies only with `epsilon` (peeling spends no δ under zCDP)"
-                raise ValueError(msg)
+            _check_absent("delta", delta, unless="`epsilon` is given (peeling spends no δ under zCDP)")
             return cls("approx_zcdp", _check_positive("rho", rho), 0.0)
         epsilon = _check_positive("epsilon", epsilon)
         if delta is None:

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from opendp_wgm.domains import _Space
+from opendp_wgm._spaces import _Space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 

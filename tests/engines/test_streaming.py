@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.domains import _prepare_frame, _resolve_space
-from opendp_wgm.measurements import hitting_set, top_k
+from opendp_wgm._spaces import _prepare_frame, _resolve_space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
+from opendp_wgm.measurements import hitting_set, top_k
 
 MAX_CONTRIBUTIONS = 12
 

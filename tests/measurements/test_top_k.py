@@ -167,7 +167,7 @@ def test_composition_map_is_the_sum_of_the_stage_maps(
     stage_1 = wgm.make_wgm(*SPACE, **params)
     stage_2 = make_peeling_top_k(*SPACE, candidates=candidates, k=k, scale=peel_scale)
     m = make_wgm_top_k(*SPACE, **both)
-    expected = [a + b for a, b in zip(stage_1.map(d_in), stage_2.map(d_in))]
+    expected = [a + b for a, b in zip(stage_1.map(d_in), stage_2.map(d_in), strict=False)]
     assert m.map(d_in) == pytest.approx([expected[0], min(1.0, expected[1])], rel=1e-12)
     assert m.map(d_in)[0] >= expected[0]  # rounded up
     # (ε, δ)
@@ -175,7 +175,7 @@ def test_composition_map_is_the_sum_of_the_stage_maps(
     stage_2 = make_peeling_top_k(*SPACE, candidates=candidates, k=k, scale=peel_scale, output_measure=APPROX_DP,
                                  delta=peel_delta)
     m = make_wgm_top_k(*SPACE, **both, output_measure=APPROX_DP, wgm_epsilon=wgm_epsilon, peel_delta=peel_delta)
-    expected = [a + b for a, b in zip(stage_1.map(d_in), stage_2.map(d_in))]
+    expected = [a + b for a, b in zip(stage_1.map(d_in), stage_2.map(d_in), strict=False)]
     assert m.map(d_in) == pytest.approx([expected[0], min(1.0, expected[1])], rel=1e-12)
 
 
@@ -354,9 +354,9 @@ def _ld(**kw):
         (lambda: _peel(candidates=[1, None]), ValueError, "`candidates` must not contain nulls"),
         (lambda: _peel(candidates="ab"), TypeError, "`candidates` must be a sequence"),
         (lambda: _peel(output_measure=dp.renyi_divergence()), ValueError, "`output_measure` must be one of"),
-        (lambda: _peel(output_measure=APPROX_DP), ValueError, r"needs `delta` \(the δ at which the peeling's zCDP is "
-         r"converted to \(ε, δ\)\)$"),
-        (lambda: _peel(delta=1e-5), ValueError, "`delta` applies only to"),
+        (lambda: _peel(output_measure=APPROX_DP), ValueError, r"`delta` must be given with output_measure=.* \(the δ at which the peeling's zCDP is "
+         r"converted to \(ε, δ\)\) \(found None\)$"),
+        (lambda: _peel(delta=1e-5), ValueError, "`delta` must be None unless output_measure="),
         (lambda: _peel(output_measure=APPROX_DP, delta=1.0), ValueError, r"`delta` must be in \(0.0, 1.0\)"),
         (lambda: _peel(method="slow"), ValueError, "`method` must be one of"),
         (lambda: _peel(item="other"), ValueError, "disagrees with `input_domain`"),
@@ -368,10 +368,10 @@ def _ld(**kw):
         (lambda: _wgm_top_k(wgm_scale=2.0**21), ValueError, r"`scale` must be <= 2\*\*20"),
         (lambda: _wgm_top_k(noise="fast"), ValueError, "`noise` must be one of"),
         (lambda: _wgm_top_k(method="slow"), ValueError, "`method` must be one of"),
-        (lambda: _wgm_top_k(wgm_epsilon=1.0), ValueError, "`wgm_epsilon` applies only"),
-        (lambda: _wgm_top_k(peel_delta=1e-6), ValueError, "`peel_delta` applies only"),
-        (lambda: _wgm_top_k(output_measure=APPROX_DP), ValueError, "needs `wgm_epsilon` and `peel_delta`"),
-        (lambda: _wgm_top_k(output_measure=APPROX_DP, wgm_epsilon=1.0), ValueError, "needs `peel_delta`"),
+        (lambda: _wgm_top_k(wgm_epsilon=1.0), ValueError, "`wgm_epsilon` must be None unless"),
+        (lambda: _wgm_top_k(peel_delta=1e-6), ValueError, "`peel_delta` must be None unless"),
+        (lambda: _wgm_top_k(output_measure=APPROX_DP), ValueError, "`wgm_epsilon` must be given with"),
+        (lambda: _wgm_top_k(output_measure=APPROX_DP, wgm_epsilon=1.0), ValueError, "`peel_delta` must be given with"),
         (lambda: _wgm_top_k(output_measure=APPROX_DP, wgm_epsilon=1.0, peel_delta=0.0), ValueError,
          r"`peel_delta` must be in \(0.0, 1.0\)"),
         (lambda: _wgm_top_k(output_measure=APPROX_DP, wgm_epsilon=0.0, peel_delta=1e-6), ValueError,
@@ -380,18 +380,18 @@ def _ld(**kw):
         (lambda: _wgm_top_k(passes=0), ValueError, r"`passes` must be an integer >= 1 \(found 0\)"),
         (lambda: _wgm_top_k(passes=2.0), TypeError, r"`passes` must be an integer >= 1 \(found 2.0\)"),
         (lambda: _wgm_top_k(engine="gpu"), ValueError,
-         r"`engine` must be one of \('auto', 'in-memory', 'streaming'\), got 'gpu'"),
+         r"`engine` must be one of \{'auto', 'in-memory', 'streaming'\} \(found 'gpu'\)"),
         (lambda: _budget(split=0.0), ValueError, r"`split` must be in \(0.0, 1.0\) \(found 0.0\)"),
         (lambda: _budget(split=1.0), ValueError, r"`split` must be in \(0.0, 1.0\) \(found 1.0\)"),
         (lambda: _budget(split=1.5), ValueError, r"`split` must be in \(0.0, 1.0\)"),
         (lambda: _budget(split=-0.1), ValueError, r"`split` must be in \(0.0, 1.0\)"),
         (lambda: _budget(epsilon=0.0), ValueError, r"`epsilon` must be in \(0.0, inf\)"),
-        (lambda: _budget(rho=0.5), ValueError, "pass exactly one of `epsilon` and `rho`"),
-        (lambda: _budget(epsilon=None), ValueError, "pass exactly one of `epsilon` and `rho`"),
+        (lambda: _budget(rho=0.5), ValueError, "exactly one of `epsilon` and `rho` must be given"),
+        (lambda: _budget(epsilon=None), ValueError, "exactly one of `epsilon` and `rho` must be given"),
         (lambda: _budget(delta=0.0), ValueError, r"`delta` must be in \(0.0, 1.0\)"),
         (lambda: _budget(k=0), ValueError, r"`k` must be an integer >= 1"),
         (lambda: _budget(passes=-1), ValueError, r"`passes` must be an integer >= 1 \(found -1\)"),
-        (lambda: _budget(engine=None), ValueError, r"`engine` must be one of \('auto', 'in-memory', 'streaming'\)"),
+        (lambda: _budget(engine=None), ValueError, r"`engine` must be one of \{'auto', 'in-memory', 'streaming'\} \(found None\)"),
         (lambda: _ld(k=0), ValueError, r"`k` must be an integer >= 1"),
         (lambda: _ld(k_bar=0), ValueError, r"`k_bar` must be an integer >= 1"),
         (lambda: _ld(k=5, k_bar=4), ValueError, r"`k` \(5\) must be <= `k_bar` \(4\)"),
@@ -419,7 +419,7 @@ def test_release_errors_are_schema_errors() -> None:
 def test_features_are_required() -> None:
     dp.disable_features("honest-but-curious")
     try:
-        for build in (lambda: _peel(), lambda: _wgm_top_k(), lambda: _budget(), lambda: _ld()):
+        for build in (_peel, _wgm_top_k, _budget, _ld):
             with pytest.raises(dp.OpenDPException, match="enable_features"):
                 build()
     finally:

@@ -36,7 +36,9 @@ def spy(counter: list[str], name: str, constructor):
 def test_map_is_the_sum_of_the_stage_maps_and_stage_1_is_built_once() -> None:
     calls: list[str] = []
     stage_1 = spy(calls, "stage 1", wgm.then_wgm(**WGM))
-    stage_2_map = lambda d: peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=TOP_K)
+
+    def stage_2_map(d: int) -> tuple[float, float]:
+        return peeling_loss(d, k=2, scale=3.0, kind="approx_zcdp", accounting=TOP_K)
 
     def stage_2(domain, metric, candidates):
         calls.append("stage 2")
@@ -78,7 +80,7 @@ def test_a_custom_stage_2_reads_the_prepared_frame_once_prepared() -> None:
 
     def stage_2(domain, metric, candidates):
         def function(frame):
-            from opendp_wgm.domains import _prepare_frame, _resolve_space
+            from opendp_wgm._spaces import _prepare_frame, _resolve_space
 
             lf = _prepare_frame(frame, _resolve_space(domain, metric))
             seen.append(lf.collect())

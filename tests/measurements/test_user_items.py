@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import opendp_wgm.engines.polars as engine
-from opendp_wgm.domains import _Space
+from opendp_wgm._spaces import _Space
 from opendp_wgm.measurements import hitting_set
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.baselines import policy
@@ -53,7 +53,7 @@ def _layouts() -> dict[str, object]:
         }
         for name, kw in options.items():
             d = policy._csr(df, SPACE, **kw)
-            segments = [d.decode(d.codes[a:b]).to_list() for a, b in zip(d.offsets[:-1], d.offsets[1:])]
+            segments = [d.decode(d.codes[a:b]).to_list() for a, b in zip(d.offsets[:-1], d.offsets[1:], strict=False)]
             # the item order within a user is defined only for the key-ordered and the priority layouts
             segments = segments if name in ("key_order", "priority") else [sorted(s) for s in segments]
             out[f"policy_{dtype}_{name}"] = {"offsets": d.offsets.tolist(), "segments": segments}
@@ -67,7 +67,7 @@ def _layouts() -> dict[str, object]:
             per_user = sorted(items_of(u) for u in range(ptr.size - 1))
             holders = [
                 sorted(tuple(items_of(u)) for u in state.item_users[a:b])
-                for a, b in zip(state.item_ptr[:-1], state.item_ptr[1:])
+                for a, b in zip(state.item_ptr[:-1], state.item_ptr[1:], strict=False)
             ]
             out[f"coverage_{dtype}_{'all' if candidates is None else 'half'}"] = {
                 "items": its.to_list(),

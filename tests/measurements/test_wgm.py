@@ -53,7 +53,7 @@ def test_no_noise_release_is_exactly_the_thresholded_histogram(users, threshold)
     out = wgm.make_wgm(*space, max_contributions=10, scale=1e-7, threshold=threshold)(data)
     released = set(out["item"].to_list())
     assert released - near == set(expected) - near
-    assert released <= set(x for u in users for x in u)
+    assert released <= {x for u in users for x in u}
 
 
 @pytest.mark.parametrize(
@@ -158,7 +158,7 @@ def test_audit_threshold_delta_at_worst_case_neighbours(kept: int) -> None:
         {"user": np.repeat(np.arange(n_users), kept), "item": np.arange(n_users * kept)}
     )
     m = wgm.make_wgm(*wgm.user_items_space(), max_contributions=max_contributions, scale=scale, threshold=threshold)
-    rho, delta = m.map(1)
+    _rho, delta = m.map(1)
     released_users = np.unique(m(data)["item"].to_numpy() // kept).size
     rate = released_users / n_users
     se = math.sqrt(delta * (1 - delta) / n_users)
@@ -195,9 +195,9 @@ def test_audit_group_bound_two_colluding_users() -> None:
         ({"threshold": float("inf")}, ValueError, "`threshold` must be finite"),
         ({"noise": "numpy"}, ValueError, "`noise` must be one of"),
         ({"output_measure": dp.max_divergence()}, ValueError, "`output_measure` must be"),
-        ({"output_measure": APPROX_DP}, ValueError, "needs `epsilon`"),
+        ({"output_measure": APPROX_DP}, ValueError, "`epsilon` must be given with"),
         ({"output_measure": APPROX_DP, "epsilon": 0.0}, ValueError, "`epsilon` must be in"),
-        ({"epsilon": 1.0}, ValueError, "`epsilon` applies only"),
+        ({"epsilon": 1.0}, ValueError, "`epsilon` must be None unless"),
     ],
 )
 def test_make_wgm_rejects_bad_input(kwargs, error, match) -> None:

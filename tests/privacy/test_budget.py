@@ -23,8 +23,8 @@ APPROX_ZCDP = dp.approximate(dp.zero_concentrated_divergence())
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"epsilon": 1.0, "rho": 1.0, "delta": 1e-5}, ValueError, r"pass exactly one of `epsilon` and `rho` \(got \['epsilon', 'rho'\]\)"),
-        ({"delta": 1e-5}, ValueError, r"pass exactly one of `epsilon` and `rho` \(got neither\)"),
+        ({"epsilon": 1.0, "rho": 1.0, "delta": 1e-5}, ValueError, r"exactly one of `epsilon` and `rho` must be given \(found epsilon, rho\)"),
+        ({"delta": 1e-5}, ValueError, r"exactly one of `epsilon` and `rho` must be given \(found neither\)"),
         ({"epsilon": 0.0, "delta": 1e-5}, ValueError, r"`epsilon` must be in \(0.0, inf\) \(found 0.0\)"),
         ({"rho": -1.0, "delta": 1e-5}, ValueError, r"`rho` must be in \(0.0, inf\) \(found -1.0\)"),
         ({"epsilon": 1.0, "delta": 0.0}, ValueError, r"`delta` must be in \(0.0, 1.0\) \(found 0.0\)"),
@@ -41,7 +41,7 @@ def test_peeling_budget_kinds_and_errors() -> None:
     assert Budget.of_peeling(rho=0.5) == Budget("approx_zcdp", 0.5, 0.0)
     assert Budget.of_peeling(epsilon=1.0) == Budget("pure_dp", 1.0, 0.0)
     assert Budget.of_peeling(epsilon=1.0, delta=1e-5) == Budget("approx_dp", 1.0, 1e-5)
-    with pytest.raises(ValueError, match=r"`delta` applies only with `epsilon` \(peeling spends no δ under zCDP\)"):
+    with pytest.raises(ValueError, match=r"`delta` must be None unless `epsilon` is given \(peeling spends no δ under zCDP\) \(found 1e-05\)"):
         Budget.of_peeling(rho=0.5, delta=1e-5)
     with pytest.raises(ValueError, match="exactly one of `epsilon` and `rho`"):
         Budget.of_peeling()
@@ -109,9 +109,9 @@ def test_describe_measure() -> None:
 def test_one_reading_of_the_measures() -> None:
     assert measure_kind(None) == "approx_zcdp"
     assert measure_kind(dp.max_divergence()) == "pure_dp"
-    with pytest.raises(ValueError, match=r"`output_measure` must be one of .* or dp.max_divergence\(\), got"):
+    with pytest.raises(ValueError, match=r"`output_measure` must be one of .* or dp.max_divergence\(\) \(found"):
         measure_kind(dp.renyi_divergence())
-    two = r"`output_measure` must be dp.approximate\(dp.zero_concentrated_divergence\(\)\) or dp.approximate\(dp.max_divergence\(\)\), got"
+    two = r"`output_measure` must be dp.approximate\(dp.zero_concentrated_divergence\(\)\) or dp.approximate\(dp.max_divergence\(\)\) \(found"
     with pytest.raises(ValueError, match=two):
         check_gaussian_measure(dp.max_divergence(), None)
     with pytest.raises(ValueError, match=two):

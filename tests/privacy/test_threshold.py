@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -90,7 +91,7 @@ def test_threshold_delta_agrees_with_opendp_gaussian_threshold() -> None:
 def test_lattice_weights_keep_l2_at_most_one() -> None:
     w = lattice_weights(5000).astype(object)  # exact integers
     t = np.arange(1, 5001)
-    assert all(ti * wi * wi <= 4**LATTICE_BITS for ti, wi in zip(t, w))
+    assert all(ti * wi * wi <= 4**LATTICE_BITS for ti, wi in zip(t, w, strict=False))
     assert np.all(np.abs(lattice_weights(5000) * LATTICE - t**-0.5) <= LATTICE)
 
 
@@ -107,7 +108,7 @@ def test_maps_are_monotone_in_d_in(scale, threshold, max_contributions, epsilon)
         for d in range(6)
     ]
     assert losses[0] == (0.0, 0.0)
-    for lo, hi in zip(losses, losses[1:]):
+    for lo, hi in itertools.pairwise(losses):
         assert lo[0] <= hi[0] and lo[1] <= hi[1] + 1e-15
         assert 0.0 <= hi[1] <= 1.0
 

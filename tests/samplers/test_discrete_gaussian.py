@@ -119,7 +119,7 @@ def _word_after(x: mpmath.mpf, bits: int) -> int:
         (
             {"scale": 1.0, "size": 3, "method": "exact"},
             ValueError,
-            r"`method` must be one of \{'lattice', 'opendp'\}, got 'exact'",
+            r"`method` must be one of \{'lattice', 'opendp'\} \(found 'exact'\)",
         ),
     ],
 )
@@ -139,7 +139,7 @@ def test_opendp_method_requires_contrib() -> None:
         opendp.mod.GLOBAL_FEATURES.update(saved)
 
 
-@pytest.fixture()
+@pytest.fixture
 def contrib():
     saved = set(opendp.mod.GLOBAL_FEATURES)
     dp.enable_features("contrib")
@@ -273,7 +273,7 @@ def test_fast_path_abstains_and_fallback_finds_exact_q(sigma: float) -> None:
     b2_arr = np.array([rnd.getrandbits(64) for _ in qs], dtype=np.uint64)
     _, _, amb_mag, _ = nz._fast_round(par, b1_arr, b2_arr)
     assert amb_mag.all()
-    for q, word in zip(qs, b1):
+    for q, word in zip(qs, b1, strict=False):
         delta = rnd.choice([-1, 1])
         p = _mp_exp_neg(q * par.lam_q)
         w1 = (_word_after(p, 64) + delta) % (1 << 64) if q else rnd.getrandbits(64)
@@ -313,7 +313,7 @@ def test_fallback_acceptance_on_forced_cells(sigma: float, delta: int) -> None:
             r2 = int(mpmath.floor(p * mpmath.mpf(2) ** par.ubits))
             nxt = int(mpmath.floor(p * mpmath.mpf(2) ** (par.ubits + 64))) % (1 << 64)
         b2 = (0 << 63) | (w << par.ubits) | r2
-        value, accept, amb_mag, amb_acc = nz._fast_round(
+        value, _accept, amb_mag, amb_acc = nz._fast_round(
             par, np.array([b1], dtype=np.uint64), np.array([b2], dtype=np.uint64)
         )
         assert not amb_mag[0] and amb_acc[0]
@@ -411,7 +411,7 @@ def test_float_library_assumption() -> None:
     got = np.exp(xs)
     worst = 0.0
     with mpmath.workprec(120):
-        for x, y in zip(xs.tolist(), got.tolist()):
+        for x, y in zip(xs.tolist(), got.tolist(), strict=False):
             ref = mpmath.exp(mpmath.mpf(x))
             worst = max(worst, float(abs(mpmath.mpf(y) / ref - 1)))
     assert worst <= 2.0**-50, worst

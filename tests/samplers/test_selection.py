@@ -54,10 +54,10 @@ def pf_round(scores: list[int], left: set[int], scale: float) -> dict[int, float
     p = {j: math.exp((scores[j] - top) / scale) for j in items}
     win = dict.fromkeys(items, 0.0)
     for mask in itertools.product([0, 1], repeat=len(items)):
-        accepted = [j for j, b in zip(items, mask) if b]
+        accepted = [j for j, b in zip(items, mask, strict=False) if b]
         if not accepted:
             continue
-        prob = math.prod(p[j] if b else 1.0 - p[j] for j, b in zip(items, mask))
+        prob = math.prod(p[j] if b else 1.0 - p[j] for j, b in zip(items, mask, strict=False))
         for j in accepted:
             win[j] += prob / len(accepted)
     return win
@@ -89,7 +89,7 @@ def chi2_gof(counts: Counter, pmf: dict, n: int) -> tuple[float, float]:
     if pool_e > 0:
         observed.append(pool_o)
         expected.append(pool_e)
-    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected))
+    stat = sum((o - e) ** 2 / e for o, e in zip(observed, expected, strict=False))
     return stat, stats.chi2.ppf(1 - ALPHA, len(expected) - 1)
 
 
@@ -214,10 +214,7 @@ def test_exact_race_agrees_with_high_precision(measure) -> None:
         w0 = int(rng.integers(1, 2**63)) * 2 + 1
         # pick w1 so that level 1's key is within ~2^-50 of level 0's
         target = _key_mp(offsets[0], 1.3, counts[0], mp.mpf(w0) / 2**64, measure) - mp.mpf(offsets[1]) / mp.mpf(1.3)
-        if measure == "zcdp":
-            v1 = mp.exp(-mp.exp(target + mp.log(counts[1])))
-        else:
-            v1 = (1 - mp.exp(target)) ** counts[1]
+        v1 = mp.exp(-mp.exp(target + mp.log(counts[1]))) if measure == "zcdp" else (1 - mp.exp(target)) ** counts[1]
         if not (0 < v1 < 1):
             continue
         w1 = int(mp.floor(v1 * 2**64))
@@ -228,8 +225,8 @@ def test_exact_race_agrees_with_high_precision(measure) -> None:
 
         winner = sel._exact_race(offsets, counts, [w0, w1], 1.3, measure, Source())
         # the decision must hold for the refined uniforms: check on the original 64-bit cells when decisive
-        lo = [_key_mp(o, 1.3, c, mp.mpf(w + 1) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1])]
-        hi = [_key_mp(o, 1.3, c, mp.mpf(w) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1])]
+        lo = [_key_mp(o, 1.3, c, mp.mpf(w + 1) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1], strict=False)]
+        hi = [_key_mp(o, 1.3, c, mp.mpf(w) / 2**64, measure) for o, c, w in zip(offsets, counts, [w0, w1], strict=False)]
         if hi[0] < lo[1]:
             assert winner == 0
         elif hi[1] < lo[0]:
@@ -267,10 +264,10 @@ def test_float_library_assumption() -> None:
     x = np.concatenate([rng.random(400), 1 - rng.random(100) * 2.0**-40, rng.random(100) * 2.0**-40])
     x = x[x > 0]
     worst = max(abs(float((mp.mpf(float(v)) - mp.log(mp.mpf(float(u)))) / mp.log(mp.mpf(float(u)))))
-                for u, v in zip(x, np.log(x)) if u != 1.0)
+                for u, v in zip(x, np.log(x), strict=False) if u != 1.0)
     t = -rng.random(500) * 60
     worst_expm1 = max(abs(float((mp.mpf(float(v)) - mp.expm1(mp.mpf(float(u)))) / mp.expm1(mp.mpf(float(u)))))
-                      for u, v in zip(t, np.expm1(t)) if u != 0.0)
+                      for u, v in zip(t, np.expm1(t), strict=False) if u != 0.0)
     assert worst <= 2.0**-42 and worst_expm1 <= 2.0**-42
 
 

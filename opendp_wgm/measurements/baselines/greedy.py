@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from opendp_wgm._spaces import _prepare_frame, _Space
 from opendp_wgm._validation import _check_int
-from opendp_wgm.domains import _prepare_frame, _Space
 from opendp_wgm.measurements.hitting_set import coverage, peel
 from opendp_wgm.measurements.two_stage import ranked_frame
 from opendp_wgm.privacy.budget import Budget

@@ -15,8 +15,8 @@ from opendp.extras.polars import dp_len
 from polars._typing import PolarsDataType
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_real
-from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines.polars import fresh_seeds
 from opendp_wgm.privacy.budget import Budget, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_key_release

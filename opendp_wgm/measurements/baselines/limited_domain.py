@@ -12,8 +12,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability
-from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space
 from opendp_wgm.engines.polars import bound_plan
 from opendp_wgm.measurements.top_k import check_method
 from opendp_wgm.measurements.two_stage import ranked_frame

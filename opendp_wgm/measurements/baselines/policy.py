@@ -29,8 +29,8 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
-from opendp_wgm.domains import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map

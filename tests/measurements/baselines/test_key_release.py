@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
@@ -30,14 +32,14 @@ def test_opendp_key_release_calibration_and_maps() -> None:
     assert m.output_measure == APPROX_DP and m.check(1, (1.0, 1e-5))
     maps = [m.map(d) for d in range(4)]
     assert maps[0] == (0.0, 0.0)
-    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in zip(maps[1:], maps[2:]))
+    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(maps))
     z = bl.make_opendp_key_release(*space, max_contributions=5, rho=0.5, delta=1e-5)
     assert z.output_measure == ZCDP and z.check(1, (0.5, 1e-5))
     rho = [z.map(d)[0] for d in range(1, 4)]
     # OpenDP's own group map: ℓ2 <= sqrt(ℓ0)·ℓ∞ = sqrt(d·(Δ0 + 1))·d, so ρ grows as d_in³
     assert rho[1] == pytest.approx(8 * rho[0]) and rho[2] == pytest.approx(27 * rho[0])
     # OpenDP charges Δ0 + 1 groups (the keep="first" quirk): ρ = (Δ0 + 1) / (2 scale²) for its own scale
-    scale, threshold = key_release._calibrate_key_release(6, "zcdp", 0.0, (0.5, 1e-5))
+    scale, _threshold = key_release._calibrate_key_release(6, "zcdp", 0.0, (0.5, 1e-5))
     assert rho[0] == pytest.approx(6 / (2 * scale**2), rel=1e-6)
 
 

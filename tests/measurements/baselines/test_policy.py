@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import opendp_wgm as wgm
-from opendp_wgm.privacy.threshold import lattice_weights
-from opendp_wgm.domains import _Space
+from opendp_wgm._spaces import _Space
 from opendp_wgm.measurements.baselines import policy as bl
+from opendp_wgm.privacy.threshold import lattice_weights
 
 U = 2**20
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
@@ -178,7 +179,7 @@ def test_reference_l1_rule_is_not_contractive() -> None:
 def test_l2_descent_contracts_up_to_rounding(pair, cap) -> None:
     """ℓ2 descent is ℓ2-contractive (Gopi et al.); on the lattice, up to one unit per coordinate (§2.3)."""
     h1, shift = pair
-    h2 = [max(0.0, x + d) for x, d in zip(h1, shift)]
+    h2 = [max(0.0, x + d) for x, d in zip(h1, shift, strict=False)]
     a, b = step(_l2_increment, h1, cap), step(_l2_increment, h2, cap)
     before = np.linalg.norm(lat(h1) - lat(h2)) / U
     assert np.linalg.norm(a - b) <= before + math.sqrt(len(h1)) / U + 1e-12
@@ -232,7 +233,7 @@ def test_greedy_maps_and_calibration() -> None:
     assert eps == 1.0 and delta == pytest.approx(1e-5, rel=1e-5)
     maps = [m.map(d) for d in range(5)]
     assert maps[0] == (0.0, 0.0)
-    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(maps[1:], maps[2:]))  # monotone in d_in
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(maps))  # monotone in d_in
     # the paper's threshold 1 + ln(1/(2δ))/ε = 11.819778, moved by about one lattice step
     assert bl._greedy_threshold_delta(1.0, 1 + math.log(1 / 2e-5), 3.0, 1) == pytest.approx(1e-5, rel=1e-5)
     # d_in = 2: f(2) + f(0) with f(w) ≈ e^{-(T - w)}/2 at λ = 1 (δ_T(k) <= f(k) + (k - 1) f(0))
@@ -284,7 +285,7 @@ def test_policy_gaussian_map_is_the_wgm_map() -> None:
     m = bl.make_policy_gaussian_from_budget(*space, max_contributions=100, epsilon=1.0, delta=1e-5)
     assert m.check(1, (1.0, 1e-5)) and not m.check(1, (1.0, 0.99e-5))
     maps = [m.map(d) for d in range(1, 5)]
-    assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(maps, maps[1:]))  # monotone in d_in
+    assert all(a[0] < b[0] and a[1] < b[1] for a, b in itertools.pairwise(maps))  # monotone in d_in
     r = bl.make_policy_gaussian_from_budget(*space, max_contributions=10, rho=0.1, delta=1e-6, descent="reference_l1")
     assert r.check(1, (0.1, 1e-6))
     assert r.map(2)[0] == pytest.approx(4 * r.map(1)[0]) and r.map(2)[1] >= r.map(1)[1]
@@ -299,8 +300,8 @@ def test_csr_orders_users_randomly_and_keeps_them_contiguous() -> None:
         assert sizes.size == 200 and sizes.max() <= 2
         items = got.decode(got.codes).to_numpy()
         users = items // 10
-        assert all(np.unique(users[a:b]).size == 1 for a, b in zip(got.offsets[:-1], got.offsets[1:]))
-        assert all((np.diff(items[a:b]) > 0).all() for a, b in zip(got.offsets[:-1], got.offsets[1:]))
+        assert all(np.unique(users[a:b]).size == 1 for a, b in zip(got.offsets[:-1], got.offsets[1:], strict=False))
+        assert all((np.diff(items[a:b]) > 0).all() for a, b in zip(got.offsets[:-1], got.offsets[1:], strict=False))
         orders.add(tuple(users[got.offsets[:-1]]))
     assert len(orders) == 3
 
@@ -332,7 +333,7 @@ def test_policy_features_are_required() -> None:
         ({"threshold": 0.1, "descent": "reference_l1"}, ValueError, "needs a cap"),
         ({"max_contributions": 0}, ValueError, "`max_contributions` must be an integer >= 1"),
         ({"noise": "numpy"}, ValueError, "`noise` must be one of"),
-        ({"epsilon": 1.0}, ValueError, "`epsilon` applies only"),
+        ({"epsilon": 1.0}, ValueError, "`epsilon` must be None unless"),
     ],
 )
 def test_policy_gaussian_bad_parameters(kwargs, error, match) -> None:

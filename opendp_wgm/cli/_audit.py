@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -44,6 +44,14 @@ examples:
 """
 
 
+class _Stage1(TypedDict):
+    """The WGM stage of the two-stage mechanisms the audit builds (keyword arguments)."""
+
+    max_contributions: int
+    wgm_scale: float
+    wgm_threshold: float
+
+
 def build_mechanism(
     name: str, *, sigma: float, threshold: float, max_contributions: int, k: int, peel_scale: float
 ) -> dp.Measurement:
@@ -54,7 +62,7 @@ def build_mechanism(
 
     _check_choice("mechanism", name, MECHANISMS)
     space = wgm.user_items_space()
-    stage_1 = {"max_contributions": max_contributions, "wgm_scale": sigma, "wgm_threshold": threshold}
+    stage_1 = _Stage1(max_contributions=max_contributions, wgm_scale=sigma, wgm_threshold=threshold)
     base = wgm.make_wgm(*space, max_contributions=max_contributions, scale=sigma, threshold=threshold)
     if name == "wgm":
         return base

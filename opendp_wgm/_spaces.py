@@ -1,0 +1,260 @@
+"""Shared internals of the input spaces (:mod:`opendp_wgm.domains`): the resolved space of a constructor's
+input, the preparation of a frame into (user key, item), and the checks behind them.
+
+Measurements, engines and the auditor import these from here (a shared private module, like ``_validation``);
+the public face of the spaces is :mod:`opendp_wgm.domains`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import opendp.prelude as dp
+import polars as pl
+from numpy.typing import NDArray
+from opendp.domains import _lazyframe_from_domain
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
+__all__: list[str] = []
+
+_FEATURES = ("contrib", "honest-but-curious")
+
+
+def _assert_features() -> None:
+    """Our spaces and constructors are OpenDP *user* objects: the caller must opt in to trusting their maps."""
+    try:
+        dp.assert_features(*_FEATURES)
+    except dp.OpenDPException as err:
+        msg = (
+            'opendp_wgm builds user-defined domains and measurements: call dp.enable_features("contrib", '
+            '"honest-but-curious") first. Enabling "honest-but-curious" means trusting this plugin\'s '
+            "privacy maps, whose proofs are in the package docs (docs/privacy.md)."
+        )
+        raise dp.OpenDPException("FailedFunction", msg) from err
+
+
+def _identifier_of_metric(input_metric: dp.Metric) -> pl.Expr:
+    """The identifier of a constructor's input metric, which must be user-level add/remove neighbours."""
+    if not isinstance(input_metric, dp.SymmetricIdDistance):
+        msg = (
+            "`input_metric` must be dp.symmetric_id_distance(pl.col(user)) (user-level add/remove "
+            f"neighbours) (found {input_metric})"
+        )
+        raise ValueError(msg)
+    identifier = input_metric.identifier
+    if identifier.meta.has_multiple_outputs() or not identifier.meta.root_names():
+        msg = f"`input_metric`'s identifier must be one expression over the frame's columns (found {identifier})"
+        raise ValueError(msg)
+    expression: pl.Expr = identifier
+    return expression
+
+
+def _user_of_metric(input_metric: dp.Metric) -> str:
+    """The user column of an engine that identifies users by a bare column only (Spark, Tumult).
+
+    An identifier expression (``pl.col("person") // 2``) is refused: reading it as its root column would bound
+    and weight each person, not each household, while the map charges one household.
+    """
+    identifier = _identifier_of_metric(input_metric)
+    if not identifier.meta.is_column():
+        msg = (
+            "`input_metric` must identify users by a column, dp.symmetric_id_distance(pl.col(user)), on this "
+            f"engine (found the expression {identifier}); add the identifier as a column first"
+        )
+        raise ValueError(msg)
+    return identifier.meta.output_name()
+
+
+@dataclass(frozen=True)
+class _Space:
+    """The resolved input space of a constructor: column names and what the domain promises.
+
+    ``user`` names the user-key column of the frame :func:`_prepare_frame` returns. ``identifier`` is ``None``
+    when that is a column of the input; otherwise it is the metric's identifier expression, evaluated into
+    column ``user`` (its Polars output name). ``item_dtype`` is the item's dtype when the input domain states
+    it (OpenDP's ``dp.lazyframe_domain``), for checks at construction.
+    """
+
+    user: str
+    item: str
+    max_contributions: int | None
+    lazyframe_domain: bool
+    identifier: pl.Expr | None = field(default=None, compare=False)
+    item_dtype: pl.DataType | None = field(default=None, compare=False)
+
+    @property
+    def columns(self) -> list[str]:
+        """The input columns a frame needs: the identifier's roots and the item."""
+        roots = [self.user] if self.identifier is None else self.identifier.meta.root_names()
+        return list(dict.fromkeys([*roots, self.item]))
+
+
+#: Only :func:`opendp_wgm.make_bound_user_items` holds it: a :class:`BoundedUserItems` is built there only.
+_BOUND_STEP = object()
+
+
+@dataclass(frozen=True, eq=False)
+class _PreparedFrame:
+    """A frame that went through :func:`_prepare_frame` for ``space``: preparing it again for a space with the
+    same columns returns it unchanged (a two-stage release prepares its input once for both stages, and the
+    identifier expression must not be evaluated twice)."""
+
+    lf: pl.LazyFrame
+    space: _Space
+
+
+def _user_key(identifier: pl.Expr, item: str) -> tuple[str, pl.Expr | None]:
+    """The user-key column name of ``identifier`` and the expression to evaluate (``None``: a bare column)."""
+    user = identifier.meta.output_name()
+    if user == item:
+        msg = (
+            f"`input_metric`'s identifier must not be named like the item column {item!r} (found {identifier}); "
+            "give it another name with .alias()"
+        )
+        raise ValueError(msg)
+    return user, (None if identifier.meta.is_column() else identifier)
+
+
+def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str | None = None) -> _Space:
+    """Check a constructor's input space and read the column names off it.
+
+    Accepts :func:`user_items_space` (``item`` must then be ``None`` or agree) and OpenDP's
+    ``dp.lazyframe_domain`` with ``dp.symmetric_id_distance`` (``item`` names the item column; it may be
+    omitted when the frame has exactly one column besides the identifier's). The identifier may be a row-wise
+    expression of the frame's columns; the user key is then its value (:func:`_prepare_frame`). With OpenDP's
+    domain, whose columns and dtypes are known, the whole preparation is checked here on an empty frame, so
+    that a bad column or dtype raises ``ValueError`` at construction rather than inside a release.
+    """
+    identifier = _identifier_of_metric(input_metric)
+    roots = identifier.meta.root_names()
+
+    from opendp_wgm.domains import UserItemsDescriptor  # deferred: domains builds on this module
+
+    descriptor = getattr(input_domain, "descriptor", None)
+    if isinstance(descriptor, UserItemsDescriptor):
+        if descriptor.user not in roots or (identifier.meta.is_column() and roots != [descriptor.user]):
+            msg = (
+                f"`input_metric` identifies users by {identifier} but `input_domain` by "
+                f"{descriptor.user!r}"
+            )
+            raise ValueError(msg)
+        if item is not None and item != descriptor.item:
+            msg = f"`item` ({item!r}) disagrees with `input_domain`'s item column ({descriptor.item!r})"
+            raise ValueError(msg)
+        user, expression = _user_key(identifier, descriptor.item)
+        return _Space(user, descriptor.item, descriptor.max_contributions, False, expression)
+
+    if isinstance(input_domain, dp.LazyFrameDomain):
+        columns = list(input_domain.columns)
+        absent = [c for c in roots if c not in columns]
+        if absent:
+            names = ", ".join(map(repr, absent))
+            msg = f"user column {names} not found in `input_domain` (columns: {columns})"
+            raise ValueError(msg)
+        if item is None:
+            others = [c for c in columns if c not in roots]
+            if len(others) != 1:
+                msg = f"pass `item=` to name the item column among {others}"
+                raise ValueError(msg)
+            item = others[0]
+        elif item not in columns:
+            msg = f"item column {item!r} not found in `input_domain` (columns: {columns})"
+            raise ValueError(msg)
+        if identifier.meta.is_column() and item == roots[0]:
+            msg = f"`item` must differ from the user column ({roots[0]!r})"
+            raise ValueError(msg)
+        user, expression = _user_key(identifier, item)
+        space = _Space(user, item, None, True, expression)
+        try:  # the preparation on an empty frame of the domain's schema: Polars checks every dtype
+            prepared = _prepare_frame(_lazyframe_from_domain(input_domain), space).head(0).collect()
+        except pl.exceptions.PolarsError as err:
+            msg = f"`input_metric`'s identifier {identifier} cannot be evaluated on `input_domain`: {err}"
+            raise ValueError(msg) from err
+        return _Space(user, item, None, True, expression, prepared.schema[item])
+
+    msg = (
+        "`input_domain` must come from opendp_wgm.user_items_space() or be a dp.lazyframe_domain "
+        f"(e.g. a Context's accountant.input_space) (found {input_domain})"
+    )
+    raise ValueError(msg)
+
+
+def _value_dtype(dtype: PolarsDataType) -> PolarsDataType:
+    """``dtype`` with every Categorical/Enum, nested ones included, replaced by String.
+
+    A Categorical's physical code depends on the order in which values first appeared (in the frame, or in
+    the process's category map), i.e. on other users' rows; its string does not. Polars hashes floats by
+    value already (``-0.0`` and ``0.0`` alike, one NaN).
+    """
+    if isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return pl.String
+    if isinstance(dtype, pl.Struct):
+        return pl.Struct([pl.Field(f.name, _value_dtype(f.dtype)) for f in dtype.fields])
+    if isinstance(dtype, pl.List):
+        return pl.List(_value_dtype(dtype.inner))
+    if isinstance(dtype, pl.Array):
+        return pl.Array(_value_dtype(dtype.inner), dtype.shape)
+    return dtype
+
+
+def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
+    """Column ``column`` in a representation that depends on its value only (for hashing and ordering)."""
+    value_dtype = _value_dtype(dtype)
+    return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
+
+
+def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.LazyFrame:
+    """The user key and the item of ``frame`` as a lazy plan, rows with a null user key or item dropped.
+
+    The user key is the identifier's value (a column, or the expression evaluated row by row), in a
+    value-only representation (Categorical as String), so every later step groups, hashes and orders by the
+    privacy unit. Dropping rows is a row-wise filter: it never makes two users' data depend on each other, so
+    it is stable with the same ``d_in``. Missing columns raise here; the message depends only on the schema.
+    """
+    if isinstance(frame, _PreparedFrame):
+        if (frame.space.user, frame.space.item) != (space.user, space.item):
+            found = (frame.space.user, frame.space.item)
+            msg = f"`frame` must be prepared for columns {(space.user, space.item)} (found {found})"
+            raise ValueError(msg)
+        return frame.lf
+    if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+        msg = f"`frame` must be a polars DataFrame or LazyFrame (found {type(frame).__name__})"
+        raise TypeError(msg)
+    schema = frame.collect_schema()
+    missing = [c for c in space.columns if c not in schema]
+    if missing:
+        msg = f"column(s) {missing} not found in the data (columns: {list(schema.names())})"
+        raise ValueError(msg)
+    key = pl.col(space.user) if space.identifier is None else space.identifier.alias(space.user)
+    lf = frame.lazy().select(key, pl.col(space.item))
+    user_dtype = lf.collect_schema()[space.user]
+    return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
+
+
+def _check_candidates(candidates: Sequence[Any] | pl.Series | NDArray[Any]) -> pl.Series:
+    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
+    if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
+        msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
+        raise TypeError(msg)
+    series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
+    if series.null_count():
+        msg = "`candidates` must not contain nulls"
+        raise ValueError(msg)
+    if series.is_duplicated().any():
+        msg = f"`candidates` must be distinct ({series.is_duplicated().sum()} duplicated entries)"
+        raise ValueError(msg)
+    return series
+
+
+def _check_candidates_for(candidates: pl.Series, space: _Space) -> pl.Series:
+    """Check at construction that ``candidates`` cast exactly to the item dtype the input domain states (if it
+    states one: ``dp.lazyframe_domain``); the release checks again against the data's dtype
+    (:func:`opendp_wgm.engines.polars.cast_candidates`)."""
+    from opendp_wgm.engines.polars import cast_candidates  # deferred: the kernel builds on this module
+
+    dtype = space.item_dtype
+    return candidates if dtype is None else cast_candidates(candidates, dtype).rename(candidates.name)

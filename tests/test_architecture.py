@@ -1,0 +1,117 @@
+"""The package's layering (docs/architecture.md), read off its source with ``ast``: no import is executed."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "opendp_wgm"
+
+#: The package's shared private helpers: their underscore names may be imported from anywhere in the package.
+SHARED_PRIVATE = ("opendp_wgm._validation", "opendp_wgm._partial", "opendp_wgm._version", "opendp_wgm._spaces")
+
+#: The layers the privacy maps and the samplers sit under: they must not import these.
+UPPER_LAYERS = (
+    "opendp_wgm.measurements",
+    "opendp_wgm.engines",
+    "opendp_wgm.cli",
+    "opendp_wgm.audit",
+    "opendp_wgm.experiments",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package_of(path: Path) -> str:
+    """The (sub)package a module file belongs to: ``opendp_wgm.privacy`` for ``privacy/budget.py``."""
+    return ".".join(path.relative_to(PACKAGE.parent).parts[:-1])
+
+
+def _imports(path: Path) -> list[tuple[int, str, str | None]]:
+    """``(line, module, name)`` for every import in ``path`` (``name`` is ``None`` for ``import module``),
+    relative imports resolved against the module's package, deferred (function-level) imports included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = _package_of(path).split(".")
+    found: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            found.extend((node.lineno, module, alias.name) for alias in node.names)
+    return found
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def _where(path: Path, line: int) -> str:
+    return f"{path.relative_to(PACKAGE.parent)}:{line}"
+
+
+def test_the_package_is_found() -> None:
+    assert len(SOURCES) > 20 and (PACKAGE / "privacy" / "budget.py") in SOURCES
+
+
+def test_privacy_and_samplers_import_no_upper_layer() -> None:
+    """``privacy/`` and ``samplers/`` hold the maps and the noise: they build on nothing that uses them."""
+    offenders = [
+        f"{_where(path, line)} imports {module}"
+        for path in SOURCES
+        if _package_of(path) in ("opendp_wgm.privacy", "opendp_wgm.samplers")
+        for line, module, _ in _imports(path)
+        if any(module == layer or module.startswith(layer + ".") for layer in UPPER_LAYERS)
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def _package_of_module(module: str) -> str:
+    """The package that the dotted ``module`` lives in: itself for a package, its parent for a module file."""
+    return module if PACKAGE.parent.joinpath(*module.split(".")).is_dir() else module.rpartition(".")[0]
+
+
+def _private_import_offenders() -> list[str]:
+    """Every import of a private name (``_x``: an attribute or a module) from outside the importer's own
+    (sub)package, its ancestors' own helpers and the shared private helpers, as ``file:line imports module.name``."""
+    offenders = []
+    for path in SOURCES:
+        own = _package_of(path)
+        for line, module, name in _imports(path):
+            if not module.startswith("opendp_wgm"):
+                continue
+            dotted = module if name is None else f"{module}.{name}"
+            if not any(_is_private(part) for part in dotted.split(".")):
+                continue
+            if any(dotted == shared or dotted.startswith(shared + ".") for shared in SHARED_PRIVATE):
+                continue
+            # `from package import _module` reaches into the package; `from module import _name` into the module
+            is_module = PACKAGE.parent.joinpath(*dotted.split(".")).with_suffix(".py").is_file()
+            source = _package_of_module(dotted if is_module else module)
+            if not (own == source or own.startswith(source + ".")):  # a package's helpers serve its subpackages
+                offenders.append(f"{_where(path, line)} imports {dotted}")
+    return offenders
+
+
+def test_no_private_name_crosses_a_subpackage() -> None:
+    """A private name (``_x``, not a dunder) is imported only within its own (sub)package (or by that package's
+    subpackages), or from the shared private helpers (``_validation``, ``_partial``, ``_version``, ``_spaces``)."""
+    offenders = _private_import_offenders()
+    assert offenders == [], f"{len(offenders)} private imports across subpackages:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("helper", SHARED_PRIVATE)
+def test_the_shared_helpers_exist(helper: str) -> None:
+    assert PACKAGE.parent.joinpath(*helper.split(".")).with_suffix(".py").is_file()
