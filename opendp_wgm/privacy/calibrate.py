@@ -11,7 +11,7 @@ reproduces the reference implementation's bisection bit for bit (an oracle value
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from opendp_wgm.privacy.peeling import (
     peeling_loss,
     peeling_rho,
 )
+from opendp_wgm.privacy.sips import check_fractions, combined_scale, dp_sips_privacy_loss, sips_fractions
 from opendp_wgm.privacy.threshold import (
     LATTICE_BITS,
     MAX_SCALE,
@@ -41,10 +42,12 @@ from opendp_wgm.privacy.threshold import (
 )
 
 __all__ = [
+    "DPSIPSCalibration",
     "HittingSetCalibration",
     "LimitedDomainCalibration",
     "WGMCalibration",
     "WGMTopKCalibration",
+    "calibrate_dp_sips",
     "calibrate_key_release",
     "calibrate_limited_domain",
     "calibrate_policy_greedy",
@@ -124,8 +127,13 @@ class WGMCalibration:
     @property
     def budget(self) -> Budget:
         """The budget the parameters were calibrated to."""
-        kind: MeasureKind = "approx_dp" if self.epsilon is not None else "approx_zcdp"
-        return Budget(kind, self.epsilon if self.epsilon is not None else self.rho, self.delta)  # type: ignore[arg-type]
+        return _budget_of(self.epsilon, self.rho, self.delta)
+
+
+def _budget_of(epsilon: float | None, rho: float | None, delta: float) -> Budget:
+    """The approximate budget of a calibration's ``epsilon`` (or ``rho``) and ``delta``."""
+    kind: MeasureKind = "approx_dp" if epsilon is not None else "approx_zcdp"
+    return Budget(kind, epsilon if epsilon is not None else rho, delta)  # type: ignore[arg-type]
 
 
 class _BudgetTooSmall(ValueError):
@@ -156,17 +164,47 @@ def _restated(error: _BudgetTooSmall, total: Budget, split: float, context: str)
     return ValueError(_too_small_message(error.name, total.value, error.minimum / split, context))
 
 
-def _check_scale_fits(scale: float, budget: Budget, fraction: float) -> None:
-    """Raise :class:`_BudgetTooSmall`, in terms of the budget, when the calibrated σ exceeds ``MAX_SCALE``."""
-    if scale <= MAX_SCALE:
+def _check_scale_fits(scale: float, budget: Budget, fraction: float, limit: float = MAX_SCALE) -> None:
+    """Raise :class:`_BudgetTooSmall`, in terms of the budget, when the calibrated σ exceeds ``limit``
+    (``MAX_SCALE``; lower for DP-SIPS, whose rounds' scales σ/√f_i must each stay within ``MAX_SCALE``)."""
+    if scale <= limit:
         return
     if budget.epsilon is not None:
         minimum = smallest_passing(
-            lambda e: analytic_gaussian_delta(e, MAX_SCALE) <= fraction * budget.delta,
+            lambda e: analytic_gaussian_delta(e, limit) <= fraction * budget.delta,
             lower=0.0, parameter="epsilon", budget=budget,
         )
         raise _BudgetTooSmall("epsilon", budget.value, minimum, f"`delta` = {budget.delta!r}")
-    raise _BudgetTooSmall("rho", budget.value, wgm_rho(1, MAX_SCALE), "any `delta`")
+    raise _BudgetTooSmall("rho", budget.value, wgm_rho(1, limit), "any `delta`")
+
+
+def _noise_scale(
+    budget: Budget, max_contributions: int, fraction: float, limit: float = MAX_SCALE
+) -> tuple[float, float]:
+    """The WGM's noise search: the smallest σ whose analytic-Gaussian δ at ε is at most ``fraction · δ`` (at
+    least 2^-20), or with ``1/(2σ²) <= ρ``; and the δ its noise spends at one user (0 under zCDP)."""
+    if budget.kind == "approx_dp":
+        epsilon = budget.value
+        scale = smallest_passing(
+            lambda s: analytic_gaussian_delta(epsilon, s) <= fraction * budget.delta,
+            lower=1e-12, parameter="scale", budget=budget,
+        )
+        _check_scale_fits(scale, budget, fraction, limit)
+        scale = max(scale, 1.0 / MAX_SCALE)  # the (ε, δ) map needs a lattice step of noise; more only helps
+        return scale, _noise_delta(epsilon, scale, max_contributions)
+    scale = _rho_scale(budget.value, budget)
+    _check_scale_fits(scale, budget, fraction, limit)
+    return scale, 0.0
+
+
+def _rho_scale(rho: float, budget: Budget) -> float:
+    r"""The smallest σ with :math:`1/(2\sigma^2) \le \rho` (``budget`` names the search in its errors)."""
+    return smallest_passing(lambda s: wgm_rho(1, s) <= rho, lower=1e-12, parameter="scale", budget=budget)
+
+
+def _noise_delta(epsilon: float, scale: float, max_contributions: int) -> float:
+    """δ of the lattice Gaussian of scale σ at ε for one user (the first term of the (ε, δ) maps)."""
+    return analytic_gaussian_delta(max(0.0, epsilon - lattice_epsilon_slack(1, scale, max_contributions)), scale)
 
 
 def calibrate_wgm(
@@ -213,27 +251,8 @@ def calibrate_wgm_for(budget: Budget, *, max_contributions: int, noise_delta_fra
     max_contributions = check_max_contributions(max_contributions)
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
     delta = budget.delta
-    if budget.kind == "approx_dp":
-        epsilon = budget.value
-        scale = smallest_passing(
-            lambda s: analytic_gaussian_delta(epsilon, s) <= fraction * delta,
-            lower=1e-12, parameter="scale", budget=budget,
-        )
-        _check_scale_fits(scale, budget, fraction)
-        scale = max(scale, 1.0 / MAX_SCALE)  # the (ε, δ) map needs a lattice step of noise; more only helps
-        noise_delta = analytic_gaussian_delta(
-            max(0.0, epsilon - lattice_epsilon_slack(1, scale, max_contributions)), scale
-        )
-    else:
-        rho = budget.value
-        scale = smallest_passing(lambda s: wgm_rho(1, s) <= rho, lower=1e-12, parameter="scale", budget=budget)
-        _check_scale_fits(scale, budget, fraction)
-        noise_delta = 0.0
-    threshold_budget = delta - noise_delta
-    threshold = smallest_passing(
-        lambda t: _threshold_delta(scale, t, max_contributions, 1) <= threshold_budget,
-        lower=0.0, parameter="threshold", budget=budget,
-    )
+    scale, noise_delta = _noise_scale(budget, max_contributions, fraction)
+    threshold = _smallest_threshold(scale, max_contributions, delta - noise_delta, budget)
     d_out = wgm_privacy_loss(
         1, scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=budget.epsilon
     )
@@ -250,6 +269,15 @@ def calibrate_wgm_for(budget: Budget, *, max_contributions: int, noise_delta_fra
     )
 
 
+def _smallest_threshold(scale: float, max_contributions: int, threshold_delta: float, budget: Budget) -> float:
+    r"""The smallest T whose threshold δ at one user, :math:`\delta_T(\sigma, T, \Delta_0)`, is at most
+    ``threshold_delta``."""
+    return smallest_passing(
+        lambda t: _threshold_delta(scale, t, max_contributions, 1) <= threshold_delta,
+        lower=0.0, parameter="threshold", budget=budget,
+    )
+
+
 def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_fraction: float = 0.5) -> WGMCalibration:
     """Stage 1 of a two-stage calibration: the WGM at ``split`` of ``budget``; a budget too small for it is
     restated in terms of the total."""
@@ -261,6 +289,140 @@ def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_f
         if budget.epsilon is not None:
             context = f"`delta` = {budget.delta!r} and {context}"
         raise _restated(error, budget, split, context) from None
+
+
+# ==============================================================================================================
+# DP-SIPS: R adaptive rounds of the WGM
+# ==============================================================================================================
+
+
+@dataclass(frozen=True)
+class DPSIPSCalibration:
+    r"""DP-SIPS's per-round parameters calibrated to a budget, and the budget they were calibrated to.
+
+    Attributes
+    ----------
+    scales, thresholds
+        σ_i and T_i of each round, in the order the rounds run.
+    fractions
+        f_i, the share of the budget of each round (summing to 1).
+    max_contributions
+        Δ0 of every round.
+    delta, epsilon, rho
+        The budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
+    scale
+        The combined scale σ, :math:`1/\sigma^2 = \sum_i 1/\sigma_i^2`: under (ε, δ) the WGM's σ at the
+        same budget (``σ_i = σ/√f_i``); under zCDP :math:`1/\sqrt{2\rho}` up to rounding.
+    noise_delta
+        The part of δ spent on the Gaussian noise (0 under zCDP); the rest pays for the thresholds.
+    round_deltas
+        δ_i, each round's share of the threshold δ (T_i is the smallest threshold with δ_T ≤ δ_i).
+    """
+
+    scales: tuple[float, ...]
+    thresholds: tuple[float, ...]
+    fractions: tuple[float, ...]
+    max_contributions: int
+    delta: float
+    scale: float
+    round_deltas: tuple[float, ...]
+    epsilon: float | None = None
+    rho: float | None = None
+    noise_delta: float = 0.0
+
+    @property
+    def budget(self) -> Budget:
+        """The budget the parameters were calibrated to."""
+        return _budget_of(self.epsilon, self.rho, self.delta)
+
+    @property
+    def rounds(self) -> int:
+        """R, the number of rounds."""
+        return len(self.scales)
+
+
+#: Relative shrinks of the rounds' shares tried in turn when the composed map, whose sums are rounded up, lands
+#: a few ulp over the budget (1 is tried first: with one round it always passes, as the WGM's).
+_SIPS_SHRINKS = (1.0, 1.0 - 2.0**-40, 1.0 - 1e-9)
+
+
+def calibrate_dp_sips(
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    fractions: Sequence[float] | None = None,
+    rounds: int = 3,
+    ratio: float = 0.3,
+    noise_delta_fraction: float = 0.5,
+) -> DPSIPSCalibration:
+    r"""Calibrate DP-SIPS's per-round (σ_i, T_i) to a budget, by searching on the privacy maps.
+
+    - ``epsilon`` given, (ε, δ)-DP: σ is the WGM's (:func:`calibrate_wgm`'s) combined scale, the smallest with
+      analytic-Gaussian δ at ε at most ``noise_delta_fraction · δ``; round i gets :math:`\sigma_i =
+      \sigma/\sqrt{f_i}` (so :math:`\sum_i 1/\sigma_i^2 = 1/\sigma^2`: the rounds' Gaussian parts compose
+      to the WGM's), and :math:`\delta_i = f_i\,\delta_T` of what the noise leaves,
+      :math:`\delta_T = \delta - \delta_{\mathcal N}`.
+    - ``rho`` given, approximate zCDP: round i gets :math:`\rho_i = f_i\rho` (σ_i the smallest with
+      :math:`1/(2\sigma_i^2) \le \rho_i`) and :math:`\delta_i = f_i\delta`.
+
+    T_i is the smallest threshold with :math:`\delta_T(\sigma_i, T_i, \Delta_0) \le \delta_i`. The composed
+    map (:func:`~opendp_wgm.privacy.sips.dp_sips_privacy_loss`) is then checked at the budget, so the returned
+    parameters pass ``measurement.check(1, budget)``. With one round (``fractions=(1.0,)``) the result is
+    :func:`calibrate_wgm`'s.
+
+    Parameters
+    ----------
+    max_contributions
+        Δ0 ≥ 1, in every round.
+    delta
+        δ ∈ (0, 1).
+    epsilon, rho
+        Exactly one of them, > 0.
+    fractions
+        The rounds' shares f_i (> 0, summing to 1); when given, ``rounds`` and ``ratio`` are not used.
+    rounds, ratio
+        The geometric schedule :math:`f_i \propto r^{R-i}` (:func:`~opendp_wgm.privacy.sips.sips_fractions`)
+        used when ``fractions`` is None; default R = 3, r = 0.3: (0.065, 0.216, 0.719).
+    noise_delta_fraction
+        Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
+    """
+    max_contributions = check_max_contributions(max_contributions)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
+    shares = sips_fractions(rounds, ratio) if fractions is None else check_fractions(fractions)
+    # every σ_i = σ/√f_i must stay within MAX_SCALE: the widest round bounds the combined σ
+    limit = MAX_SCALE * math.sqrt(min(shares)) * _SCALE_LIMIT_MARGIN
+    scale, noise_delta = _noise_scale(budget, max_contributions, fraction, limit)
+    for shrink in _SIPS_SHRINKS:
+        if budget.epsilon is not None:
+            scales = tuple(scale / math.sqrt(f) for f in shares)
+            noise_delta = _noise_delta(budget.epsilon, combined_scale(scales), max_contributions)
+            threshold_budget = budget.delta - noise_delta
+        else:
+            scales = tuple(_rho_scale(f * budget.value * shrink, budget) for f in shares)
+            threshold_budget = budget.delta
+        if max(scales) > MAX_SCALE:  # pragma: no cover - the limit above keeps them in (a guard on rounding)
+            _check_scale_fits(math.inf, budget, fraction, limit)
+        round_deltas = tuple(f * threshold_budget * shrink for f in shares)
+        thresholds = tuple(
+            _smallest_threshold(s, max_contributions, d, budget) for s, d in zip(scales, round_deltas, strict=True)
+        )
+        d_out = dp_sips_privacy_loss(
+            1, scales=scales, thresholds=thresholds, max_contributions=max_contributions, epsilon=budget.epsilon
+        )
+        if d_out[0] <= budget.value and d_out[1] <= budget.delta:
+            return DPSIPSCalibration(
+                scales=scales, thresholds=thresholds, fractions=shares, max_contributions=max_contributions,
+                delta=budget.delta, scale=combined_scale(scales) if budget.epsilon is None else scale,
+                round_deltas=round_deltas, epsilon=budget.epsilon, rho=budget.rho, noise_delta=noise_delta,
+            )
+    raise AssertionError(f"calibration produced {d_out}, over the budget {budget.d_out}")  # pragma: no cover
+
+
+#: σ/√f_min rounds within a few ulp: the limit on the combined σ keeps a relative 2^-40 below the exact one.
+_SCALE_LIMIT_MARGIN = 1.0 - 2.0**-40
 
 
 # ==============================================================================================================
