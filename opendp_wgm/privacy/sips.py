@@ -64,7 +64,8 @@ def check_fractions(fractions: object) -> tuple[float, ...]:
     """The budget fractions of the rounds: a non-empty sequence of finite reals > 0 that sum to 1 (within 1e-9)."""
     if isinstance(fractions, (str, bytes)) or not isinstance(fractions, Sequence) or len(fractions) == 0:
         msg = f"`fractions` must be a non-empty sequence of positive numbers summing to 1 (found {fractions!r})"
-        raise (ValueError if isinstance(fractions, Sequence) else TypeError)(msg)
+        is_sequence = isinstance(fractions, Sequence) and not isinstance(fractions, (str, bytes))
+        raise (ValueError if is_sequence else TypeError)(msg)
     checked = tuple(_check_real(f"fractions[{i}]", f, minimum=0.0, minimum_inclusive=False)
                     for i, f in enumerate(fractions))
     total = math.fsum(checked)
@@ -107,8 +108,9 @@ def combined_scale(scales: Sequence[float]) -> float:
 
 
 def _up(value: float) -> float:
-    """``value`` moved one float up: the sums below are correctly rounded (fsum), this makes them upper bounds."""
-    return math.nextafter(value, math.inf)
+    """``value`` moved one float up: the sums below are correctly rounded (fsum), this makes them upper bounds
+    (a sum of 0 is exact: every term is 0)."""
+    return math.nextafter(value, math.inf) if value > 0.0 else value
 
 
 def dp_sips_privacy_loss(
@@ -149,10 +151,12 @@ def dp_sips_privacy_loss(
     d_in = _check_d_in(d_in)
     scales, thresholds = _check_rounds(scales, thresholds)
     max_contributions = check_max_contributions(max_contributions)
-    if len(scales) == 1:
+    if len(scales) == 1:  # the WGM itself, bit for bit
         return wgm_privacy_loss(
             d_in, scale=scales[0], threshold=thresholds[0], max_contributions=max_contributions, epsilon=epsilon
         )
+    if d_in == 0:
+        return 0.0, 0.0
     threshold_delta = _up(math.fsum(
         _threshold_delta(s, t, max_contributions, d_in) for s, t in zip(scales, thresholds, strict=True)
     ))
@@ -160,8 +164,6 @@ def dp_sips_privacy_loss(
         rho = _up(math.fsum(wgm_rho(d_in, s) for s in scales))
         return rho, min(1.0, threshold_delta)
     epsilon = _check_real("epsilon", epsilon, minimum=0.0)
-    if d_in == 0:
-        return 0.0, 0.0
     scale = combined_scale(scales)
     if scale == 0.0:  # Σ 1/σ_i² overflowed: δ_N = 1
         return d_in * epsilon, 1.0
