@@ -99,8 +99,22 @@ def smallest_passing(
 # ==============================================================================================================
 
 
+class _Calibrated:
+    """The ``budget`` of a calibration with fields ``epsilon`` (or ``rho``) and ``delta``."""
+
+    epsilon: float | None
+    rho: float | None
+    delta: float
+
+    @property
+    def budget(self) -> Budget:
+        """The budget the parameters were calibrated to."""
+        kind: MeasureKind = "approx_dp" if self.epsilon is not None else "approx_zcdp"
+        return Budget(kind, self.epsilon if self.epsilon is not None else self.rho, self.delta)  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True)
-class WGMCalibration:
+class WGMCalibration(_Calibrated):
     """The WGM parameters calibrated to a budget, and the budget they were calibrated to.
 
     Attributes
@@ -123,17 +137,6 @@ class WGMCalibration:
     rho: float | None = None
     noise_delta: float = 0.0
 
-
-    @property
-    def budget(self) -> Budget:
-        """The budget the parameters were calibrated to."""
-        return _budget_of(self.epsilon, self.rho, self.delta)
-
-
-def _budget_of(epsilon: float | None, rho: float | None, delta: float) -> Budget:
-    """The approximate budget of a calibration's ``epsilon`` (or ``rho``) and ``delta``."""
-    kind: MeasureKind = "approx_dp" if epsilon is not None else "approx_zcdp"
-    return Budget(kind, epsilon if epsilon is not None else rho, delta)  # type: ignore[arg-type]
 
 
 class _BudgetTooSmall(ValueError):
@@ -297,7 +300,7 @@ def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_f
 
 
 @dataclass(frozen=True)
-class DPSIPSCalibration:
+class DPSIPSCalibration(_Calibrated):
     r"""DP-SIPS's per-round parameters calibrated to a budget, and the budget they were calibrated to.
 
     Attributes
@@ -329,11 +332,6 @@ class DPSIPSCalibration:
     epsilon: float | None = None
     rho: float | None = None
     noise_delta: float = 0.0
-
-    @property
-    def budget(self) -> Budget:
-        """The budget the parameters were calibrated to."""
-        return _budget_of(self.epsilon, self.rho, self.delta)
 
     @property
     def rounds(self) -> int:

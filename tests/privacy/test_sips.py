@@ -229,46 +229,32 @@ def test_calibration_budget_too_small_in_the_users_terms() -> None:
         calibrate_dp_sips(max_contributions=10, epsilon=1e-9, delta=1e-7)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
-    epsilon=st.floats(0.1, 10.0),
+    value=st.floats(0.1, 10.0),
+    measure=st.sampled_from(["epsilon", "rho"]),
     delta=st.floats(1e-8, 1e-3),
     max_contributions=st.integers(1, 300),
     rounds=st.integers(1, 4),
     ratio=st.floats(0.1, 1.0),
 )
-def test_calibration_passes_its_map_approx_dp(
-    epsilon: float, delta: float, max_contributions: int, rounds: int, ratio: float
+def test_calibration_passes_its_map(
+    value: float, measure: str, delta: float, max_contributions: int, rounds: int, ratio: float
 ) -> None:
-    cal = calibrate_dp_sips(
-        max_contributions=max_contributions, epsilon=epsilon, delta=delta, rounds=rounds, ratio=ratio
-    )
+    """ε ∈ [0.1, 10] under (ε, δ); ρ = value/2 ∈ [0.05, 5] under approximate zCDP."""
+    budget = {"epsilon": value} if measure == "epsilon" else {"rho": value / 2}
+    epsilon = budget.get("epsilon")
+    cal = calibrate_dp_sips(max_contributions=max_contributions, delta=delta, rounds=rounds, ratio=ratio, **budget)
     loss = dp_sips_privacy_loss(
         1, scales=cal.scales, thresholds=cal.thresholds, max_contributions=max_contributions, epsilon=epsilon
     )
-    assert loss[0] <= epsilon
+    assert loss[0] <= cal.budget.value
     assert loss[1] <= delta
-    assert cal.scale == calibrate_wgm(max_contributions=max_contributions, epsilon=epsilon, delta=delta).scale
-    assert combined_scale(cal.scales) == pytest.approx(cal.scale, rel=1e-13)
-    assert cal.budget.d_out == (epsilon, delta)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    rho=st.floats(0.005, 5.0),
-    delta=st.floats(1e-8, 1e-3),
-    max_contributions=st.integers(1, 300),
-    rounds=st.integers(1, 4),
-    ratio=st.floats(0.1, 1.0),
-)
-def test_calibration_passes_its_map_zcdp(
-    rho: float, delta: float, max_contributions: int, rounds: int, ratio: float
-) -> None:
-    cal = calibrate_dp_sips(max_contributions=max_contributions, rho=rho, delta=delta, rounds=rounds, ratio=ratio)
-    loss = dp_sips_privacy_loss(1, scales=cal.scales, thresholds=cal.thresholds, max_contributions=max_contributions)
-    assert loss[0] <= rho
-    assert loss[1] <= delta
-    assert loss[0] == pytest.approx(rho, rel=1e-8)  # the whole ρ is used
-    assert combined_scale(cal.scales) == pytest.approx(
-        calibrate_wgm(max_contributions=max_contributions, rho=rho, delta=delta).scale, rel=1e-8
-    )
+    assert cal.budget.d_out == (next(iter(budget.values())), delta)
+    wgm = calibrate_wgm(max_contributions=max_contributions, delta=delta, **budget)
+    if epsilon is not None:  # the combined σ is the WGM's, exactly
+        assert cal.scale == wgm.scale
+        assert combined_scale(cal.scales) == pytest.approx(cal.scale, rel=1e-13)
+    else:  # the whole ρ is used, and the rounds compose to the WGM's σ
+        assert loss[0] == pytest.approx(value / 2, rel=1e-8)
+        assert combined_scale(cal.scales) == pytest.approx(wgm.scale, rel=1e-8)
