@@ -52,7 +52,10 @@ def sips_fractions(rounds: int, ratio: float) -> tuple[float, ...]:
     """
     rounds = _check_int("rounds", rounds, minimum=1)
     ratio = _check_positive("ratio", ratio)
-    powers = [ratio ** (rounds - i) for i in range(1, rounds + 1)]
+    # f_i ∝ r^(R-i) = r^(R-1)·(1/r)^(i-1): powers of the smaller of r and 1/r, which cannot overflow
+    powers = [ratio ** (rounds - i) for i in range(1, rounds + 1)] if ratio <= 1.0 else [
+        (1.0 / ratio) ** (i - 1) for i in range(1, rounds + 1)
+    ]
     total = math.fsum(powers)
     if not (math.isfinite(total) and total > 0.0 and all(p > 0.0 for p in powers)):
         msg = f"`ratio` must give positive, finite fractions over {rounds} rounds (found {ratio!r})"
@@ -61,7 +64,8 @@ def sips_fractions(rounds: int, ratio: float) -> tuple[float, ...]:
 
 
 def check_fractions(fractions: object) -> tuple[float, ...]:
-    """The budget fractions of the rounds: a non-empty sequence of finite reals > 0 that sum to 1 (within 1e-9)."""
+    """The budget fractions of the rounds: a non-empty sequence of finite reals > 0 that sum to 1 (within 1e-9),
+    returned divided by their sum (so the rounds never share out more than the budget)."""
     if isinstance(fractions, (str, bytes)) or not isinstance(fractions, Sequence) or len(fractions) == 0:
         msg = f"`fractions` must be a non-empty sequence of positive numbers summing to 1 (found {fractions!r})"
         is_sequence = isinstance(fractions, Sequence) and not isinstance(fractions, (str, bytes))
@@ -72,7 +76,7 @@ def check_fractions(fractions: object) -> tuple[float, ...]:
     if abs(total - 1.0) > _FRACTION_SUM_TOLERANCE:
         msg = f"`fractions` must sum to 1 within {_FRACTION_SUM_TOLERANCE:g} (found a sum of {total!r})"
         raise ValueError(msg)
-    return checked
+    return tuple(f / total for f in checked)
 
 
 def _sequence(name: str, values: object) -> Sequence[Any]:

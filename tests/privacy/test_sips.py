@@ -24,6 +24,8 @@ def test_fractions_oracle() -> None:
     assert math.fsum(fractions) == pytest.approx(1.0, abs=1e-15)
     assert sips_fractions(1, 0.3) == (1.0,)
     assert sips_fractions(4, 1.0) == pytest.approx((0.25,) * 4)
+    assert sips_fractions(3, 1 / 0.3) == pytest.approx(tuple(reversed(fractions)), rel=1e-14)
+    assert sips_fractions(3, 1e160)[:2] == (1.0, 1e-160)  # r^(R-1) would overflow
 
 
 @pytest.mark.parametrize(
@@ -45,7 +47,15 @@ def test_check_fractions_errors(fractions: object, error: type[Exception], messa
 
 
 def test_check_fractions_tolerance() -> None:
-    assert check_fractions([0.3, 0.7 + 5e-10]) == (0.3, 0.7 + 5e-10)
+    normalised = check_fractions([0.3, 0.7 + 5e-10])
+    assert normalised == pytest.approx((0.3, 0.7), rel=1e-9)
+    assert math.fsum(normalised) == pytest.approx(1.0, abs=1e-15)
+    assert check_fractions((1.0,)) == (1.0,)
+    # a schedule just within the tolerance still calibrates, and its map passes the budget
+    cal = calibrate_dp_sips(max_contributions=10, rho=0.5, delta=1e-6, fractions=[0.3, 0.7 + 9e-10])
+    loss = dp_sips_privacy_loss(1, scales=cal.scales, thresholds=cal.thresholds, max_contributions=10)
+    assert loss[0] <= 0.5
+    assert loss[1] <= 1e-6
     with pytest.raises(ValueError, match="must sum to 1"):
         check_fractions([0.3, 0.7 + 2e-9])
 
