@@ -11,7 +11,7 @@ reproduces the reference implementation's bisection bit for bit (an oracle value
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -701,3 +701,59 @@ def calibrate_key_release(
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     return hi, threshold_for(hi)
+
+
+# ==============================================================================================================
+# TEMPORARY stand-in: DP-SIPS (the privacy engineer's calibrate_dp_sips replaces this section)
+# ==============================================================================================================
+
+
+@dataclass(frozen=True)
+class DPSIPSCalibration:
+    """Per-round σ_i and T_i of DP-SIPS, and the budget they were calibrated to."""
+
+    scales: tuple[float, ...]
+    thresholds: tuple[float, ...]
+    fractions: tuple[float, ...]
+    max_contributions: int
+    delta: float
+    epsilon: float | None = None
+    rho: float | None = None
+
+    @property
+    def budget(self) -> Budget:
+        """The budget the parameters were calibrated to."""
+        kind: MeasureKind = "approx_dp" if self.epsilon is not None else "approx_zcdp"
+        return Budget(kind, self.epsilon if self.epsilon is not None else self.rho, self.delta)  # type: ignore[arg-type]
+
+
+def calibrate_dp_sips(
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    fractions: Sequence[float] | None = None,
+    rounds: int = 3,
+    ratio: float = 0.3,
+    noise_delta_fraction: float = 0.5,
+) -> DPSIPSCalibration:
+    """σ_i = σ/√f_i (σ the WGM's) and T_i the smallest threshold with δ_T,i ≤ f_i δ_T (stand-in)."""
+    from opendp_wgm.privacy.sips import check_fractions, sips_fractions
+
+    one = calibrate_wgm(
+        max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    shares = sips_fractions(rounds, ratio) if fractions is None else check_fractions(fractions)
+    budget = one.budget
+    threshold_delta = (delta - one.noise_delta) * (1.0 - 1e-9)
+    scales = tuple(one.scale / math.sqrt(f) for f in shares)
+    thresholds = tuple(
+        smallest_passing(
+            lambda t, s=s, f=f: _threshold_delta(s, t, one.max_contributions, 1) <= f * threshold_delta,
+            lower=0.0, parameter="threshold", budget=budget,
+        )
+        for s, f in zip(scales, shares, strict=True)
+    )
+    return DPSIPSCalibration(scales, thresholds, shares, one.max_contributions, delta, epsilon, rho)
