@@ -749,11 +749,12 @@ def calibrate_dp_sips(
     budget = one.budget
     threshold_delta = (delta - one.noise_delta) * (1.0 - 1e-9)
     scales = tuple(one.scale / math.sqrt(f) for f in shares)
-    thresholds = tuple(
-        smallest_passing(
-            lambda t, s=s, f=f: _threshold_delta(s, t, one.max_contributions, 1) <= f * threshold_delta,
+
+    def threshold_of(scale: float, share: float) -> float:
+        return smallest_passing(
+            lambda t: _threshold_delta(scale, t, one.max_contributions, 1) <= share * threshold_delta,
             lower=0.0, parameter="threshold", budget=budget,
         )
-        for s, f in zip(scales, shares, strict=True)
-    )
+
+    thresholds = tuple(threshold_of(s, f) for s, f in zip(scales, shares, strict=True))
     return DPSIPSCalibration(scales, thresholds, shares, one.max_contributions, delta, epsilon, rho)
