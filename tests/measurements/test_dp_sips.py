@@ -123,14 +123,15 @@ def test_from_budget_checks_at_the_budget_and_composes_in_a_context() -> None:
 # --------------------------------------------------------------------------------------------------------------
 # the rounds
 # --------------------------------------------------------------------------------------------------------------
-def test_round_two_releases_what_re_bounding_makes_heavy() -> None:
+@pytest.mark.parametrize("dtype", [pl.String, pl.Categorical])
+def test_round_two_releases_what_re_bounding_makes_heavy(dtype) -> None:
     space = wgm.user_items_space()
     m = wgm.make_dp_sips(*space, max_contributions=4, scales=[TINY, TINY], thresholds=[5.0, 5.0])
     for _ in range(5):  # every kept subset gives the same release
-        out = m(two_round_data())
+        out = m(two_round_data().with_columns(pl.col("item").cast(dtype)).lazy())
         assert out.columns == ["item", "noisy_weight", "round"]
-        assert out.schema == pl.Schema({"item": pl.String, "noisy_weight": pl.Float64, "round": pl.Int16})
-        assert out.rows() == [
+        assert out.schema == pl.Schema({"item": dtype, "noisy_weight": pl.Float64, "round": pl.Int16})
+        assert out.with_columns(pl.col("item").cast(pl.String)).rows() == [
             ("p1", pytest.approx(13.0, abs=3.01), 1), ("p2", pytest.approx(13.0, abs=3.01), 1),
             ("p3", pytest.approx(13.0, abs=3.01), 1), ("p4", pytest.approx(13.0, abs=3.01), 1),
             ("r", pytest.approx(6.0, abs=1e-4), 2),
