@@ -124,3 +124,13 @@ def _check_d_in(d_in: Any) -> int:
 def _check_execution(passes: Any, engine: Any) -> tuple[int, _Engine]:
     """How a histogram runs: ``passes`` in ``[1, _MAX_PASSES]`` and a Polars ``engine``."""
     return _check_int("passes", passes, minimum=1, maximum=_MAX_PASSES), _check_choice("engine", engine, _ENGINES)
+
+
+def _check_sequence(name: str, value: Any) -> tuple[Any, ...]:
+    """A non-empty sequence (list, tuple, array; not a string or a mapping) as a tuple, one entry per round."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__len__") or not hasattr(value, "__iter__"):
+        raise TypeError(f"`{name}` must be a sequence of numbers, one per round (found {value!r})")
+    values = tuple(value)
+    if not values:
+        raise ValueError(f"`{name}` must hold at least one round (found {value!r})")
+    return values

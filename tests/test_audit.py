@@ -265,3 +265,15 @@ def test_audit_passes_on_the_other_shipped_release_paths(name: str) -> None:
     m = build_mechanism(name, sigma=1.0, threshold=3.0, max_contributions=1, k=3, peel_scale=1.0)
     report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=500, alpha=ALPHA, progress=False)
     assert report.passed, report.violations
+
+
+@pytest.mark.slow
+def test_audit_passes_on_dp_sips() -> None:
+    # Two rounds at σ = 1, T = 3.3, Δ0 = 1: the differing user's unique item passes in round 1 or, if not, in
+    # round 2, each w.p. Φ̄(2.3) ≈ 0.011, so the claimed δ = Σ δ_T,i ≈ 0.021 is tight and measurable
+    m = wgm.make_dp_sips(*wgm.user_items_space(), max_contributions=1, scales=[1.0, 1.0], thresholds=[3.3, 3.3])
+    report = audit(m, worst_case_pairs(1, 3.3, users=20), trials=2000, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    assert 0.015 < m.map(1)[1] < 0.03 and report.measure == "approx-zcdp"
+    first = report.table().row(0, named=True)
+    assert first["hits_d_prime"] == 0 and first["p_d_low"] <= m.map(1)[1]

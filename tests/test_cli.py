@@ -715,3 +715,38 @@ def test_audit_help_is_the_audit_packages_help(capsys: pytest.CaptureFixture[str
     assert main(["audit", "--help"]) == 0
     out = capsys.readouterr().out
     assert AUDIT_DESCRIPTION.splitlines()[0] in out and "--mechanism" in out
+
+
+# --------------------------------------------------------------------------------------------------------
+# discover --mechanism dp-sips
+# --------------------------------------------------------------------------------------------------------
+def test_discover_dp_sips_releases_rounds_and_prints_each_rounds_calibration(
+    capsys: pytest.CaptureFixture[str], csv_path: Path, tmp_path: Path
+) -> None:
+    out_path = tmp_path / "released.parquet"
+    code, _, err = _run(
+        capsys, csv_path, "--user", "uid", "--item", "thing", "--mechanism", "dp-sips", "--rounds", "2",
+        "--ratio", "0.5", "-o", out_path,
+    )
+    assert code == 0, err
+    released = pl.read_parquet(out_path)
+    assert released.columns == ["thing", "noisy_weight", "round"] and released["round"].dtype == pl.Int16
+    assert "a" in released["thing"].to_list()  # 300 users: released in round 1 or 2
+    assert "DP-SIPS (2 rounds)" in err
+    # fractions 1/3, 2/3; each round's σ and T on its own line
+    assert "round 1 (0.333 of the budget): σ = " in err and "round 2 (0.667 of the budget): σ = " in err
+    assert "budget spent  ε = 1, δ = 1e-05" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "2"], "--rounds applies only with --mechanism dp-sips"),
+        (["--mechanism", "dp-sips", "--ratio", "0"], "argument --ratio: must be in (0.0, inf) (found 0.0)"),
+        (["--mechanism", "dp-sips", "--rounds", "0"], "must be an integer >= 1"),
+        (["--mechanism", "sips"], "invalid choice"),
+    ],
+)
+def test_discover_dp_sips_bad_options(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, _, err = _run(capsys, "--demo-users", 50, *argv)
+    assert code == 2 and message in err, err

@@ -1,4 +1,5 @@
-"""``opendp-wgm discover``: release the items that many users hold, with the Weighted Gaussian Mechanism."""
+"""``opendp-wgm discover``: release the items that many users hold, with the Weighted Gaussian Mechanism (or
+DP-SIPS, its multi-round form: ``--mechanism dp-sips``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from opendp_wgm.cli._args import (
     _budget,
     _execution,
     _noise,
+    _positive_int,
+    _positive_real,
 )
+from opendp_wgm.cli._errors import CLIError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -28,6 +32,10 @@ datasets differ by all rows of one user (add/remove).
 Each user keeps a uniform random subset of at most --max-contributions distinct items; each kept item gets
 weight 1/sqrt(t) (t = the user's kept items), weights are summed per item, discrete Gaussian noise is added,
 and the items above the calibrated threshold are released with their noisy weight.
+
+With --mechanism dp-sips (DP-SIPS, multi-round set union) this runs in --rounds rounds, each on the items not
+yet released, with the budget split geometrically over them (fractions proportional to ratio^(R-i)); the
+release adds the round that released each item.
 """
 
 _DISCOVER_EPILOG = """\
@@ -44,6 +52,7 @@ examples:
   opendp-wgm discover ratings.parquet --user u --item x --epsilon 1 --delta 1e-5 -o released.parquet
   opendp-wgm discover words.csv.gz --rho 0.1 --delta 1e-6 --max-contributions 50
   opendp-wgm discover events.parquet --passes 8 -o released.parquet    # input larger than memory
+  opendp-wgm discover ratings.parquet --user u --item x --mechanism dp-sips --rounds 3 --ratio 0.3
 """
 
 
@@ -57,10 +66,48 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_data_arguments(parser)
+    _add_mechanism_arguments(parser)
     _add_budget_arguments(parser)
     _add_execution_arguments(parser)
-    _add_output_arguments(parser, "item, noisy_weight")
+    _add_output_arguments(parser, "item, noisy_weight; and round with dp-sips")
     parser.set_defaults(run=run)
+
+
+_MECHANISMS = ("wgm", "dp-sips")
+_DEFAULT_ROUNDS, _DEFAULT_RATIO = 3, 0.3
+
+
+def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("mechanism")
+    group.add_argument(
+        "--mechanism",
+        choices=_MECHANISMS,
+        default="wgm",
+        help="wgm: one round (default); dp-sips: --rounds rounds, each on the items not yet released",
+    )
+    group.add_argument(
+        "--rounds",
+        type=_positive_int,
+        metavar="R",
+        help=f"dp-sips only: the number of rounds (default: {_DEFAULT_ROUNDS})",
+    )
+    group.add_argument(
+        "--ratio",
+        type=_positive_real,  # the library checks r <= 1, with its message
+        metavar="r",
+        help="dp-sips only: round i gets a share of the budget proportional to r^(R-i), r in (0, 1] "
+        f"(default: {_DEFAULT_RATIO:g})",
+    )
+
+
+def _sips_options(args: argparse.Namespace) -> tuple[int, float]:
+    """``--rounds`` and ``--ratio``, which apply only with ``--mechanism dp-sips``."""
+    if args.mechanism != "dp-sips":
+        for option in ("rounds", "ratio"):
+            if getattr(args, option) is not None:
+                raise CLIError(f"--{option} applies only with --mechanism dp-sips")
+    rounds = _DEFAULT_ROUNDS if args.rounds is None else args.rounds
+    return rounds, _DEFAULT_RATIO if args.ratio is None else args.ratio
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -74,14 +121,36 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import make_wgm_from_budget
-    from opendp_wgm.privacy.calibrate import calibrate_wgm
+    from opendp_wgm.measurements import make_dp_sips_from_budget, make_wgm_from_budget
+    from opendp_wgm.privacy.calibrate import calibrate_dp_sips, calibrate_wgm
 
     budget = _budget(args)
     noise = _noise(args)
     execution = _execution(args)
+    rounds, ratio = _sips_options(args)
+
+    def plan_sips() -> _Plan:
+        calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio)
+        measurement = make_dp_sips_from_budget(
+            *user_items_space(args.user, args.item),
+            rounds=rounds,
+            ratio=ratio,
+            noise=noise,
+            **budget.kwargs(),
+            **execution.kwargs(),
+        )
+        lines = [
+            f"  {'calibration' if i == 1 else '':<14}round {i} ({fraction:.3g} of the budget): "
+            + _wgm_line(scale, threshold, calibration.max_contributions, noise)
+            for i, (fraction, scale, threshold) in enumerate(
+                zip(calibration.fractions, calibration.scales, calibration.thresholds, strict=True), start=1
+            )
+        ]
+        return _Plan(f"DP-SIPS ({rounds} rounds)", measurement, [*lines, execution.line()])
 
     def plan() -> _Plan:
+        if args.mechanism == "dp-sips":
+            return plan_sips()
         calibration = calibrate_wgm(**budget.kwargs())
         measurement = make_wgm_from_budget(
             *user_items_space(args.user, args.item), noise=noise, **budget.kwargs(), **execution.kwargs()

@@ -17,6 +17,12 @@ from opendp_wgm.measurements.baselines import (
     then_policy_greedy_from_budget,
     user_peeling_on_true_domain,
 )
+from opendp_wgm.measurements.dp_sips import (
+    make_dp_sips,
+    make_dp_sips_from_budget,
+    then_dp_sips,
+    then_dp_sips_from_budget,
+)
 from opendp_wgm.measurements.hitting_set import (
     make_user_peeling,
     make_user_peeling_from_budget,
@@ -55,6 +61,8 @@ __all__ = [
     "calibrate_wgm_hitting_set",
     "greedy_hitting_set",
     "greedy_threshold_delta",
+    "make_dp_sips",
+    "make_dp_sips_from_budget",
     "make_limited_domain_top_k",
     "make_noisy_threshold",
     "make_opendp_key_release",
@@ -71,6 +79,8 @@ __all__ = [
     "make_wgm_hitting_set_from_budget",
     "make_wgm_top_k",
     "make_wgm_top_k_from_budget",
+    "then_dp_sips",
+    "then_dp_sips_from_budget",
     "then_limited_domain_top_k",
     "then_noisy_threshold",
     "then_opendp_key_release",

@@ -91,18 +91,18 @@ def wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]
     }
 
 
-def _check_scale(scale: float) -> float:
-    scale = _check_positive("scale", scale)
+def _check_scale(scale: float, name: str = "scale") -> float:
+    scale = _check_positive(name, scale)
     if scale > MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
-        msg = f"`scale` must be <= 2**{LATTICE_BITS} = {MAX_SCALE!r} (found {scale!r})"
+        msg = f"`{name}` must be <= 2**{LATTICE_BITS} = {MAX_SCALE!r} (found {scale!r})"
         raise ValueError(msg)
     return scale
 
 
-def _check_lattice_scale(epsilon: float | None, scale: float) -> None:
+def _check_lattice_scale(epsilon: float | None, scale: float, name: str = "scale") -> None:
     # docs/privacy.md Lemma 3: the (ε, δ) map (the one with an ε) needs at least one lattice step of noise
     if epsilon is not None and scale < 1.0 / MAX_SCALE:
-        msg = f"the (ε, δ) map needs `scale` >= 2**-{LATTICE_BITS} (found {scale!r})"
+        msg = f"the (ε, δ) map needs `{name}` >= 2**-{LATTICE_BITS} (found {scale!r})"
         raise ValueError(msg)
 
 

@@ -1,0 +1,270 @@
+r"""DP-SIPS: multi-round set union, R rounds of the WGM, each on the items not yet released.
+
+Swanberg, Desfontaines, Haney (2023), "DP-SIPS: A simpler, more scalable mechanism for differentially private
+partition selection", arXiv 2301.01998. Round i is the WGM (:func:`opendp_wgm.make_wgm`) at (σ_i, T_i) on the
+rows whose item no earlier round released: every user is bounded again to Δ0 of its *remaining* distinct items
+(a fresh hash seed per round), so a user whose popular items were released in round 1 spends its weight on its
+rarer items in round 2. The rounds run on the WGM's kernel (:mod:`opendp_wgm.engines.polars`); each round's
+data depends only on the input and on what earlier rounds released, so the rounds compose adaptively
+(:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import opendp.prelude as dp
+import polars as pl
+
+from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
+from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
+from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, lattice_histogram, release_above_threshold
+from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
+from opendp_wgm.privacy.budget import check_gaussian_measure
+from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
+from opendp_wgm.privacy.sips import dp_sips_privacy_loss
+from opendp_wgm.privacy.threshold import check_max_contributions
+from opendp_wgm.samplers import NoiseMethod
+
+__all__ = [
+    "ROUND",
+    "dp_sips_arguments",
+    "make_dp_sips",
+    "make_dp_sips_from_budget",
+    "then_dp_sips",
+    "then_dp_sips_from_budget",
+]
+
+#: The released frame's column with the (1-based) round that released each item (Int16).
+ROUND = "round"
+#: Most rounds: the ``round`` column is an Int16.
+MAX_ROUNDS = 2**15 - 1
+
+
+def _check_rounds(scales: Sequence[float], thresholds: Sequence[float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-round σ_i (the WGM's scale limits) and T_i: two non-empty sequences of the same length R."""
+    scales_, thresholds_ = _check_sequence("scales", scales), _check_sequence("thresholds", thresholds)
+    if len(scales_) != len(thresholds_):
+        msg = (
+            f"`thresholds` must have one entry per round, as many as `scales` ({len(scales_)}) "
+            f"(found {len(thresholds_)})"
+        )
+        raise ValueError(msg)
+    _check_int("rounds", len(scales_), maximum=MAX_ROUNDS)
+    return (
+        tuple(_check_scale(s, "scales") for s in scales_),
+        tuple(_check_real("thresholds", t) for t in thresholds_),
+    )
+
+
+def dp_sips_arguments(calibration: DPSIPSCalibration, **options: Any) -> dict[str, Any]:
+    """The keyword arguments of :func:`make_dp_sips` from a calibration, with ``options`` passed through."""
+    return {
+        "max_contributions": calibration.max_contributions,
+        "scales": calibration.scales,
+        "thresholds": calibration.thresholds,
+        "output_measure": calibration.budget.measure,
+        "epsilon": calibration.epsilon,
+        **options,
+    }
+
+
+def make_dp_sips(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    scales: Sequence[float],
+    thresholds: Sequence[float],
+    output_measure: dp.Measure | None = None,
+    epsilon: float | None = None,
+    noise: NoiseMethod = "lattice",
+    item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
+) -> dp.Measurement:
+    r"""Release the items that many users hold in R rounds of the WGM, each on the items not yet released.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        As for :func:`opendp_wgm.make_wgm`: :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain``
+        with ``dp.symmetric_id_distance`` (the identifier may be an expression, e.g. a household).
+    max_contributions
+        Δ0 in [1, 2^20]: in every round each user keeps a uniform random subset of at most this many of its
+        distinct items not yet released.
+    scales
+        σ_1, …, σ_R: the noise's standard deviation in each round, each in (0, 2^20] (at least 2^-20 under
+        (ε, δ)). R ≥ 1; R = 1 is the WGM.
+    thresholds
+        T_1, …, T_R: round i releases the remaining items whose noisy weight exceeds T_i (same length as
+        ``scales``).
+    output_measure, epsilon, noise, item, passes, engine
+        As for :func:`opendp_wgm.make_wgm` (``passes`` and ``engine`` apply to every round's histogram).
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame`` with the item column (same name and dtype as the input),
+        ``noisy_weight`` (Float64, the weight in the round that released it) and ``round`` (Int16, 1-based),
+        sorted by item. An item is released at most once. Rows with a null user or item are dropped first.
+
+    Notes
+    -----
+    Release: the input is prepared once (user key evaluated, nulls dropped); round i keeps the rows whose item
+    no earlier round released (an anti-join, lazily), bounds every user to Δ0 of those items under a fresh
+    seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise of scale σ_i and releases
+    the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
+
+    Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Round i is the WGM at
+    (σ_i, T_i) on a dataset that is a function of the input and of rounds 1..i−1's releases only, and removing
+    the released items is row-wise, so neighbouring inputs give neighbouring inputs of each round: the rounds
+    compose adaptively. Privacy map (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`), approximate zCDP:
+
+    .. math::
+        \rho = \sum_{i=1}^R \frac{d_{in}^2}{2\sigma_i^2}, \qquad \delta = \sum_{i=1}^R \delta_T(d_{in}; \sigma_i, T_i)
+
+    with the WGM's :math:`\delta_T`. Under the (ε, δ) measure the Gaussian parts compose exactly as one
+    Gaussian of :math:`1/\sigma^2 = \sum_i 1/\sigma_i^2`: :math:`(d_{in}\varepsilon,\ \delta_{\mathcal N}
+    (d_{in}\varepsilon - a; \sigma, d_{in}) + \sum_i \delta_T(d_{in}; \sigma_i, T_i))`.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    References
+    ----------
+    Swanberg, Desfontaines, Haney (2023), arXiv 2301.01998.
+    Gopi, Gulhane, Kulkarni, Shen, Shokouhi, Yekhanin (2020), arXiv 2002.09745.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_dp_sips(*wgm.user_items_space(), max_contributions=100, scales=[8.0, 4.0], thresholds=[45.0, 24.0])
+    >>> rho, delta = m.map(1)
+    >>> round(rho, 6)
+    0.039062
+    """
+    _assert_features()
+    # the checks in signature order, before any object is built
+    max_contributions = check_max_contributions(max_contributions)
+    scales, thresholds = _check_rounds(scales, thresholds)
+    output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
+    for scale in scales:
+        _check_lattice_scale(epsilon, scale, "scales")
+    noise = check_noise(noise)
+    space = _resolve_space(input_domain, input_metric, item)
+    passes, engine = _check_execution(passes, engine)
+    item = space.item
+
+    def one_round(lf: pl.LazyFrame, scale: float, threshold: float) -> pl.DataFrame:
+        seeds = fresh_seeds()  # a fresh seed per round: the bound is a new uniform subset of what remains
+
+        def lists_of(users: pl.Expr | None) -> pl.LazyFrame:
+            return bounded_lists_plan(lf if users is None else lf.filter(users), space, max_contributions, seeds)
+
+        histogram = lattice_histogram(lists_of, space, max_contributions, passes=passes, engine=engine).collect()
+        return release_above_threshold(histogram, item, scale=scale, threshold=threshold, noise=noise)
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+        prepared = _prepare_frame(frame, space)  # once: every round reads this plan
+        rounds: list[pl.DataFrame] = []
+        remaining = prepared
+        for number, (scale, threshold) in enumerate(zip(scales, thresholds, strict=True), start=1):
+            released = one_round(remaining, scale, threshold)
+            rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
+            if number < len(scales):  # drop every item released so far (a small frame), lazily
+                done = pl.concat([r.select(item) for r in rounds]).lazy()
+                remaining = prepared.join(done, on=item, how="anti")
+        return pl.concat(rounds).sort(item)
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return dp_sips_privacy_loss(
+            _check_d_in(d_in),
+            scales=scales,
+            thresholds=thresholds,
+            max_contributions=max_contributions,
+            epsilon=epsilon,
+        )
+
+    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+
+
+def make_dp_sips_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    rounds: int = 3,
+    ratio: float = 0.3,
+    fractions: Sequence[float] | None = None,
+    noise_delta_fraction: float = 0.5,
+    noise: NoiseMethod = "lattice",
+    item: str | None = None,
+    passes: int = 1,
+    engine: Engine = "auto",
+) -> dp.Measurement:
+    r"""DP-SIPS calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
+
+    The budget is split over the rounds by ``fractions`` (default :math:`f_i \propto r^{R-i}` with
+    ``ratio`` r and ``rounds`` R: 0.065, 0.216, 0.719), both the Gaussian part (:math:`\sigma_i = \sigma /
+    \sqrt{f_i}`) and the threshold part (:math:`\delta_{T,i} = f_i\,\delta_T`);
+    :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips` searches on the privacy map, and the measurement is
+    :func:`make_dp_sips` with those parameters, so ``m.check(1, budget)`` holds.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        As for :func:`make_dp_sips`.
+    max_contributions
+        Δ0 ≥ 1.
+    delta
+        δ ∈ (0, 1), for one user.
+    epsilon, rho
+        Exactly one of them, > 0, for one user.
+    rounds, ratio
+        R ≥ 1 and r ∈ (0, 1]: the geometric fractions, when ``fractions`` is not given.
+    fractions
+        The budget fraction of each round: positive, summing to 1 (overrides ``rounds`` and ``ratio``).
+    noise_delta_fraction
+        Share of δ spent on the noise under (ε, δ)-DP, in (0, 1).
+    noise, item, passes, engine
+        As for :func:`make_dp_sips`.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        :func:`make_dp_sips` with the calibrated ``scales`` and ``thresholds``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    """
+    _assert_features()
+    calibration = calibrate_dp_sips(
+        max_contributions=max_contributions,
+        delta=delta,
+        epsilon=epsilon,
+        rho=rho,
+        fractions=fractions,
+        rounds=rounds,
+        ratio=ratio,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return make_dp_sips(
+        input_domain,
+        input_metric,
+        **dp_sips_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
+    )
+
+
+then_dp_sips = _to_then(make_dp_sips)
+then_dp_sips_from_budget = _to_then(make_dp_sips_from_budget)
