@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import secrets
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,9 @@ from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
 from opendp_wgm._validation import _check_columns
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
+from opendp_wgm.measurements.dp_sips import ROUND
+from opendp_wgm.measurements.dp_sips import dp_sips_arguments as _dp_sips_arguments
+from opendp_wgm.measurements.dp_sips import make_dp_sips as _make_polars_dp_sips
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 from opendp_wgm.measurements.hitting_set import peel as _peel
 from opendp_wgm.measurements.top_k import WGM_TOP_K_SAMPLER as _WGM_TOP_K_SAMPLER
@@ -54,6 +57,7 @@ from opendp_wgm.measurements.two_stage import two_stage_arguments as _two_stage_
 from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
 from opendp_wgm.measurements.wgm import wgm_arguments as _wgm_arguments
 from opendp_wgm.privacy.calibrate import (
+    calibrate_dp_sips,
     calibrate_wgm,
     calibrate_wgm_hitting_set,
     calibrate_wgm_top_k,
@@ -69,6 +73,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "SparkUserItemsDescriptor",
+    "make_dp_sips",
+    "make_dp_sips_from_budget",
     "make_wgm",
     "make_wgm_from_budget",
     "make_wgm_hitting_set",
@@ -76,6 +82,8 @@ __all__ = [
     "make_wgm_top_k",
     "make_wgm_top_k_from_budget",
     "spark_user_items_space",
+    "then_dp_sips",
+    "then_dp_sips_from_budget",
     "then_wgm",
     "then_wgm_from_budget",
     "then_wgm_hitting_set",
@@ -386,6 +394,47 @@ def _spark_wgm_function(
     return function
 
 
+def _spark_dp_sips_release(
+    frame: DataFrame,
+    space: SparkUserItemsDescriptor,
+    max_contributions: int,
+    scales: Sequence[float],
+    thresholds: Sequence[float],
+) -> pl.DataFrame:
+    """DP-SIPS's rounds on a checked frame: round i runs steps 1–4 (a fresh seed in ``bound_plan``) on the rows
+    whose item no earlier round released (an anti-join with a broadcast frame of the released keys, built on
+    the driver from the collected rows); the release as the Polars engine returns it (item, ``noisy_weight``,
+    ``round``), sorted by item."""
+    sql = _pyspark()
+    functions, types = sql.functions, sql.types
+    item = space.item
+    item_type = frame.schema[item].dataType
+    item_dtype = _polars_dtype(item_type)
+    keys_schema = types.StructType([types.StructField(item, item_type, False)])
+    rounds: list[pl.DataFrame] = []
+    released_keys: list[tuple[Any]] = []
+    remaining = frame
+    for number, (scale, threshold) in enumerate(zip(scales, thresholds, strict=True), start=1):
+        histogram = lattice_histogram_plan(remaining, space, max_contributions)
+        rows = release_above_threshold(histogram, item, item_type, scale=scale, threshold=threshold)
+        released = _to_polars(rows, item, item_dtype)
+        rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
+        released_keys += [(r[0],) for r in rows]
+        if number < len(scales) and rows:  # drop every item released so far (a small frame, broadcast)
+            keys = frame.sparkSession.createDataFrame(released_keys, keys_schema)
+            remaining = frame.join(functions.broadcast(keys), on=item, how="left_anti")
+    return pl.concat(rounds).sort(item)
+
+
+def _spark_dp_sips_function(
+    space: SparkUserItemsDescriptor, max_contributions: int, scales: Sequence[float], thresholds: Sequence[float]
+) -> Callable[[DataFrame], pl.DataFrame]:
+    def function(frame: DataFrame) -> pl.DataFrame:
+        return _spark_dp_sips_release(_check_frame(frame, space), space, max_contributions, scales, thresholds)
+
+    return function
+
+
 # --------------------------------------------------------------------------------------------------------------
 # constructors
 
@@ -506,6 +555,98 @@ def make_wgm_from_budget(
         noise_delta_fraction=noise_delta_fraction,
     )
     return make_wgm(input_domain, input_metric, **_wgm_arguments(calibration))
+
+
+def make_dp_sips(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    scales: Sequence[float],
+    thresholds: Sequence[float],
+    output_measure: dp.Measure | None = None,
+    epsilon: float | None = None,
+) -> dp.Measurement:
+    r"""DP-SIPS on a Spark DataFrame: R rounds of the WGM, each on the items not yet released.
+
+    The Spark twin of :func:`opendp_wgm.make_dp_sips`, with the same parameters (no ``noise``: the executors
+    use the package's exact lattice sampler; no ``passes``/``engine``). Round i keeps the rows whose item no
+    earlier round released (an anti-join with a broadcast frame of the released keys), bounds every user again
+    to Δ0 of them under a fresh seed, sums the lattice weights and releases, in the executors, the items whose
+    noisy weight (scale σ_i) exceeds T_i: steps 1–4 of :func:`make_wgm`. Only the released items reach the
+    driver.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`spark_user_items_space`.
+    max_contributions, scales, thresholds, output_measure, epsilon
+        As for :func:`opendp_wgm.make_dp_sips` (the Polars twin is built first and checks them, with its
+        messages).
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a ``pyspark.sql.DataFrame`` to a Polars ``DataFrame`` with the item column (the Polars type of the
+        Spark column), ``noisy_weight`` (Float64) and ``round`` (Int16, 1-based), sorted by item: the release
+        of the Polars engine.
+
+    Notes
+    -----
+    Neighbouring datasets differ by all rows of ``d_in`` users (add or remove). The privacy map is that of
+    :func:`opendp_wgm.make_dp_sips` with the same parameters (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`,
+    ``docs/privacy.md``): each round computes the same function of the data, the earlier releases and a fresh
+    seed as the Polars engine's, and draws the same noise distribution.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+    """
+    parameters = dict(
+        max_contributions=max_contributions,
+        scales=scales,
+        thresholds=thresholds,
+        output_measure=output_measure,
+        epsilon=epsilon,
+    )
+
+    def release(space: SparkUserItemsDescriptor) -> Callable[[DataFrame], pl.DataFrame]:
+        # runs after the twin has checked the parameters
+        per_round = (tuple(float(s) for s in scales), tuple(float(t) for t in thresholds))
+        return _spark_dp_sips_function(space, int(max_contributions), *per_round)
+
+    return _twin_measurement(input_domain, input_metric, _make_polars_dp_sips, release, parameters)
+
+
+def make_dp_sips_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    rounds: int = 3,
+    ratio: float = 0.3,
+    fractions: Sequence[float] | None = None,
+    noise_delta_fraction: float = 0.5,
+) -> dp.Measurement:
+    r"""The Spark DP-SIPS calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
+
+    The calibration is :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips` (as in
+    :func:`opendp_wgm.make_dp_sips_from_budget`, same parameters minus ``noise``, ``item``, ``passes`` and
+    ``engine``), so the Spark and Polars measurements built from one budget have the same σ_i, T_i and map.
+    """
+    _assert_features()
+    calibration = calibrate_dp_sips(
+        max_contributions=max_contributions,
+        delta=delta,
+        epsilon=epsilon,
+        rho=rho,
+        fractions=fractions,
+        rounds=rounds,
+        ratio=ratio,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return make_dp_sips(input_domain, input_metric, **_dp_sips_arguments(calibration))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -765,3 +906,5 @@ then_wgm_top_k = _to_then(make_wgm_top_k)
 then_wgm_top_k_from_budget = _to_then(make_wgm_top_k_from_budget)
 then_wgm_hitting_set = _to_then(make_wgm_hitting_set)
 then_wgm_hitting_set_from_budget = _to_then(make_wgm_hitting_set_from_budget)
+then_dp_sips = _to_then(make_dp_sips)
+then_dp_sips_from_budget = _to_then(make_dp_sips_from_budget)

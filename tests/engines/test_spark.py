@@ -10,6 +10,7 @@ import datetime
 import decimal
 import math
 import os
+import re
 import shutil
 import sys
 
@@ -300,6 +301,90 @@ def test_two_stage_maps_are_the_polars_maps(ws) -> None:
         assert m.map(1) == reference.map(1) and m.check(1, (1.0, 1e-5))
     with pytest.raises(ValueError, match=r"`k` must be an integer >= 1 \(found 0\)"):
         ws.make_wgm_top_k(*space, **{**TWO_STAGE, "k": 0})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DP-SIPS: the rounds on Spark, the Polars twin's map
+
+
+def sips_frame() -> pl.DataFrame:
+    """tests/measurements/test_dp_sips.py's two-round example: 20 fans hold p1..p4 (10 per item at Δ0 = 4), 6
+    rich users p1..p4 and r (r ≤ 3 in round 1, 6 in round 2), 3 loners q (3 in every round)."""
+    popular = ["p1", "p2", "p3", "p4"]
+    users = [popular] * 20 + [[*popular, "r"]] * 6 + [["q"]] * 3
+    return pl.DataFrame(
+        {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
+    )
+
+
+SIPS = dict(max_contributions=4, scales=[1e-7, 1e-7, 1e-7], thresholds=[5.0, 5.0, 2.5])
+
+
+@pytest.mark.parametrize(("ddl", "dtype"), [("user long, item string", pl.String), ("user long, item binary", pl.Binary)])
+def test_dp_sips_rounds_equal_polars(spark, ws, ddl, dtype) -> None:
+    frame = sips_frame().with_columns(pl.col("item").cast(dtype))
+    sdf = to_spark(spark, frame, ddl)
+    m = ws.make_dp_sips(*ws.spark_user_items_space(), **SIPS)
+    expected = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(frame)
+    for _ in range(2):  # every kept subset (a fresh seed per round) gives the same rounds
+        released = m(sdf)
+        assert released.schema == pl.Schema({"item": dtype, "noisy_weight": pl.Float64, "round": pl.Int16})
+        assert released.select("item", "round").rows() == expected.select("item", "round").rows()
+        assert dict(zip(released["item"].cast(pl.String), released["round"], strict=True)) == {
+            "p1": 1, "p2": 1, "p3": 1, "p4": 1, "r": 2, "q": 3
+        }
+        assert released.filter(pl.col("item").cast(pl.String) == "r")["noisy_weight"].item() == pytest.approx(6.0, abs=1e-4)
+    # one round is the Spark WGM: r never passes
+    one = ws.make_dp_sips(*ws.spark_user_items_space(), max_contributions=4, scales=[1e-7], thresholds=[5.0])(sdf)
+    assert one["item"].cast(pl.String).to_list() == ["p1", "p2", "p3", "p4"] and one["round"].to_list() == [1] * 4
+
+
+def test_dp_sips_releases_nothing_then_something(spark, ws) -> None:
+    """A round that releases nothing leaves the data as it is; an empty release keeps the schema."""
+    sdf = to_spark(spark, sips_frame(), "user long, item string")
+    params = dict(max_contributions=4, scales=[1e-7, 1e-7], thresholds=[100.0, 5.0])
+    released = ws.make_dp_sips(*ws.spark_user_items_space(), **params)(sdf)
+    assert released.select("item", "round").rows() == [("p1", 2), ("p2", 2), ("p3", 2), ("p4", 2)]
+    empty = ws.make_dp_sips(*ws.spark_user_items_space(), max_contributions=4, scales=[1e-7], thresholds=[100.0])(sdf)
+    assert empty.height == 0 and empty.schema == pl.Schema({"item": pl.String, "noisy_weight": pl.Float64, "round": pl.Int16})
+
+
+def test_dp_sips_map_is_the_polars_map(ws) -> None:
+    params = dict(max_contributions=20, scales=(6.0, 3.0, 2.0), thresholds=(30.0, 15.0, 9.0))
+    for measure, extra in ((ZCDP, {}), (APPROX_DP, {"epsilon": 1.5})):
+        m = ws.make_dp_sips(*ws.spark_user_items_space(), output_measure=measure, **extra, **params)
+        reference = wgm.make_dp_sips(*wgm.user_items_space(), output_measure=measure, **extra, **params)
+        assert m.output_measure == reference.output_measure
+        for d_in in range(4):
+            assert m.map(d_in) == reference.map(d_in)
+    for budget in ({"epsilon": 1.0, "delta": 1e-5}, {"rho": 0.1, "delta": 1e-6}):
+        m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), max_contributions=100, **budget)
+        reference = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, **budget)
+        assert m.check(1, tuple(budget.values())) and m.map(2) == reference.map(2)
+    two = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), max_contributions=10, epsilon=1.0, delta=1e-5, fractions=[0.1, 0.9])
+    assert two.map(1) == wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=10, epsilon=1.0, delta=1e-5, fractions=[0.1, 0.9]).map(1)
+    chained = ws.spark_user_items_space() >> ws.then_dp_sips(max_contributions=3, scales=[1.0, 1.0], thresholds=[5.0, 5.0])
+    assert chained.map(1)[0] == pytest.approx(1.0)
+
+
+def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
+    space, polars_space = ws.spark_user_items_space(), wgm.user_items_space()
+    cases = [
+        dict(max_contributions=0, scales=[1.0], thresholds=[5.0]),
+        dict(max_contributions=2, scales=[1.0, 2.0], thresholds=[5.0]),
+        dict(max_contributions=2, scales=[], thresholds=[]),
+        dict(max_contributions=2, scales=[-1.0], thresholds=[5.0]),
+        dict(max_contributions=2, scales=[1.0], thresholds=[5.0], output_measure=APPROX_DP),
+    ]
+    for params in cases:
+        with pytest.raises(ValueError) as polars_error:
+            wgm.make_dp_sips(*polars_space, **params)
+        with pytest.raises(ValueError, match=re.escape(str(polars_error.value))):
+            ws.make_dp_sips(*space, **params)
+    with pytest.raises(ValueError, match=r"must come from opendp_wgm\.spark\.spark_user_items_space"):
+        ws.make_dp_sips(*polars_space, max_contributions=2, scales=[1.0], thresholds=[5.0])
+    with pytest.raises(ValueError, match="`delta` must be in"):
+        ws.make_dp_sips_from_budget(*space, max_contributions=2, epsilon=1.0, delta=2.0)
 
 
 # --------------------------------------------------------------------------------------------------------------
