@@ -43,6 +43,7 @@ from opendp_wgm._validation import (
     _check_real,
 )
 from opendp_wgm.privacy.calibrate import (
+    calibrate_dp_sips,
     calibrate_wgm,
     calibrate_wgm_hitting_set,
     calibrate_wgm_top_k,
@@ -52,9 +53,11 @@ from opendp_wgm.privacy.threshold import check_max_contributions
 
 __all__ = [
     "INSTALL_HINT",
+    "DPSIPSMeasurement",
     "WGMHittingSetMeasurement",
     "WGMMeasurement",
     "WGMTopKMeasurement",
+    "create_dp_sips_measurement",
     "create_wgm_hitting_set_measurement",
     "create_wgm_measurement",
     "create_wgm_top_k_measurement",
@@ -153,12 +156,17 @@ def _delta_down(delta: Any) -> float:
     return _check_probability("delta", _to_float("delta", delta, round_up=False))
 
 
-def _driver_frame(session: Any, rows: Any, item: str, item_type: Any, column: str, column_type: Any) -> Any:
-    """A Spark DataFrame (item, ``column``) of driver-side rows: a local relation, so re-evaluating it never
-    redraws the noise."""
+def _driver_frame(
+    session: Any, rows: Any, item: str, item_type: Any, column: str, column_type: Any, *more: tuple[str, Any]
+) -> Any:
+    """A Spark DataFrame (item, ``column``, then the ``(name, type)`` columns ``more``) of driver-side rows: a
+    local relation, so re-evaluating it never redraws the noise."""
     from opendp_wgm.engines.spark import _item_schema
 
-    return session.createDataFrame(rows, _item_schema(item, item_type, column, column_type))
+    schema = _item_schema(item, item_type, column, column_type)
+    for name, data_type in more:
+        schema = schema.add(name, data_type, False)
+    return session.createDataFrame(rows, schema)
 
 
 class _UserItemsMeasurement(_TumultMeasurement):  # type: ignore[misc]  # tmlt.core ships no type information
@@ -354,7 +362,8 @@ def create_wgm_measurement(
 
 
 class _SparkTwoStage(_UserItemsMeasurement):
-    """A Tumult measurement running an ``opendp_wgm.spark`` two-stage measurement under ``ApproxDP``.
+    """A Tumult measurement running an ``opendp_wgm.spark`` measurement (a two-stage one, or DP-SIPS) under
+    ``ApproxDP``.
 
     The OpenDP measurement (built with ``output_measure=dp.approximate(dp.max_divergence())``) gives both the
     release and the map: ``privacy_function(d_in)`` is its ``map(floor(d_in))`` as exact rationals. Building it
@@ -509,4 +518,94 @@ def create_wgm_hitting_set_measurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.wgm.max_contributions, wgm_scale=cal.wgm.scale,
         wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
         peel_delta=cal.peel_delta,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DP-SIPS: the Spark engine's measurement (opendp_wgm.spark.make_dp_sips), whose map is the Polars one
+
+
+class DPSIPSMeasurement(_SparkTwoStage):
+    r"""DP-SIPS (R rounds of the WGM, each on the items not yet released) as a Tumult Core measurement.
+
+    Runs :func:`opendp_wgm.spark.make_dp_sips` (same parameters, its (ε, δ) form) and reports its map,
+    :func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss` (the rounds' Gaussian parts composed as one Gaussian,
+    plus the rounds' threshold δ's; ``docs/privacy.md``), at :math:`\lfloor d_{in}\rfloor` users, as exact
+    rationals. Input metric ``IfGroupedBy([user], SymmetricDifference())``, output measure ``ApproxDP()``; the
+    release is a materialised Spark DataFrame of (item, ``noisy_weight`` double, ``round`` smallint), sorted by
+    item. Needs OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features.
+
+    Parameters
+    ----------
+    input_domain, user, item
+        As for :class:`WGMMeasurement`.
+    max_contributions
+        Δ0 ≥ 1, in every round.
+    scales, thresholds
+        σ_i and T_i of each round (weight units), as for :func:`opendp_wgm.make_dp_sips`.
+    epsilon
+        The ε of the (ε, δ) pair reported for one user (a float or an exact Tumult number > 0, rounded down).
+    output_measure
+        ``ApproxDP()`` (the default and the only sound choice; ``RhoZCDP()`` is refused with the reason).
+    """
+
+    def __init__(
+        self,
+        input_domain: Any,
+        user: str,
+        item: str,
+        *,
+        max_contributions: int,
+        scales: Any,
+        thresholds: Any,
+        epsilon: Any,
+        output_measure: Any = None,
+    ) -> None:
+        from opendp_wgm.engines.spark import make_dp_sips
+
+        _require_tmlt()
+        super().__init__(
+            make_dp_sips, input_domain, user, item, output_measure,
+            max_contributions=max_contributions, scales=scales, thresholds=thresholds,
+            epsilon=_epsilon_down(epsilon),
+        )  # fmt: skip
+
+    def __call__(self, sdf: Any) -> Any:
+        """Release on ``sdf``: a Spark DataFrame of (item, noisy_weight, round), sorted by item, built from
+        driver-side rows."""
+        from pyspark.sql import types
+
+        released = self._measurement(sdf)  # a Polars frame: item, noisy_weight, round (run by opendp_wgm.spark)
+        item_type = sdf.schema[self._item].dataType
+        rows = released.select(self._item, "noisy_weight", "round").rows()
+        return _driver_frame(
+            sdf.sparkSession, rows, self._item, item_type, "noisy_weight", types.DoubleType(),
+            ("round", types.ShortType()),
+        )  # fmt: skip
+
+
+def create_dp_sips_measurement(
+    input_domain: Any, user: str, item: str, *, epsilon: Any, delta: Any, max_contributions: int,
+    rounds: int = 3, ratio: float = 0.3, fractions: Any = None, noise_delta_fraction: float = 0.5,
+) -> DPSIPSMeasurement:  # fmt: skip
+    """A :class:`DPSIPSMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`
+    (``rounds``, ``ratio``, ``fractions`` and ``noise_delta_fraction`` as for
+    :func:`opendp_wgm.make_dp_sips_from_budget`).
+
+    The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
+    """
+    _require_tmlt()
+    cal = calibrate_dp_sips(
+        max_contributions=max_contributions,
+        epsilon=_epsilon_down(epsilon),
+        delta=_delta_down(delta),
+        rounds=rounds,
+        ratio=ratio,
+        fractions=fractions,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    assert cal.epsilon is not None  # an (ε, δ) calibration reports its ε
+    return DPSIPSMeasurement(
+        input_domain, user, item, max_contributions=cal.max_contributions, scales=cal.scales,
+        thresholds=cal.thresholds, epsilon=cal.epsilon,
     )  # fmt: skip

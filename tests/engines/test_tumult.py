@@ -19,6 +19,7 @@ import pytest
 import opendp_wgm as wgm
 from opendp_wgm.privacy.calibrate import calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
+from opendp_wgm.privacy.sips import dp_sips_privacy_loss
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),
@@ -202,6 +203,10 @@ def test_missing_tumult_names_the_extra(monkeypatch) -> None:
         tumult.WGMMeasurement(None, "user", "item", **PARAMS)
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
         tumult.create_wgm_measurement(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+        tumult.DPSIPSMeasurement(None, "user", "item", max_contributions=2, scales=[1.0], thresholds=[5.0], epsilon=1)
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+        tumult.create_dp_sips_measurement(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -328,3 +333,79 @@ def test_calibrated_two_stage_measurements_compose(tmlt, core, spark) -> None:
     assert accountant.privacy_budget == (budget[0] - spent[0][0] - spent[1][0], budget[1] - spent[0][1] - spent[1][1])
     with pytest.raises(core["InsufficientBudgetError"]):
         accountant.measure(top)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DP-SIPS
+
+
+def sips_frame() -> pl.DataFrame:
+    """tests/measurements/test_dp_sips.py's two-round example: at Δ0 = 4 and T = 5, round 1 releases p1..p4,
+    round 2 the rich users' r (6 users at weight 1), a third round at T = 2.5 the loners' q (3 users)."""
+    popular = ["p1", "p2", "p3", "p4"]
+    users = [popular] * 20 + [[*popular, "r"]] * 6 + [["q"]] * 3
+    return pl.DataFrame(
+        {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
+    )
+
+
+# σ = 2^-20, the least the (ε, δ) map allows: about one lattice step of noise
+SIPS = dict(max_contributions=4, scales=[2.0**-20] * 3, thresholds=[5.0, 5.0, 2.5])
+
+
+def test_dp_sips_privacy_function_is_the_map(tmlt, core) -> None:
+    params = dict(max_contributions=20, scales=(6.0, 3.0, 2.0), thresholds=(30.0, 15.0, 9.0))
+    m = tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1.5, **params)
+    assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
+    assert m.output_measure == core["ApproxDP"]()
+    for d_in in (1, 2):
+        expected = dp_sips_privacy_loss(d_in, epsilon=1.5, **params)
+        assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == expected
+    reference = wgm.make_dp_sips(*wgm.user_items_space(), output_measure=dp.approximate(dp.max_divergence()), epsilon=1.5, **params)
+    assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
+    assert m.privacy_function(0) == (core["ExactNumber"](0), core["ExactNumber"](0))
+    with pytest.raises(ValueError, match="not rho-zCDP"):
+        tmlt.DPSIPSMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), epsilon=1, **params)
+    with pytest.raises(ValueError, match=r"`thresholds` must have one entry per round"):
+        tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1, **{**params, "thresholds": (1.0,)})
+    with pytest.raises(ValueError, match="`epsilon` must be in"):
+        tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=0, **params)
+
+
+def test_dp_sips_release_and_composition(tmlt, core, spark) -> None:
+    sp, exact = core["sp"], core["ExactNumber"]
+    frame = sips_frame()
+    data = spark_frame(spark, frame)
+    m = tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1, **SIPS)
+    out = m(data)
+    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [
+        ("item", "string"), ("noisy_weight", "double"), ("round", "smallint")
+    ]
+    rows = out.collect()
+    expected = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(frame)
+    assert [(r[0], r[2]) for r in rows] == expected.select("item", "round").rows()
+    assert [(r[0], r[2]) for r in rows] == [("p1", 1), ("p2", 1), ("p3", 1), ("p4", 1), ("q", 3), ("r", 2)]
+    assert out.collect() == rows  # materialised: collecting again draws no new noise
+
+    dom = domain(core)
+    budget = (exact(3), exact(sp.Rational(1, 10**4)))
+    accountant = core["PrivacyAccountant"].launch(
+        core["SequentialComposition"](
+            input_domain=dom,
+            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
+            output_measure=core["ApproxDP"](),
+            d_in=1,
+            privacy_budget=budget,
+        ),
+        data,
+    )
+    sips = tmlt.create_dp_sips_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=4)
+    assert sips.privacy_relation(1, (1, sp.Rational(1, 10**5)))
+    wgm_m = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=4)
+    accountant.measure(sips)
+    accountant.measure(wgm_m)
+    spent = [x.privacy_function(1) for x in (sips, wgm_m)]
+    assert accountant.privacy_budget == (budget[0] - spent[0][0] - spent[1][0], budget[1] - spent[0][1] - spent[1][1])
+    greedy = tmlt.create_dp_sips_measurement(dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=4)
+    with pytest.raises(core["InsufficientBudgetError"]):
+        accountant.measure(greedy)
