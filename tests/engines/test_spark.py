@@ -377,7 +377,7 @@ def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
         dict(max_contributions=2, scales=[1.0], thresholds=[5.0], output_measure=APPROX_DP),
     ]
     for params in cases:
-        with pytest.raises(ValueError) as polars_error:
+        with pytest.raises(ValueError, match="must") as polars_error:
             wgm.make_dp_sips(*polars_space, **params)
         with pytest.raises(ValueError, match=re.escape(str(polars_error.value))):
             ws.make_dp_sips(*space, **params)
