@@ -126,6 +126,20 @@ def spark_frame(spark, frame: pl.DataFrame):
     return spark.createDataFrame(frame.rows(), schema)
 
 
+def launch_accountant(core, dom, budget, data):
+    """A Tumult ``PrivacyAccountant`` on ``data`` with an ``ApproxDP`` budget for one user."""
+    return core["PrivacyAccountant"].launch(
+        core["SequentialComposition"](
+            input_domain=dom,
+            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
+            output_measure=core["ApproxDP"](),
+            d_in=1,
+            privacy_budget=budget,
+        ),
+        data,
+    )
+
+
 PARAMS = dict(max_contributions=64, scale=3.884141, threshold=20.4975, epsilon=1)
 
 
@@ -231,16 +245,7 @@ def test_composes_in_a_privacy_accountant_that_enforces_the_budget(tmlt, core, s
     data = spark_frame(spark, frame)
     dom = domain(core)
     budget = (exact(3), exact(sp.Rational(1, 10**4)))
-    accountant = core["PrivacyAccountant"].launch(
-        core["SequentialComposition"](
-            input_domain=dom,
-            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
-            output_measure=core["ApproxDP"](),
-            d_in=1,
-            privacy_budget=budget,
-        ),
-        data,
-    )
+    accountant = launch_accountant(core, dom, budget, data)
     # ours: (1, ~1e-5)
     ours = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10)
     released = accountant.measure(ours)
@@ -317,16 +322,7 @@ def test_calibrated_two_stage_measurements_compose(tmlt, core, spark) -> None:
     cover = tmlt.create_wgm_hitting_set_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=3)
     for m in (top, cover):
         assert m.privacy_relation(1, (1, sp.Rational(1, 10**5)))
-    accountant = core["PrivacyAccountant"].launch(
-        core["SequentialComposition"](
-            input_domain=dom,
-            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
-            output_measure=core["ApproxDP"](),
-            d_in=1,
-            privacy_budget=budget,
-        ),
-        spark_frame(spark, coverage_frame()),
-    )
+    accountant = launch_accountant(core, dom, budget, spark_frame(spark, coverage_frame()))
     accountant.measure(top)
     accountant.measure(cover)
     spent = [m.privacy_function(1) for m in (top, cover)]
@@ -389,16 +385,7 @@ def test_dp_sips_release_and_composition(tmlt, core, spark) -> None:
 
     dom = domain(core)
     budget = (exact(3), exact(sp.Rational(1, 10**4)))
-    accountant = core["PrivacyAccountant"].launch(
-        core["SequentialComposition"](
-            input_domain=dom,
-            input_metric=core["IfGroupedBy"](["user"], core["SymmetricDifference"]()),
-            output_measure=core["ApproxDP"](),
-            d_in=1,
-            privacy_budget=budget,
-        ),
-        data,
-    )
+    accountant = launch_accountant(core, dom, budget, data)
     sips = tmlt.create_dp_sips_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=4)
     assert sips.privacy_relation(1, (1, sp.Rational(1, 10**5)))
     wgm_m = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=4)
