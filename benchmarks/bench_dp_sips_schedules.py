@@ -21,7 +21,8 @@ noise of scale σ_i, :func:`release_above_threshold`) exceeds ``T_i``. Calibrati
 
 With ``f = (1,)`` this is exactly the WGM (the table's ``sim (1)`` row checks the simulation against the real
 measurement). Then: the targets of the multi-round issue per schedule, the time per call on imdb_50k against one
-WGM call, and a recommendation (the schedule meeting most targets, ties broken by the worst loss against WGM).
+WGM call, and two recommendations: the safest schedule (smallest worst loss against WGM over every data set,
+then most targets met) and the one meeting most targets.
 
 This is a script, not a test: nothing here runs under pytest.
 """
@@ -44,11 +45,11 @@ import polars as pl
 
 import opendp_wgm as wgm
 from opendp_wgm import datasets
-from opendp_wgm.metrics import Truth, missing_mass
 
 # Private kernel pieces: the simulation runs exactly the steps make_wgm chains, once per round.
 from opendp_wgm._spaces import _prepare_frame, _Space
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan, release_above_threshold
+from opendp_wgm.metrics import Truth, missing_mass
 from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.calibrate import smallest_passing
 from opendp_wgm.privacy.threshold import wgm_threshold_delta
@@ -82,6 +83,10 @@ SCHEDULES: dict[str, tuple[float, ...]] = {
     "R=2 (0.02, 0.98)": (0.02, 0.98),
     "R=3 (0.02, 0.06, 0.92)": (0.02, 0.06, 0.92),
     "R=3 (0.05, 0.05, 0.9)": (0.05, 0.05, 0.9),
+    "R=3 (0.03, 0.07, 0.9)": (0.03, 0.07, 0.9),
+    "geo R=3 r=0.2": geometric(3, 0.2),
+    "R=4 (0.01, 0.03, 0.06, 0.9)": (0.01, 0.03, 0.06, 0.9),
+    "geo R=4 r=0.3": geometric(4, 0.3),
 }
 
 
@@ -104,11 +109,12 @@ def calibrate_schedule(fractions: tuple[float, ...], calibration: wgm.WGMCalibra
         scale = calibration.scale / math.sqrt(f)
         delta_i = f * threshold_budget
         threshold = smallest_passing(
-            lambda t, s=scale, d=delta_i: wgm_threshold_delta(
-                scale=s, threshold=t, max_contributions=MAX_CONTRIBUTIONS
-            )
-            <= d,
-            lower=0.0, parameter="threshold", budget=budget,
+            lambda t, s=scale, d=delta_i: (
+                wgm_threshold_delta(scale=s, threshold=t, max_contributions=MAX_CONTRIBUTIONS) <= d
+            ),
+            lower=0.0,
+            parameter="threshold",
+            budget=budget,
         )
         rounds.append(Round(f, scale, threshold))
     return rounds
@@ -155,7 +161,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(MAIN_DATASETS),
         help="comma-separated data set names, or 'all' for every known one (default: the five main ones)",
     )
-    parser.add_argument("--schedules", default="all", help="comma-separated schedule names (default: all)")
+    parser.add_argument(
+        "--schedules", default="all", help="semicolon-separated schedule names, as in the tables (default: all)"
+    )
     args = parser.parse_args(argv)
     if args.trials < 1:
         parser.error(f"`--trials` must be >= 1 (found {args.trials})")
@@ -168,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     dp.enable_features("contrib", "honest-but-curious")
     load_at_start = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     names = sorted(datasets.DATASETS) if args.datasets == "all" else [n.strip() for n in args.datasets.split(",")]
-    schedules = SCHEDULES if args.schedules == "all" else {n: SCHEDULES[n] for n in args.schedules.split(",")}
+    chosen = list(SCHEDULES) if args.schedules == "all" else [n.strip() for n in args.schedules.split(";")]
+    unknown = [n for n in chosen if n not in SCHEDULES]
+    if unknown:
+        log(f"`--schedules` must name known schedules (found {unknown}; known: {list(SCHEDULES)})")
+        return 2
+    schedules = {n: SCHEDULES[n] for n in chosen}
 
     calibration = wgm.calibrate_wgm(max_contributions=MAX_CONTRIBUTIONS, epsilon=EPSILON, delta=DELTA)
     measurement = wgm.make_wgm_from_budget(
@@ -195,14 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         per: dict[str, tuple[list[float], list[float]]] = {}
         mm, secs = [], []
         for _ in range(args.trials):
-            s, out = timed(lambda: measurement(df))
+            s, out = timed(lambda d=df: measurement(d))
             mm.append(missing_mass(truth, out))
             secs.append(s)
         per["WGM"] = (mm, secs)
         for sched, rounds in plans.items():
             mm, secs = [], []
             for _ in range(args.trials):
-                s, out = timed(lambda r=rounds: run_schedule(frame, space, r))
+                s, out = timed(lambda r=rounds, fr=frame: run_schedule(fr, space, r))
                 mm.append(missing_mass(truth, out))
                 secs.append(s)
             per[sched] = (mm, secs)
@@ -214,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     methods = ["WGM", *plans]
     print(f"# DP-SIPS schedules: missing mass (ε = {EPSILON:g}, δ = {DELTA:g}, Δ0 = {MAX_CONTRIBUTIONS})\n")
-    print(f"trials: {args.trials}; load average at start: {load_at_start}; "
-          f"WGM σ = {calibration.scale:.5f}, T = {calibration.threshold:.4f}\n")
+    print(
+        f"trials: {args.trials}; load average at start: {load_at_start}; "
+        f"WGM σ = {calibration.scale:.5f}, T = {calibration.threshold:.4f}\n"
+    )
     print("## Calibration per schedule (σ_i, T_i)\n")
     print("| schedule | fractions | σ_i | T_i |\n|---|---|---|---|")
     for sched, rounds in plans.items():
@@ -248,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     near = ("amazon_magazine_subscriptions", "movielens_100k")
     gain = ("imdb_50k", "fimi_retail")
     print("\n## Targets (PASS/MISS; margins in parentheses, positive = met with room)\n")
-    headers = [f"{d} ≤ {v}" for d, v in absolute.items()] + [f"{d} ≤ WGM+0.005" for d in near] + [
-        f"{d} ≤ WGM−0.04" for d in gain
-    ]
+    headers = (
+        [f"{d} ≤ {v}" for d, v in absolute.items()]
+        + [f"{d} ≤ WGM+0.005" for d in near]
+        + [f"{d} ≤ WGM−0.04" for d in gain]
+    )
     print("| schedule | " + " | ".join(headers) + " | met | worst loss vs WGM (all sets) |")
     print("|---" * (len(headers) + 3) + "|")
     scores: dict[str, tuple[int, int, float]] = {}
@@ -271,19 +288,31 @@ def main(argv: list[str] | None = None) -> int:
     if TIMING_DATASET in results:
         per = results[TIMING_DATASET]
         one = statistics.median(per["WGM"][1])
-        print(f"\n## Time per call on {TIMING_DATASET} (median of {args.trials}; target: R rounds ≤ R × one WGM call)\n")
+        target = "target: R rounds ≤ R × one WGM call"
+        print(f"\n## Time per call on {TIMING_DATASET} (median of {args.trials}; {target})\n")
         print("| method | rounds | seconds | × one WGM call | ≤ R × WGM |\n|---|---|---|---|---|")
         print(f"| WGM (make_wgm_from_budget) | 1 | {one:.2f} | 1.00 | – |")
         for m in methods[1:]:
             s = statistics.median(per[m][1])
             r = len(plans[m])
-            print(f"| {m} | {r} | {s:.2f} | {s / one:.2f} | {'PASS' if s <= r * one else 'MISS'} |")
+            verdict = "–" if r == 1 else ("PASS" if s <= r * one else "MISS")  # R = 1: the simulation check
+            print(f"| {m} | {r} | {s:.2f} | {s / one:.2f} | {verdict} |")
 
     candidates = [m for m in methods[1:] if len(plans[m]) > 1]
-    best = max(candidates, key=lambda m: (scores[m][0], -scores[m][2]))
-    print(f"\n## Recommendation\n\nmost targets met, then smallest worst loss against WGM: **{best}** "
-          f"(fractions {', '.join(f'{f:.3f}' for f in schedules[best])}; {scores[best][0]}/{scores[best][1]} "
-          f"targets, worst loss vs WGM {scores[best][2]:+.3f})")
+    if not candidates:
+        return 0
+    # "no worse than WGM" first: the smallest worst loss against WGM over every data set measured (rounded to
+    # 0.005, about the noise of 5 trials on the small sets), then the most targets met; and, for contrast, the
+    # schedule meeting the most targets
+    safest = min(candidates, key=lambda m: (round(max(scores[m][2], 0.0) / 0.005), -scores[m][0], scores[m][2]))
+    most = max(candidates, key=lambda m: (scores[m][0], -scores[m][2]))
+    print("\n## Recommendation\n")
+    for label, m in (("no worse than WGM (smallest worst loss, then most targets)", safest), ("most targets", most)):
+        fractions = ", ".join(f"{f:.3f}" for f in schedules[m])
+        print(
+            f"- {label}: **{m}** (fractions {fractions}; {scores[m][0]}/{scores[m][1]} targets, "
+            f"worst loss vs WGM {scores[m][2]:+.3f})"
+        )
     return 0
 
 
