@@ -212,8 +212,8 @@ def make_dp_sips_from_budget(
 
     The budget is split over the rounds by ``fractions`` (default: two rounds, (0.05, 0.95), the schedule
     measured to keep most of the multi-round gain where users hold many items and to lose at most ≈0.005
-    missing mass against the WGM where they hold one or two: ``docs/dp_sips.md``), both the Gaussian part (:math:`\sigma_i = \sigma /
-    \sqrt{f_i}`) and the threshold part (:math:`\delta_{T,i} = f_i\,\delta_T`);
+    missing mass against the WGM where they hold one or two: ``docs/dp_sips.md``), both the Gaussian part
+    (:math:`\sigma_i = \sigma / \sqrt{f_i}`) and the threshold part (:math:`\delta_{T,i} = f_i\,\delta_T`);
     :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips` searches on the privacy map, and the measurement is
     :func:`make_dp_sips` with those parameters, so ``m.check(1, budget)`` holds.
 
