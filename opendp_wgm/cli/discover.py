@@ -74,7 +74,6 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
 
 
 _MECHANISMS = ("wgm", "dp-sips")
-_DEFAULT_ROUNDS, _DEFAULT_RATIO = 3, 0.3
 
 
 def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,31 +82,32 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
         "--mechanism",
         choices=_MECHANISMS,
         default="wgm",
-        help="wgm: one round (default); dp-sips: --rounds rounds, each on the items not yet released",
+        help="wgm: one round (default); dp-sips: several rounds, each on the items not yet released "
+        "(default schedule: 5%% then 95%% of the budget)",
     )
     group.add_argument(
         "--rounds",
         type=_positive_int,
         metavar="R",
-        help=f"dp-sips only: the number of rounds (default: {_DEFAULT_ROUNDS})",
+        help="dp-sips only: a geometric schedule of R rounds (with --ratio; default R = 3 when --ratio is given)",
     )
     group.add_argument(
         "--ratio",
         type=_positive_real,  # the library checks r <= 1, with its message
         metavar="r",
-        help="dp-sips only: round i gets a share of the budget proportional to r^(R-i), r in (0, 1] "
-        f"(default: {_DEFAULT_RATIO:g})",
+        help="dp-sips only: round i of a geometric schedule gets a share of the budget proportional to r^(R-i) "
+        "(default r = 0.3 when --rounds is given)",
     )
 
 
-def _sips_options(args: argparse.Namespace) -> tuple[int, float]:
-    """``--rounds`` and ``--ratio``, which apply only with ``--mechanism dp-sips``."""
+def _sips_options(args: argparse.Namespace) -> tuple[int | None, float | None]:
+    """``--rounds`` and ``--ratio`` (None: the library's default schedule), which apply only with
+    ``--mechanism dp-sips``."""
     if args.mechanism != "dp-sips":
         for option in ("rounds", "ratio"):
             if getattr(args, option) is not None:
                 raise CLIError(f"--{option} applies only with --mechanism dp-sips")
-    rounds = _DEFAULT_ROUNDS if args.rounds is None else args.rounds
-    return rounds, _DEFAULT_RATIO if args.ratio is None else args.ratio
+    return args.rounds, args.ratio
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
                 zip(calibration.fractions, calibration.scales, calibration.thresholds, strict=True), start=1
             )
         ]
-        return _Plan(f"DP-SIPS ({rounds} rounds)", measurement, [*lines, execution.line()])
+        return _Plan(f"DP-SIPS ({len(calibration.fractions)} rounds)", measurement, [*lines, execution.line()])
 
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":

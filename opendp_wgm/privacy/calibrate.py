@@ -33,7 +33,7 @@ from opendp_wgm.privacy.peeling import (
     peeling_loss,
     peeling_rho,
 )
-from opendp_wgm.privacy.sips import check_fractions, combined_scale, dp_sips_privacy_loss, sips_fractions
+from opendp_wgm.privacy.sips import combined_scale, dp_sips_privacy_loss, schedule
 from opendp_wgm.privacy.threshold import (
     LATTICE_BITS,
     MAX_SCALE,
@@ -351,8 +351,8 @@ def calibrate_dp_sips(
     epsilon: float | None = None,
     rho: float | None = None,
     fractions: Sequence[float] | None = None,
-    rounds: int = 3,
-    ratio: float = 0.3,
+    rounds: int | None = None,
+    ratio: float | None = None,
     noise_delta_fraction: float = 0.5,
 ) -> DPSIPSCalibration:
     r"""Calibrate DP-SIPS's per-round (σ_i, T_i) to a budget, by searching on the privacy maps.
@@ -379,17 +379,19 @@ def calibrate_dp_sips(
     epsilon, rho
         Exactly one of them, > 0.
     fractions
-        The rounds' shares f_i (> 0, summing to 1); when given, ``rounds`` and ``ratio`` are not used.
+        The rounds' shares f_i (> 0, summing to 1); then ``rounds`` and ``ratio`` must be None.
     rounds, ratio
-        The geometric schedule :math:`f_i \propto r^{R-i}` (:func:`~opendp_wgm.privacy.sips.sips_fractions`)
-        used when ``fractions`` is None; default R = 3, r = 0.3: (0.065, 0.216, 0.719).
+        The geometric schedule :math:`f_i \propto r^{R-i}` (:func:`~opendp_wgm.privacy.sips.sips_fractions`),
+        used when either is given (the other defaulting to R = 3, r = 0.3: (0.065, 0.216, 0.719)).
+        With none of ``fractions``, ``rounds``, ``ratio``: :data:`~opendp_wgm.privacy.sips.DEFAULT_FRACTIONS`
+        (0.05, 0.95).
     noise_delta_fraction
         Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
     """
     max_contributions = check_max_contributions(max_contributions)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
-    shares = sips_fractions(rounds, ratio) if fractions is None else check_fractions(fractions)
+    shares = schedule(fractions, rounds, ratio)
     # every σ_i = σ/√f_i must stay within MAX_SCALE: the widest round bounds the combined σ
     limit = MAX_SCALE * math.sqrt(min(shares)) * _SCALE_LIMIT_MARGIN
     scale, noise_delta = _noise_scale(budget, max_contributions, fraction, limit)
