@@ -624,9 +624,9 @@ def make_dp_sips_from_budget(
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
-    rounds: int = 3,
-    ratio: float = 0.3,
     fractions: Sequence[float] | None = None,
+    rounds: int | None = None,
+    ratio: float | None = None,
     noise_delta_fraction: float = 0.5,
 ) -> dp.Measurement:
     r"""The Spark DP-SIPS calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.

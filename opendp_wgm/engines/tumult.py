@@ -586,11 +586,11 @@ class DPSIPSMeasurement(_SparkTwoStage):
 
 def create_dp_sips_measurement(
     input_domain: Any, user: str, item: str, *, epsilon: Any, delta: Any, max_contributions: int,
-    rounds: int = 3, ratio: float = 0.3, fractions: Any = None, noise_delta_fraction: float = 0.5,
+    fractions: Any = None, rounds: int | None = None, ratio: float | None = None, noise_delta_fraction: float = 0.5,
 ) -> DPSIPSMeasurement:  # fmt: skip
     """A :class:`DPSIPSMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`
-    (``rounds``, ``ratio``, ``fractions`` and ``noise_delta_fraction`` as for
-    :func:`opendp_wgm.make_dp_sips_from_budget`).
+    (``fractions``, ``rounds``, ``ratio`` and ``noise_delta_fraction`` as for
+    :func:`opendp_wgm.make_dp_sips_from_budget`, with its default schedule).
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """

@@ -361,8 +361,10 @@ def test_dp_sips_map_is_the_polars_map(ws) -> None:
         m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), max_contributions=100, **budget)
         reference = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, **budget)
         assert m.check(1, tuple(budget.values())) and m.map(2) == reference.map(2)
-    two = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), max_contributions=10, epsilon=1.0, delta=1e-5, fractions=[0.1, 0.9])
-    assert two.map(1) == wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=10, epsilon=1.0, delta=1e-5, fractions=[0.1, 0.9]).map(1)
+    for schedule in ({"fractions": [0.1, 0.9]}, {"rounds": 3}, {"ratio": 0.5}):
+        budget = dict(max_contributions=10, epsilon=1.0, delta=1e-5, **schedule)
+        m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), **budget)
+        assert m.map(1) == wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **budget).map(1)
     chained = ws.spark_user_items_space() >> ws.then_dp_sips(max_contributions=3, scales=[1.0, 1.0], thresholds=[5.0, 5.0])
     assert chained.map(1)[0] == pytest.approx(1.0)
 
