@@ -11,13 +11,12 @@ from opendp_wgm.cli._args import (
     _add_data_arguments,
     _add_execution_arguments,
     _add_output_arguments,
+    _add_sips_arguments,
     _budget,
     _execution,
     _noise,
-    _positive_int,
-    _positive_real,
+    _sips_options,
 )
-from opendp_wgm.cli._errors import CLIError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -74,7 +73,6 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
 
 
 _MECHANISMS = ("wgm", "dp-sips")
-_DEFAULT_ROUNDS, _DEFAULT_RATIO = 3, 0.3
 
 
 def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,29 +83,7 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
         default="wgm",
         help="wgm: one round (default); dp-sips: --rounds rounds, each on the items not yet released",
     )
-    group.add_argument(
-        "--rounds",
-        type=_positive_int,
-        metavar="R",
-        help=f"dp-sips only: the number of rounds (default: {_DEFAULT_ROUNDS})",
-    )
-    group.add_argument(
-        "--ratio",
-        type=_positive_real,  # the library checks r <= 1, with its message
-        metavar="r",
-        help="dp-sips only: round i gets a share of the budget proportional to r^(R-i), r in (0, 1] "
-        f"(default: {_DEFAULT_RATIO:g})",
-    )
-
-
-def _sips_options(args: argparse.Namespace) -> tuple[int, float]:
-    """``--rounds`` and ``--ratio``, which apply only with ``--mechanism dp-sips``."""
-    if args.mechanism != "dp-sips":
-        for option in ("rounds", "ratio"):
-            if getattr(args, option) is not None:
-                raise CLIError(f"--{option} applies only with --mechanism dp-sips")
-    rounds = _DEFAULT_ROUNDS if args.rounds is None else args.rounds
-    return rounds, _DEFAULT_RATIO if args.ratio is None else args.ratio
+    _add_sips_arguments(group, "--mechanism dp-sips")
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -118,6 +94,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _Plan,
         _print_head,
         _release_and_report,
+        _sips_lines,
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
@@ -127,7 +104,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     budget = _budget(args)
     noise = _noise(args)
     execution = _execution(args)
-    rounds, ratio = _sips_options(args)
+    rounds, ratio = _sips_options(args, sips=args.mechanism == "dp-sips", when="--mechanism dp-sips")
 
     def plan_sips() -> _Plan:
         calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio)
@@ -139,13 +116,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             **budget.kwargs(),
             **execution.kwargs(),
         )
-        lines = [
-            f"  {'calibration' if i == 1 else '':<14}round {i} ({fraction:.3g} of the budget): "
-            + _wgm_line(scale, threshold, calibration.max_contributions, noise)
-            for i, (fraction, scale, threshold) in enumerate(
-                zip(calibration.fractions, calibration.scales, calibration.thresholds, strict=True), start=1
-            )
-        ]
+        lines = _sips_lines(calibration, noise=noise, label="calibration")
         return _Plan(f"DP-SIPS ({rounds} rounds)", measurement, [*lines, execution.line()])
 
     def plan() -> _Plan:
