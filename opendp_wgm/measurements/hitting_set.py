@@ -480,8 +480,8 @@ def make_wgm_hitting_set_from_budget(
     :func:`calibrate_wgm_hitting_set`, which shows every calibrated parameter. The result is
     :func:`make_wgm_hitting_set` with those parameters, so ``m.check(1, budget)`` holds. With
     ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`, ``rounds`` rounds on the items
-    not yet released) calibrated to the same share by :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`; the map is still the
-    sum of the stage maps.
+    not yet released) calibrated to the same share by
+    :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`; the map is still the sum of the stage maps.
 
     Parameters
     ----------

@@ -346,8 +346,9 @@ def make_wgm_top_k_from_budget(
     - ``rho``: stage 1 gets (split·ρ, δ), stage 2 (1 − split)·ρ (the peeling needs no δ).
 
     With ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`, ``rounds`` rounds on the
-    items not yet released) calibrated to the same share by :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`: it beats the
-    WGM where users hold many items (``docs/privacy.md``). The map is still the sum of the stage maps.
+    items not yet released) calibrated to the same share by
+    :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`: it beats the WGM where users hold many items
+    (``docs/privacy.md`` §4). The map is still the sum of the stage maps.
 
     Parameters
     ----------

@@ -417,8 +417,8 @@ def calibrate_dp_sips(
     epsilon: float | None = None,
     rho: float | None = None,
     fractions: Sequence[float] | None = None,
-    rounds: int = 3,
-    ratio: float = 0.3,
+    rounds: int = _DEFAULT_SIPS_ROUNDS,
+    ratio: float = _DEFAULT_SIPS_RATIO,
     noise_delta_fraction: float = 0.5,
 ) -> DPSIPSCalibration:
     r"""Calibrate DP-SIPS's per-round (σ_i, T_i) to a budget, by searching on the privacy maps.
