@@ -218,35 +218,31 @@ def _add_split_argument(parser: argparse._ActionsContainer, wgm_only: str = "") 
     )
 
 
-#: DP-SIPS's default schedule (that of the library's ``calibrate_dp_sips``).
-_DEFAULT_ROUNDS, _DEFAULT_RATIO = 3, 0.3
-
-
 def _add_sips_arguments(group: argparse._ActionsContainer, when: str) -> None:
     """``--rounds`` and ``--ratio``: DP-SIPS's schedule, which applies only ``when`` (e.g. "--mechanism dp-sips")."""
     group.add_argument(
         "--rounds",
         type=_positive_int,
         metavar="R",
-        help=f"{when} only: the number of DP-SIPS rounds (default: {_DEFAULT_ROUNDS})",
+        help=f"{when} only: a geometric schedule of R rounds (with --ratio; default R = 3 when --ratio is given)",
     )
     group.add_argument(
         "--ratio",
-        type=_positive_real,  # the library checks r, with its message
+        type=_positive_real,  # the library checks r <= 1, with its message
         metavar="r",
-        help=f"{when} only: DP-SIPS round i gets a share of the budget proportional to r^(R-i), r in (0, 1] "
-        f"(default: {_DEFAULT_RATIO:g})",
+        help=f"{when} only: round i of a geometric schedule gets a share of the budget proportional to r^(R-i) "
+        "(default r = 0.3 when --rounds is given; without either, the library's default schedule: 5%% then 95%%)",
     )
 
 
-def _sips_options(args: argparse.Namespace, *, sips: bool, when: str) -> tuple[int, float]:
-    """``--rounds`` and ``--ratio`` (defaults filled in); they may be given only if ``sips`` (``when``)."""
+def _sips_options(args: argparse.Namespace, *, sips: bool, when: str) -> tuple[int | None, float | None]:
+    """``--rounds`` and ``--ratio`` (None: the library's default schedule); they may be given only if ``sips``
+    (``when``)."""
     if not sips:
         for option in ("rounds", "ratio"):
             if getattr(args, option) is not None:
                 raise CLIError(f"--{option} applies only with {when}")
-    rounds = _DEFAULT_ROUNDS if args.rounds is None else args.rounds
-    return rounds, _DEFAULT_RATIO if args.ratio is None else args.ratio
+    return args.rounds, args.ratio
 
 
 _STAGE_1 = "--stage-1 dp-sips"

@@ -81,7 +81,8 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
         "--mechanism",
         choices=_MECHANISMS,
         default="wgm",
-        help="wgm: one round (default); dp-sips: --rounds rounds, each on the items not yet released",
+        help="wgm: one round (default); dp-sips: several rounds, each on the items not yet released "
+        "(default schedule: 5%% then 95%% of the budget)",
     )
     _add_sips_arguments(group, "--mechanism dp-sips")
 
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             **execution.kwargs(),
         )
         lines = _sips_lines(calibration, noise=noise, label="calibration")
-        return _Plan(f"DP-SIPS ({rounds} rounds)", measurement, [*lines, execution.line()])
+        return _Plan(f"DP-SIPS ({calibration.rounds} rounds)", measurement, [*lines, execution.line()])
 
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":

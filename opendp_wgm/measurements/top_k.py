@@ -365,7 +365,8 @@ def make_wgm_top_k_from_budget(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
     rounds, ratio
-        ``stage_1="dp-sips"`` only: its R ≥ 1 rounds and ratio r (default 3 and 0.3).
+        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (None: the default schedule
+        of :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`).
 
     Examples
     --------

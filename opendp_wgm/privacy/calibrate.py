@@ -33,7 +33,7 @@ from opendp_wgm.privacy.peeling import (
     peeling_loss,
     peeling_rho,
 )
-from opendp_wgm.privacy.sips import check_fractions, combined_scale, dp_sips_privacy_loss, sips_fractions
+from opendp_wgm.privacy.sips import combined_scale, dp_sips_privacy_loss, schedule
 from opendp_wgm.privacy.threshold import (
     LATTICE_BITS,
     MAX_SCALE,
@@ -285,22 +285,14 @@ def _smallest_threshold(scale: float, max_contributions: int, threshold_delta: f
 #: Stage 1 of a two-stage mechanism (top-k, hitting set): the WGM (one round, the paper's) or DP-SIPS.
 Stage1Mechanism = Literal["wgm", "dp-sips"]
 STAGE_1_MECHANISMS: tuple[Stage1Mechanism, ...] = ("wgm", "dp-sips")
-#: DP-SIPS's default schedule as a stage 1 (that of :func:`calibrate_dp_sips`).
-_DEFAULT_SIPS_ROUNDS, _DEFAULT_SIPS_RATIO = 3, 0.3
-
-
-def check_stage_1(stage_1: Any, rounds: Any, ratio: Any) -> tuple[Stage1Mechanism, int, float]:
-    """``stage_1`` and DP-SIPS's schedule (``rounds``, ``ratio``), which may be given only with ``"dp-sips"``;
-    the defaults (R = 3, r = 0.3) filled in. The schedule itself is checked by the calibration."""
-    stage_1 = _check_choice("stage_1", stage_1, STAGE_1_MECHANISMS)
-    if stage_1 == "wgm":
+def check_stage_1(stage_1: Any, rounds: Any, ratio: Any) -> Stage1Mechanism:
+    """``stage_1``; DP-SIPS's schedule (``rounds``, ``ratio``) may be given only with ``"dp-sips"`` (None there:
+    :func:`calibrate_dp_sips`'s default schedule, which checks them)."""
+    mechanism = _check_choice("stage_1", stage_1, STAGE_1_MECHANISMS)
+    if mechanism == "wgm":
         _check_absent("rounds", rounds, unless="stage_1='dp-sips'")
         _check_absent("ratio", ratio, unless="stage_1='dp-sips'")
-    return (
-        stage_1,
-        _DEFAULT_SIPS_ROUNDS if rounds is None else rounds,
-        _DEFAULT_SIPS_RATIO if ratio is None else ratio,
-    )
+    return mechanism
 
 
 def _stage_1(
@@ -309,8 +301,8 @@ def _stage_1(
     max_contributions: int,
     noise_delta_fraction: float = 0.5,
     stage_1: Stage1Mechanism = "wgm",
-    rounds: int = _DEFAULT_SIPS_ROUNDS,
-    ratio: float = _DEFAULT_SIPS_RATIO,
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> WGMCalibration | DPSIPSCalibration:
     """Stage 1 of a two-stage calibration: the WGM (or DP-SIPS with ``rounds`` and ``ratio``) at ``split`` of
     ``budget``; a budget too small for it is restated in terms of the total."""
@@ -417,8 +409,8 @@ def calibrate_dp_sips(
     epsilon: float | None = None,
     rho: float | None = None,
     fractions: Sequence[float] | None = None,
-    rounds: int = _DEFAULT_SIPS_ROUNDS,
-    ratio: float = _DEFAULT_SIPS_RATIO,
+    rounds: int | None = None,
+    ratio: float | None = None,
     noise_delta_fraction: float = 0.5,
 ) -> DPSIPSCalibration:
     r"""Calibrate DP-SIPS's per-round (σ_i, T_i) to a budget, by searching on the privacy maps.
@@ -445,17 +437,19 @@ def calibrate_dp_sips(
     epsilon, rho
         Exactly one of them, > 0.
     fractions
-        The rounds' shares f_i (> 0, summing to 1); when given, ``rounds`` and ``ratio`` are not used.
+        The rounds' shares f_i (> 0, summing to 1); then ``rounds`` and ``ratio`` must be None.
     rounds, ratio
-        The geometric schedule :math:`f_i \propto r^{R-i}` (:func:`~opendp_wgm.privacy.sips.sips_fractions`)
-        used when ``fractions`` is None; default R = 3, r = 0.3: (0.065, 0.216, 0.719).
+        The geometric schedule :math:`f_i \propto r^{R-i}` (:func:`~opendp_wgm.privacy.sips.sips_fractions`),
+        used when either is given (the other defaulting to R = 3, r = 0.3: (0.065, 0.216, 0.719)).
+        With none of ``fractions``, ``rounds``, ``ratio``: :data:`~opendp_wgm.privacy.sips.DEFAULT_FRACTIONS`
+        (0.05, 0.95).
     noise_delta_fraction
         Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
     """
     max_contributions = check_max_contributions(max_contributions)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
-    shares = sips_fractions(rounds, ratio) if fractions is None else check_fractions(fractions)
+    shares = schedule(fractions, rounds, ratio)
     # every σ_i = σ/√f_i must stay within MAX_SCALE: the widest round bounds the combined σ
     limit = MAX_SCALE * math.sqrt(min(shares)) * _SCALE_LIMIT_MARGIN
     scale, noise_delta = _noise_scale(budget, max_contributions, fraction, limit)
@@ -582,13 +576,13 @@ def calibrate_wgm_top_k(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism (default the WGM, the paper's).
     rounds, ratio
-        ``stage_1="dp-sips"`` only: DP-SIPS's schedule (default R = 3, r = 0.3; :func:`calibrate_dp_sips`).
+        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (None: :func:`calibrate_dp_sips`'s default).
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     split = _check_probability("split", split)
-    stage_1, rounds, ratio = check_stage_1(stage_1, rounds, ratio)
+    stage_1 = check_stage_1(stage_1, rounds, ratio)
     first = _stage_1(budget, split, max_contributions, stage_1=stage_1, rounds=rounds, ratio=ratio)
     wgm, sips = _split_stage_1(first)
     _, rest = budget.split(split)
@@ -756,7 +750,7 @@ def calibrate_wgm_hitting_set(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism (default the WGM, the paper's).
     rounds, ratio
-        ``stage_1="dp-sips"`` only: DP-SIPS's schedule (default R = 3, r = 0.3; :func:`calibrate_dp_sips`).
+        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (None: :func:`calibrate_dp_sips`'s default).
 
     Examples
     --------
@@ -769,7 +763,7 @@ def calibrate_wgm_hitting_set(
     max_contributions = check_max_contributions(max_contributions)
     split = _check_probability("split", split)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
-    stage_1, rounds, ratio = check_stage_1(stage_1, rounds, ratio)
+    stage_1 = check_stage_1(stage_1, rounds, ratio)
     first = _stage_1(
         budget, split, max_contributions, noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio
     )

@@ -24,11 +24,19 @@ from opendp_wgm.privacy.gaussian import (
 from opendp_wgm.privacy.threshold import _threshold_delta, check_max_contributions
 
 __all__ = [
+    "DEFAULT_FRACTIONS",
     "check_fractions",
     "combined_scale",
     "dp_sips_privacy_loss",
+    "schedule",
     "sips_fractions",
 ]
+
+#: The default schedule: two rounds, 5% then 95% of the budget. Measured on eleven real data sets (docs/dp_sips.md)
+#: it keeps most of the multi-round gain where users hold many items (imdb_50k −0.055, fimi_retail −0.041 missing
+#: mass against the WGM) and loses at most ≈0.005 where they hold one or two (the geometric R = 3, r = 0.3 schedule
+#: of the DP-SIPS paper loses up to 0.043 there).
+DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.95)
 
 #: Tolerance on the sum of the fractions.
 _FRACTION_SUM_TOLERANCE = 1e-9
@@ -61,6 +69,22 @@ def sips_fractions(rounds: int, ratio: float) -> tuple[float, ...]:
         msg = f"`ratio` must give positive, finite fractions over {rounds} rounds (found {ratio!r})"
         raise ValueError(msg)
     return check_fractions(tuple(p / total for p in powers))
+
+
+def schedule(
+    fractions: Sequence[float] | None = None, rounds: int | None = None, ratio: float | None = None
+) -> tuple[float, ...]:
+    """The rounds' budget fractions: ``fractions`` if given; else the geometric :func:`sips_fractions` if
+    ``rounds`` or ``ratio`` is given (the other defaulting to R = 3, r = 0.3); else :data:`DEFAULT_FRACTIONS`."""
+    if fractions is not None:
+        for name, value in (("rounds", rounds), ("ratio", ratio)):
+            if value is not None:
+                msg = f"`{name}` must be None when `fractions` is given (found {value!r})"
+                raise ValueError(msg)
+        return check_fractions(fractions)
+    if rounds is None and ratio is None:
+        return DEFAULT_FRACTIONS
+    return sips_fractions(3 if rounds is None else rounds, 0.3 if ratio is None else ratio)
 
 
 def check_fractions(fractions: object) -> tuple[float, ...]:

@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from opendp_wgm.privacy.calibrate import calibrate_dp_sips, calibrate_wgm
 from opendp_wgm.privacy.gaussian import analytic_gaussian_delta, wgm_privacy_loss, wgm_rho
-from opendp_wgm.privacy.sips import check_fractions, combined_scale, dp_sips_privacy_loss, sips_fractions
+from opendp_wgm.privacy.sips import (
+    DEFAULT_FRACTIONS,
+    check_fractions,
+    combined_scale,
+    dp_sips_privacy_loss,
+    schedule,
+    sips_fractions,
+)
 from opendp_wgm.privacy.threshold import wgm_threshold_delta
 
 # --- the schedule ---------------------------------------------------------------------------------------------
@@ -202,7 +209,7 @@ def test_tighter_than_naive_composition(epsilon: float, split: str) -> None:
 
 
 def test_calibration_oracle() -> None:
-    cal = calibrate_dp_sips(max_contributions=100, epsilon=1.0, delta=1e-5)
+    cal = calibrate_dp_sips(max_contributions=100, epsilon=1.0, delta=1e-5, rounds=3, ratio=0.3)
     assert cal.rounds == 3
     assert cal.scales == pytest.approx((15.264448, 8.360683, 4.579334), abs=1e-6)
     assert cal.thresholds == pytest.approx((88.69503, 46.90991, 24.76546), abs=1e-5)
@@ -213,10 +220,22 @@ def test_calibration_oracle() -> None:
     assert 0.9999e-5 <= loss[1] <= 1e-5  # the whole δ is used
 
 
-def test_calibration_fractions_override_the_schedule() -> None:
-    cal = calibrate_dp_sips(max_contributions=10, epsilon=1.0, delta=1e-6, fractions=[0.1, 0.9], rounds=5)
+def test_default_schedule() -> None:
+    """Without fractions, rounds or ratio: two rounds, 5% then 95% of the budget, σ_i = σ/√f_i."""
+    cal = calibrate_dp_sips(max_contributions=100, epsilon=1.0, delta=1e-5)
+    assert cal.fractions == DEFAULT_FRACTIONS == (0.05, 0.95)
+    sigma = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5).scale
+    assert cal.scales == pytest.approx(tuple(sigma / math.sqrt(f) for f in DEFAULT_FRACTIONS), rel=1e-12)
+    assert schedule(rounds=2) == sips_fractions(2, 0.3)
+    assert schedule(ratio=0.5) == sips_fractions(3, 0.5)
+
+
+def test_fractions_and_a_geometric_schedule_are_exclusive() -> None:
+    cal = calibrate_dp_sips(max_contributions=10, epsilon=1.0, delta=1e-6, fractions=[0.1, 0.9])
     assert cal.fractions == (0.1, 0.9)
     assert cal.rounds == 2
+    with pytest.raises(ValueError, match=r"`rounds` must be None when `fractions` is given \(found 5\)"):
+        calibrate_dp_sips(max_contributions=10, epsilon=1.0, delta=1e-6, fractions=[0.1, 0.9], rounds=5)
 
 
 def test_calibration_errors() -> None:
@@ -234,7 +253,7 @@ def test_calibration_budget_too_small_in_the_users_terms() -> None:
     # σ_1 = 1/√(2 f_1 ρ) > 2^20 below ρ = 4.5e-13/0.065 = 7.0e-12
     calibrate_wgm(max_contributions=10, rho=5e-12, delta=1e-6)
     with pytest.raises(ValueError, match=r"`rho` must be >= 7.0\de-12 at any `delta` \(found 5e-12\)"):
-        calibrate_dp_sips(max_contributions=10, rho=5e-12, delta=1e-6)
+        calibrate_dp_sips(max_contributions=10, rho=5e-12, delta=1e-6, rounds=3, ratio=0.3)
     with pytest.raises(ValueError, match=r"`epsilon` must be >= .* at `delta` = 1e-07 \(found 1e-09\)"):
         calibrate_dp_sips(max_contributions=10, epsilon=1e-9, delta=1e-7)
 
