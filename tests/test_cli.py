@@ -750,3 +750,57 @@ def test_discover_dp_sips_releases_rounds_and_prints_each_rounds_calibration(
 def test_discover_dp_sips_bad_options(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     code, _, err = _run(capsys, "--demo-users", 50, *argv)
     assert code == 2 and message in err, err
+
+
+# --------------------------------------------------------------------------------------------------------
+# top-k / hitting-set --stage-1 dp-sips
+# --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("command", "name"), [("top-k", "DP-SIPS-then-top-k"), ("hitting-set", "DP-SIPS-then-peeling")]
+)
+def test_two_stage_dp_sips_stage_1_prints_each_rounds_calibration(
+    capsys: pytest.CaptureFixture[str], csv_path: Path, command: str, name: str
+) -> None:
+    code, out, err = _run_command(
+        capsys, command, csv_path, "--user", "uid", "--item", "thing", "--k", "1", "--stage-1", "dp-sips",
+        "--rounds", "2", "--ratio", "0.5",
+    )
+    assert code == 0, err
+    assert f"{name} released" in err and "DP-SIPS (2 rounds), 0.5 of the budget:" in err
+    # fractions 1/3, 2/3 of stage 1's half of the budget; each round's σ and T on its own line
+    assert "round 1 (0.167 of the budget): σ = " in err and "round 2 (0.333 of the budget): σ = " in err
+    assert "stage loss    DP-SIPS (2 rounds) ε = 0.5" in err
+    assert "budget spent  ε = 1, δ = " in err
+    assert "a" in out  # 300 users hold it: the one item released
+
+
+@pytest.mark.parametrize("command", ["top-k", "hitting-set"])
+def test_two_stage_default_stage_1_is_the_wgm(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, _, err = _run_command(capsys, command, "--demo-users", 300, "--seed", 1, "--k", 3)
+    assert code == 0, err
+    assert "calibration   WGM (0.5 of the budget): σ = " in err and "DP-SIPS" not in err
+
+
+@pytest.mark.parametrize("command", ["top-k", "hitting-set"])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "2"], "--rounds applies only with --stage-1 dp-sips"),
+        (["--stage-1", "wgm", "--ratio", "0.5"], "--ratio applies only with --stage-1 dp-sips"),
+        (["--stage-1", "dp-sips", "--ratio", "0"], "argument --ratio: must be in (0.0, inf) (found 0.0)"),
+        (["--stage-1", "dp-sips", "--rounds", "0"], "must be an integer >= 1"),
+        (["--stage-1", "sips"], "invalid choice"),
+    ],
+)
+def test_two_stage_stage_1_bad_options(
+    capsys: pytest.CaptureFixture[str], command: str, argv: list[str], message: str
+) -> None:
+    code, _, err = _run_command(capsys, command, "--demo-users", 50, "--k", 2, *argv)
+    assert code == 2 and message in err, err
+
+
+def test_top_k_limited_domain_refuses_stage_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run_command(
+        capsys, "top-k", "--demo-users", 50, "--k", 2, "--mechanism", "limited-domain", "--stage-1", "dp-sips"
+    )
+    assert code == 2 and "--stage-1 applies only to --mechanism wgm" in err, err

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from opendp_wgm.cli._errors import CLIError
 
@@ -216,6 +216,55 @@ def _add_split_argument(parser: argparse._ActionsContainer, wgm_only: str = "") 
         help=f"share of the budget (of ε and δ, or of ρ) given to the WGM stage, in (0, 1); the peeling stage "
         f"gets the rest (default: {_DEFAULT_SPLIT:g}, the paper's){wgm_only}",
     )
+
+
+def _add_sips_arguments(group: argparse._ActionsContainer, when: str) -> None:
+    """``--rounds`` and ``--ratio``: DP-SIPS's schedule, which applies only ``when`` (e.g. "--mechanism dp-sips")."""
+    group.add_argument(
+        "--rounds",
+        type=_positive_int,
+        metavar="R",
+        help=f"{when} only: a geometric schedule of R rounds (with --ratio; default R = 3 when --ratio is given)",
+    )
+    group.add_argument(
+        "--ratio",
+        type=_positive_real,  # the library checks r <= 1, with its message
+        metavar="r",
+        help=f"{when} only: round i of a geometric schedule gets a share of the budget proportional to r^(R-i) "
+        "(default r = 0.3 when --rounds is given; without either, the library's default schedule: 5%% then 95%%)",
+    )
+
+
+def _sips_options(args: argparse.Namespace, *, sips: bool, when: str) -> tuple[int | None, float | None]:
+    """``--rounds`` and ``--ratio`` (None: the library's default schedule); they may be given only if ``sips``
+    (``when``)."""
+    if not sips:
+        for option in ("rounds", "ratio"):
+            if getattr(args, option) is not None:
+                raise CLIError(f"--{option} applies only with {when}")
+    return args.rounds, args.ratio
+
+
+_STAGE_1 = "--stage-1 dp-sips"
+
+
+def _add_stage_1_arguments(group: argparse._ActionsContainer, only: str = "") -> None:
+    """``--stage-1 {wgm,dp-sips}`` of a two-stage command, with DP-SIPS's ``--rounds`` and ``--ratio``."""
+    group.add_argument(
+        "--stage-1",
+        choices=("wgm", "dp-sips"),
+        help="the mechanism that discovers the candidates: wgm, one round (default, the paper's); dp-sips, "
+        f"--rounds rounds, each on the items not yet released (better where users hold many items){only}",
+    )
+    _add_sips_arguments(group, _STAGE_1)
+
+
+def _stage_1_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``stage_1``, ``rounds`` and ``ratio`` keyword arguments of the two-stage calibrations and constructors
+    (``rounds`` and ``ratio`` only with ``--stage-1 dp-sips``, as the library requires)."""
+    sips = args.stage_1 == "dp-sips"
+    rounds, ratio = _sips_options(args, sips=sips, when=_STAGE_1)
+    return {"stage_1": "dp-sips", "rounds": rounds, "ratio": ratio} if sips else {"stage_1": "wgm"}
 
 
 class _RequiredBudgetKwargs(TypedDict):

@@ -19,7 +19,7 @@ from opendp_wgm.cli._io import _exit_on_interrupt, _prepare_output, _read_input
 if TYPE_CHECKING:
     import opendp.prelude as dp
 
-    from opendp_wgm.privacy.calibrate import WGMCalibration
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration
 
 
 @dataclass
@@ -179,15 +179,44 @@ def _wgm_line(scale: float, threshold: float, max_contributions: int, noise: str
     return f"σ = {scale:.6g}, T = {threshold:.6g}, Δ0 = {max_contributions}, noise = {noise}"
 
 
-def _two_stage_lines(
-    wgm: WGMCalibration, *, split: float, noise: str, peeling: str, first: str, losses: Sequence[tuple[float, float]]
-) -> list[str]:
-    """The calibration of a WGM-then-peeling measurement: its WGM, its peeling, each stage's loss at one user."""
+def _sips_lines(calibration: DPSIPSCalibration, *, noise: str, label: str, share: float = 1.0) -> list[str]:
+    """DP-SIPS's rounds, one line each: its share of the whole budget (``share`` of it goes to DP-SIPS), σ_i, T_i."""
     return [
-        f"  calibration   WGM ({split:g} of the budget): "
-        + _wgm_line(wgm.scale, wgm.threshold, wgm.max_contributions, noise),
+        f"  {label if i == 1 else '':<14}round {i} ({share * fraction:.3g} of the budget): "
+        + _wgm_line(scale, threshold, calibration.max_contributions, noise)
+        for i, (fraction, scale, threshold) in enumerate(
+            zip(calibration.fractions, calibration.scales, calibration.thresholds, strict=True), start=1
+        )
+    ]
+
+
+def _two_stage_lines(
+    stage_1: WGMCalibration | DPSIPSCalibration,
+    *,
+    split: float,
+    noise: str,
+    peeling: str,
+    first: str,
+    losses: Sequence[tuple[float, float]],
+) -> list[str]:
+    """The calibration of a two-stage measurement: its stage 1 (the WGM, or DP-SIPS's rounds), its peeling, and
+    each stage's loss at one user."""
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration
+
+    if isinstance(stage_1, DPSIPSCalibration):
+        name = f"DP-SIPS ({stage_1.rounds} rounds)"
+        head = [f"  calibration   {name}, {split:g} of the budget:"]
+        head += _sips_lines(stage_1, noise=noise, label="", share=split)
+    else:
+        name = "WGM"
+        head = [
+            f"  calibration   WGM ({split:g} of the budget): "
+            + _wgm_line(stage_1.scale, stage_1.threshold, stage_1.max_contributions, noise)
+        ]
+    return [
+        *head,
         f"                peeling: {peeling}",
-        f"  stage loss    WGM {_loss(first, losses[0])}; peeling {_loss(first, losses[1])}",
+        f"  stage loss    {name} {_loss(first, losses[0])}; peeling {_loss(first, losses[1])}",
     ]
 
 

@@ -11,13 +11,12 @@ from opendp_wgm.cli._args import (
     _add_data_arguments,
     _add_execution_arguments,
     _add_output_arguments,
+    _add_sips_arguments,
     _budget,
     _execution,
     _noise,
-    _positive_int,
-    _positive_real,
+    _sips_options,
 )
-from opendp_wgm.cli._errors import CLIError
 
 if TYPE_CHECKING:
     import polars as pl
@@ -85,29 +84,7 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
         help="wgm: one round (default); dp-sips: several rounds, each on the items not yet released "
         "(default schedule: 5%% then 95%% of the budget)",
     )
-    group.add_argument(
-        "--rounds",
-        type=_positive_int,
-        metavar="R",
-        help="dp-sips only: a geometric schedule of R rounds (with --ratio; default R = 3 when --ratio is given)",
-    )
-    group.add_argument(
-        "--ratio",
-        type=_positive_real,  # the library checks r <= 1, with its message
-        metavar="r",
-        help="dp-sips only: round i of a geometric schedule gets a share of the budget proportional to r^(R-i) "
-        "(default r = 0.3 when --rounds is given)",
-    )
-
-
-def _sips_options(args: argparse.Namespace) -> tuple[int | None, float | None]:
-    """``--rounds`` and ``--ratio`` (None: the library's default schedule), which apply only with
-    ``--mechanism dp-sips``."""
-    if args.mechanism != "dp-sips":
-        for option in ("rounds", "ratio"):
-            if getattr(args, option) is not None:
-                raise CLIError(f"--{option} applies only with --mechanism dp-sips")
-    return args.rounds, args.ratio
+    _add_sips_arguments(group, "--mechanism dp-sips")
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -118,6 +95,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _Plan,
         _print_head,
         _release_and_report,
+        _sips_lines,
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
@@ -127,7 +105,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     budget = _budget(args)
     noise = _noise(args)
     execution = _execution(args)
-    rounds, ratio = _sips_options(args)
+    rounds, ratio = _sips_options(args, sips=args.mechanism == "dp-sips", when="--mechanism dp-sips")
 
     def plan_sips() -> _Plan:
         calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio)
@@ -139,14 +117,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             **budget.kwargs(),
             **execution.kwargs(),
         )
-        lines = [
-            f"  {'calibration' if i == 1 else '':<14}round {i} ({fraction:.3g} of the budget): "
-            + _wgm_line(scale, threshold, calibration.max_contributions, noise)
-            for i, (fraction, scale, threshold) in enumerate(
-                zip(calibration.fractions, calibration.scales, calibration.thresholds, strict=True), start=1
-            )
-        ]
-        return _Plan(f"DP-SIPS ({len(calibration.fractions)} rounds)", measurement, [*lines, execution.line()])
+        lines = _sips_lines(calibration, noise=noise, label="calibration")
+        return _Plan(f"DP-SIPS ({calibration.rounds} rounds)", measurement, [*lines, execution.line()])
 
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":

@@ -13,9 +13,11 @@ from opendp_wgm.cli._args import (
     _add_k_argument,
     _add_output_arguments,
     _add_split_argument,
+    _add_stage_1_arguments,
     _budget,
     _execution,
     _noise,
+    _stage_1_options,
 )
 
 if TYPE_CHECKING:
@@ -31,7 +33,9 @@ least one of them), over an unknown item domain, calibrated to a per-user budget
 
 The paper's WGM-then-peeling: the WGM releases candidate items with --split of the budget, then K rounds of
 the exponential mechanism each pick a candidate held by many users not covered by the earlier picks
-(user peeling, on the unclipped data) with the rest of the budget.
+(user peeling, on the unclipped data) with the rest of the budget. With --stage-1 dp-sips the candidates
+come from DP-SIPS (--rounds rounds of the WGM, each on the items not yet released) at the same share of the
+budget: better where users hold many items.
 """
 
 _HITTING_SET_EPILOG = """\
@@ -50,6 +54,7 @@ examples:
   opendp-wgm hitting-set ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o picks.csv
   opendp-wgm hitting-set words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
   opendp-wgm hitting-set events.parquet --k 100 --passes 4
+  opendp-wgm hitting-set baskets.parquet --k 100 --stage-1 dp-sips --rounds 3 --ratio 0.3
 """
 
 
@@ -66,6 +71,7 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     group = parser.add_argument_group("hitting set")
     _add_k_argument(group, "number of items (peeling rounds), >= 1 (required)")
     _add_split_argument(group)
+    _add_stage_1_arguments(group)
     _add_budget_arguments(parser)
     _add_execution_arguments(parser, two_stage=True)
     _add_output_arguments(parser, "item, rank")
@@ -93,9 +99,10 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     noise = _noise(args)
     execution = _execution(args)
     split = _DEFAULT_SPLIT if args.split is None else args.split
+    stage_1 = _stage_1_options(args)
 
     def plan() -> _Plan:
-        cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs())
+        cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs(), **stage_1)
         measurement = make_wgm_hitting_set_from_budget(
             *user_items_space(args.user, args.item),
             k=args.k,
@@ -103,16 +110,18 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             noise=noise,
             **budget.kwargs(),
             **execution.kwargs(),
+            **stage_1,
         )
         lines = _two_stage_lines(
-            cal.wgm,
+            cal.stage_1,
             split=split,
             noise=noise,
             peeling=f"{cal.k} rounds, ε' = {cal.peel_round_epsilon:.6g} per round",
             first="ε" if budget.epsilon is not None else "ρ",
             losses=(cal.wgm_loss, cal.peel_loss),
         )
-        return _Plan("WGM-then-peeling", measurement, [*lines, execution.line()])
+        name = "WGM-then-peeling" if cal.sips is None else "DP-SIPS-then-peeling"
+        return _Plan(name, measurement, [*lines, execution.line()])
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         columns = {"user": args.user, "item": args.item}

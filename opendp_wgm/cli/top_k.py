@@ -14,10 +14,12 @@ from opendp_wgm.cli._args import (
     _add_k_argument,
     _add_output_arguments,
     _add_split_argument,
+    _add_stage_1_arguments,
     _budget,
     _execution,
     _noise,
     _positive_int,
+    _stage_1_options,
 )
 from opendp_wgm.cli._errors import CLIError
 
@@ -33,7 +35,9 @@ Neighbouring datasets differ by all rows of one user (add/remove).
 
 --mechanism wgm (default; the paper's WGM-then-top-k): the WGM releases candidate items with --split of the
 budget (σ and T calibrated as by `opendp-wgm discover`), then K rounds of exponential-mechanism peeling pick
-the candidates held by the most users (exact, unclipped user counts) with the rest of the budget.
+the candidates held by the most users (exact, unclipped user counts) with the rest of the budget. With
+--stage-1 dp-sips the candidates come from DP-SIPS (--rounds rounds of the WGM, each on the items not yet
+released) at the same share of the budget: better where users hold many items.
 
 --mechanism limited-domain (Durfee & Rogers 2019, the paper's baseline; (ε, δ)-DP only): the --k-bar items
 of largest Δ0-bounded count compete, with Gumbel noise, against a threshold that pays for the rest of the
@@ -55,6 +59,7 @@ examples:
   opendp-wgm top-k ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o top100.csv
   opendp-wgm top-k words.csv --k 20 --rho 0.1 --delta 1e-6 --split 0.3
   opendp-wgm top-k words.csv --k 20 --mechanism limited-domain --k-bar 200
+  opendp-wgm top-k baskets.parquet --k 100 --stage-1 dp-sips --rounds 3 --ratio 0.3
   opendp-wgm top-k events.parquet --k 100 --passes 4 --engine streaming
 """
 
@@ -86,6 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         help=f"size of the limited domain, >= K (default: {_K_BAR_PER_K}·K; --mechanism limited-domain only)",
     )
     _add_split_argument(group, _WGM_ONLY)
+    _add_stage_1_arguments(group, _WGM_ONLY)
     _add_budget_arguments(parser, noise_delta_fraction=False, wgm_only=_WGM_ONLY)
     _add_execution_arguments(parser, two_stage=True, wgm_only=_WGM_ONLY)
     _add_output_arguments(parser, "item, rank")
@@ -106,12 +112,14 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     )
     from opendp_wgm.domains import user_items_space
     from opendp_wgm.measurements import (
+        make_dp_sips,
         make_limited_domain_top_k,
         make_peeling_top_k,
         make_wgm,
         make_wgm_top_k_from_budget,
     )
-    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
+    from opendp_wgm.measurements.dp_sips import dp_sips_arguments
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_wgm_top_k
 
     budget = _budget(args)
     wgm = args.mechanism == "wgm"
@@ -120,33 +128,38 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     if not wgm:
         if budget.rho is not None:
             raise CLIError("--mechanism limited-domain is (ε, δ)-DP only: give --epsilon, not --rho")
-        for option in ("split", "noise", "passes", "engine"):
+        for option in ("split", "stage_1", "rounds", "ratio", "noise", "passes", "engine"):
             if getattr(args, option) is not None:
-                raise CLIError(f"--{option} applies only to --mechanism wgm")
+                raise CLIError(f"--{option.replace('_', '-')} applies only to --mechanism wgm")
         if args.k_bar is not None and args.k > args.k_bar:  # the library's check, named by the options
             raise CLIError(f"--k ({args.k}) must be <= --k-bar ({args.k_bar}): the limited domain holds --k-bar items")
     noise = _noise(args)
     execution = _execution(args)
     split = _DEFAULT_SPLIT if args.split is None else args.split
+    stage_1_options = _stage_1_options(args) if wgm else {}
 
     def plan_wgm() -> _Plan:
         space = user_items_space(args.user, args.item)
-        cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.core_kwargs())
+        cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.core_kwargs(), **stage_1_options)
         measurement = make_wgm_top_k_from_budget(
-            *space, k=args.k, split=split, noise=noise, **budget.core_kwargs(), **execution.kwargs()
+            *space, k=args.k, split=split, noise=noise, **budget.core_kwargs(), **execution.kwargs(), **stage_1_options
         )
         # each stage's loss is the map, at one user, of that stage as a measurement on its own (the composed
         # map is their sum); the peeling is charged k rounds, as in the composition
         approx_dp = budget.epsilon is not None
         measure = dp.approximate(dp.max_divergence()) if approx_dp else None
-        stage_1 = make_wgm(
-            *space,
-            max_contributions=cal.max_contributions,
-            scale=cal.wgm.scale,
-            threshold=cal.wgm.threshold,
-            output_measure=measure,
-            epsilon=cal.wgm.epsilon,
-        )
+        first = cal.stage_1
+        if isinstance(first, DPSIPSCalibration):
+            stage_1 = make_dp_sips(*space, **dp_sips_arguments(first))
+        else:
+            stage_1 = make_wgm(
+                *space,
+                max_contributions=cal.max_contributions,
+                scale=first.scale,
+                threshold=first.threshold,
+                output_measure=measure,
+                epsilon=first.epsilon,
+            )
         stage_2 = make_peeling_top_k(
             *space,
             candidates=list(range(cal.k)),
@@ -157,14 +170,15 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         )
         peeling = f"{cal.k} rounds, ε' = {cal.peel_local_epsilon:.6g} per round (Gumbel scale {cal.peel_scale:.6g})"
         lines = _two_stage_lines(
-            cal.wgm,
+            first,
             split=split,
             noise=noise,
             peeling=peeling,
             first="ε" if approx_dp else "ρ",
             losses=(stage_1.map(1), stage_2.map(1)),
         )
-        return _Plan("WGM-then-top-k", measurement, [*lines, execution.line()])
+        name = "DP-SIPS-then-top-k" if isinstance(first, DPSIPSCalibration) else "WGM-then-top-k"
+        return _Plan(name, measurement, [*lines, execution.line()])
 
     def plan_limited_domain() -> _Plan:
         k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar

@@ -488,6 +488,7 @@ def create_wgm_top_k_measurement(
         delta=_delta_down(delta),
         split=split,
     )
+    assert cal.wgm is not None  # a WGM stage 1 (the default)
     assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
     return WGMTopKMeasurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.max_contributions, wgm_scale=cal.wgm.scale,
@@ -513,6 +514,7 @@ def create_wgm_hitting_set_measurement(
         split=split,
         noise_delta_fraction=noise_delta_fraction,
     )
+    assert cal.wgm is not None  # a WGM stage 1 (the default)
     assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
     return WGMHittingSetMeasurement(
         input_domain, user, item, k=cal.k, max_contributions=cal.wgm.max_contributions, wgm_scale=cal.wgm.scale,

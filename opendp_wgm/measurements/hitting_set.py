@@ -42,6 +42,7 @@ from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.engines.polars import cast_candidates
 from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
+    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     ranked_frame,
     two_stage_arguments,
@@ -50,6 +51,7 @@ from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
 from opendp_wgm.privacy.calibrate import (
     HittingSetCalibration,
+    Stage1Mechanism,
     calibrate_peeling_for,
     calibrate_user_peeling,
     calibrate_wgm_hitting_set,
@@ -468,12 +470,18 @@ def make_wgm_hitting_set_from_budget(
     item: str | None = None,
     passes: int = 1,
     engine: Engine = "auto",
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> dp.Measurement:
     r"""WGM-then-user-peeling calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
     ``split`` (default 1/2, the reference's) is the share of the budget given to stage 1 (the WGM); see
     :func:`calibrate_wgm_hitting_set`, which shows every calibrated parameter. The result is
-    :func:`make_wgm_hitting_set` with those parameters, so ``m.check(1, budget)`` holds.
+    :func:`make_wgm_hitting_set` with those parameters, so ``m.check(1, budget)`` holds. With
+    ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`, ``rounds`` rounds on the items
+    not yet released) calibrated to the same share by
+    :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`; the map is still the sum of the stage maps.
 
     Parameters
     ----------
@@ -482,7 +490,12 @@ def make_wgm_hitting_set_from_budget(
     delta, epsilon, rho, split, noise_delta_fraction
         The budget and its split, as for :func:`calibrate_wgm_hitting_set`.
     noise, item, passes, engine
-        As for :func:`make_wgm_hitting_set`.
+        As for :func:`make_wgm_hitting_set` (``noise``, ``passes`` and ``engine`` apply to every DP-SIPS round).
+    stage_1 : {'wgm', 'dp-sips'}
+        Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
+    rounds, ratio
+        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (None: the default schedule
+        of :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`).
 
     Examples
     --------
@@ -503,7 +516,18 @@ def make_wgm_hitting_set_from_budget(
         rho=rho,
         split=split,
         noise_delta_fraction=noise_delta_fraction,
+        stage_1=stage_1,
+        rounds=rounds,
+        ratio=ratio,
     )
+    if cal.sips is not None:
+        return make_dp_sips_then_peeling(
+            input_domain,
+            input_metric,
+            **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
+            peeling=make_user_peeling,
+            accounting=USER_PEELING,
+        )
     return make_wgm_hitting_set(
         input_domain,
         input_metric,

@@ -41,13 +41,14 @@ from opendp_wgm._validation import (
 )
 from opendp_wgm.engines.polars import candidate_counts, cast_candidates
 from opendp_wgm.measurements.two_stage import (
+    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     ranked_frame,
     two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
-from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
+from opendp_wgm.privacy.calibrate import Stage1Mechanism, calibrate_wgm_top_k
 from opendp_wgm.privacy.peeling import (
     TOP_K,
     peeling_loss,
@@ -329,6 +330,9 @@ def make_wgm_top_k_from_budget(
     item: str | None = None,
     passes: int = 1,
     engine: Engine = "auto",
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> dp.Measurement:
     r"""WGM-then-top-k calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -341,6 +345,11 @@ def make_wgm_top_k_from_budget(
       (the paper's reference code).
     - ``rho``: stage 1 gets (split·ρ, δ), stage 2 (1 − split)·ρ (the peeling needs no δ).
 
+    With ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`, ``rounds`` rounds on the
+    items not yet released) calibrated to the same share by
+    :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`: it beats the WGM where users hold many items
+    (``docs/privacy.md`` §4). The map is still the sum of the stage maps.
+
     Parameters
     ----------
     input_domain, input_metric, k, max_contributions
@@ -352,7 +361,12 @@ def make_wgm_top_k_from_budget(
     split
         Share of the budget given to stage 1, in (0, 1).
     noise, method, item, passes, engine
-        As for :func:`make_wgm_top_k`.
+        As for :func:`make_wgm_top_k` (``noise``, ``passes`` and ``engine`` apply to every DP-SIPS round).
+    stage_1 : {'wgm', 'dp-sips'}
+        Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
+    rounds, ratio
+        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (None: the default schedule
+        of :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`).
 
     Examples
     --------
@@ -366,8 +380,17 @@ def make_wgm_top_k_from_budget(
     """
     _assert_features()
     calibration = calibrate_wgm_top_k(
-        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
+        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
+        stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
+    if calibration.sips is not None:
+        return make_dp_sips_then_peeling(
+            input_domain,
+            input_metric,
+            **two_stage_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
+            peeling=functools.partial(make_peeling_top_k, method=check_method(method)),
+            accounting=TOP_K,
+        )
     return make_wgm_top_k(
         input_domain,
         input_metric,

@@ -14,7 +14,7 @@ the same prepared frame.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,14 +25,15 @@ import polars as pl
 from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
+from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
-from opendp_wgm.privacy.budget import check_two_stage_measure, measure_of
-from opendp_wgm.privacy.calibrate import WGMCalibration
+from opendp_wgm.privacy.budget import MeasureKind, check_two_stage_measure, measure_of
+from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration
 from opendp_wgm.privacy.peeling import Accounting, add_up, peeling_loss
 from opendp_wgm.privacy.threshold import check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
 
-__all__ = ["make_two_stage"]
+__all__ = ["make_dp_sips_then_peeling", "make_two_stage"]
 
 RANK = "rank"
 
@@ -160,7 +161,9 @@ class _TwoStageCalibration(Protocol):
     @property
     def k(self) -> int: ...
     @property
-    def wgm(self) -> WGMCalibration: ...
+    def wgm(self) -> WGMCalibration | None: ...
+    @property
+    def sips(self) -> DPSIPSCalibration | None: ...
     @property
     def peel_scale(self) -> float: ...
     @property
@@ -225,7 +228,76 @@ def make_wgm_then_peeling(
         epsilon=wgm_epsilon,
         **options,
     )
-    delta = peel_delta_value if kind == "approx_dp" else None
+    return _then_peeling(
+        input_domain, input_metric, stage_1=stage_1, k=k, peel_scale=peel_scale, output_measure=output_measure,
+        kind=kind, peel_delta=peel_delta_value, item=item, peeling=peeling, accounting=accounting,
+        preparation=preparation,
+    )
+
+
+def make_dp_sips_then_peeling(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    k: int,
+    max_contributions: int,
+    sips_scales: Sequence[float],
+    sips_thresholds: Sequence[float],
+    peel_scale: float,
+    output_measure: dp.Measure | None,
+    sips_epsilon: float | None,
+    peel_delta: float | None,
+    noise: NoiseMethod,
+    item: str | None,
+    passes: int,
+    engine: Engine,
+    peeling: Peeling,
+    accounting: Accounting,
+) -> dp.Measurement:
+    r""":func:`make_wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
+    stage 1: its release is the candidate list; the map is DP-SIPS's plus the peeling's charged map (adaptive
+    composition, as with the WGM: only stage 1 changes). ``sips_epsilon`` is DP-SIPS's ``epsilon`` under
+    (ε, δ); the DP-SIPS constructor checks its own parameters."""
+    k = _check_int("k", k, minimum=1)
+    peel_scale = _check_positive("peel_scale", peel_scale)
+    output_measure, kind, sips_epsilon, peel_delta_value = check_two_stage_measure(
+        output_measure, sips_epsilon, peel_delta, zero_delta=accounting.zero_delta, stage_1_epsilon="sips_epsilon"
+    )
+    stage_1 = functools.partial(
+        make_dp_sips,
+        max_contributions=max_contributions,
+        scales=sips_scales,
+        thresholds=sips_thresholds,
+        output_measure=output_measure,
+        epsilon=sips_epsilon,
+        noise=noise,
+        passes=passes,
+        engine=engine,
+    )
+    return _then_peeling(
+        input_domain, input_metric, stage_1=stage_1, k=k, peel_scale=peel_scale, output_measure=output_measure,
+        kind=kind, peel_delta=peel_delta_value, item=item, peeling=peeling, accounting=accounting,
+    )
+
+
+def _then_peeling(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    stage_1: Stage1,
+    k: int,
+    peel_scale: float,
+    output_measure: dp.Measure,
+    kind: MeasureKind,
+    peel_delta: float,
+    item: str | None,
+    peeling: Peeling,
+    accounting: Accounting,
+    preparation: Preparation | None = None,
+) -> dp.Measurement:
+    """``stage_1`` (a key release), then ``peeling`` of ``k`` rounds on its candidates (stage 2, on the
+    unclipped data), charged ``k`` rounds whatever the number of candidates (:func:`make_two_stage`)."""
+    delta = peel_delta if kind == "approx_dp" else None
 
     def stage_2(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement:
         return peeling(
@@ -233,7 +305,7 @@ def make_wgm_then_peeling(
         )
 
     def stage_2_map(d_in: int) -> Any:  # k rounds, whatever the number of candidates
-        return peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, accounting=accounting, delta=peel_delta_value)
+        return peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, accounting=accounting, delta=peel_delta)
 
     return make_two_stage(
         input_domain,
@@ -250,18 +322,33 @@ def make_wgm_then_peeling(
 def two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> dict[str, Any]:
     """The keyword arguments of a two-stage constructor from its calibration, (ε, δ)-DP or approximate zCDP,
     with ``options`` (the ``_from_budget`` constructor's own: noise, method, item, passes, engine) passed
-    through unchanged; the explicit constructor checks them."""
+    through unchanged; the explicit constructor checks them. With a DP-SIPS stage 1 (``calibration.sips``),
+    those of :func:`make_dp_sips_then_peeling` (less its ``peeling`` and ``accounting``)."""
     approx_dp = calibration.epsilon is not None
-    return {
+    common = {
         "k": calibration.k,
+        "peel_scale": calibration.peel_scale,
+        "output_measure": measure_of("approx_dp" if approx_dp else "approx_zcdp"),
+        "peel_delta": calibration.peel_delta if approx_dp else None,
+        **options,
+    }
+    if calibration.sips is not None:
+        sips = calibration.sips
+        return {
+            "max_contributions": sips.max_contributions,
+            "sips_scales": sips.scales,
+            "sips_thresholds": sips.thresholds,
+            "sips_epsilon": sips.epsilon if approx_dp else None,
+            **common,
+        }
+    if calibration.wgm is None:  # pragma: no cover - a bug guard: the calibrations set exactly one stage 1
+        raise AssertionError("a two-stage calibration without a stage 1")
+    return {
         "max_contributions": calibration.wgm.max_contributions,
         "wgm_scale": calibration.wgm.scale,
         "wgm_threshold": calibration.wgm.threshold,
-        "peel_scale": calibration.peel_scale,
-        "output_measure": measure_of("approx_dp" if approx_dp else "approx_zcdp"),
         "wgm_epsilon": calibration.wgm.epsilon if approx_dp else None,
-        "peel_delta": calibration.peel_delta if approx_dp else None,
-        **options,
+        **common,
     }
 
 

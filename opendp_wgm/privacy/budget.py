@@ -142,19 +142,24 @@ def check_peeling_measure(
 
 
 def check_two_stage_measure(
-    output_measure: dp.Measure | None, wgm_epsilon: Any, peel_delta: Any, *, zero_delta: bool
+    output_measure: dp.Measure | None,
+    wgm_epsilon: Any,
+    peel_delta: Any,
+    *,
+    zero_delta: bool,
+    stage_1_epsilon: str = "wgm_epsilon",
 ) -> tuple[dp.Measure, MeasureKind, float | None, float]:
-    """The output measure of WGM-then-peeling, its peeling kind, and the checked ``wgm_epsilon`` and
-    ``peel_delta`` (0 under approximate zCDP)."""
+    """The output measure of WGM-then-peeling (or DP-SIPS-then-peeling), its peeling kind, and the checked stage-1
+    ε (named ``stage_1_epsilon`` in errors) and ``peel_delta`` (0 under approximate zCDP)."""
     kind = measure_kind(output_measure, ("approx_zcdp", "approx_dp"))
-    arguments = (("wgm_epsilon", wgm_epsilon), ("peel_delta", peel_delta))
+    arguments = ((stage_1_epsilon, wgm_epsilon), ("peel_delta", peel_delta))
     if kind == "approx_zcdp":
         for name, value in arguments:
             _check_absent(name, value, unless=_APPROX_DP)
         return measure_of(kind), kind, None, 0.0
     for name, value in arguments:
         _check_given(name, value, when=f"with {_APPROX_DP}")
-    wgm_epsilon = _check_positive("wgm_epsilon", wgm_epsilon)
+    wgm_epsilon = _check_positive(stage_1_epsilon, wgm_epsilon)
     return measure_of(kind), kind, wgm_epsilon, check_conversion_delta("peel_delta", peel_delta, zero_delta=zero_delta)
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import opendp.prelude as dp
 
-from opendp_wgm._validation import _check_int, _check_positive, _check_probability
+from opendp_wgm._validation import _check_absent, _check_choice, _check_int, _check_positive, _check_probability
 from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind
 from opendp_wgm.privacy.gaussian import (
     analytic_gaussian_delta,
@@ -42,6 +42,7 @@ from opendp_wgm.privacy.threshold import (
 )
 
 __all__ = [
+    "STAGE_1_MECHANISMS",
     "DPSIPSCalibration",
     "HittingSetCalibration",
     "LimitedDomainCalibration",
@@ -281,17 +282,74 @@ def _smallest_threshold(scale: float, max_contributions: int, threshold_delta: f
     )
 
 
-def _stage_1(budget: Budget, split: float, max_contributions: int, noise_delta_fraction: float = 0.5) -> WGMCalibration:
-    """Stage 1 of a two-stage calibration: the WGM at ``split`` of ``budget``; a budget too small for it is
-    restated in terms of the total."""
+#: Stage 1 of a two-stage mechanism (top-k, hitting set): the WGM (one round, the paper's) or DP-SIPS.
+Stage1Mechanism = Literal["wgm", "dp-sips"]
+STAGE_1_MECHANISMS: tuple[Stage1Mechanism, ...] = ("wgm", "dp-sips")
+def check_stage_1(stage_1: Any, rounds: Any, ratio: Any) -> Stage1Mechanism:
+    """``stage_1``; DP-SIPS's schedule (``rounds``, ``ratio``) may be given only with ``"dp-sips"`` (None there:
+    :func:`calibrate_dp_sips`'s default schedule, which checks them)."""
+    mechanism = _check_choice("stage_1", stage_1, STAGE_1_MECHANISMS)
+    if mechanism == "wgm":
+        _check_absent("rounds", rounds, unless="stage_1='dp-sips'")
+        _check_absent("ratio", ratio, unless="stage_1='dp-sips'")
+    return mechanism
+
+
+def _stage_1(
+    budget: Budget,
+    split: float,
+    max_contributions: int,
+    noise_delta_fraction: float = 0.5,
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
+) -> WGMCalibration | DPSIPSCalibration:
+    """Stage 1 of a two-stage calibration: the WGM (or DP-SIPS with ``rounds`` and ``ratio``) at ``split`` of
+    ``budget``; a budget too small for it is restated in terms of the total."""
     first, _ = budget.split(split)
     try:
+        if stage_1 == "dp-sips":
+            return calibrate_dp_sips(
+                max_contributions=max_contributions, delta=first.delta, epsilon=first.epsilon, rho=first.rho,
+                rounds=rounds, ratio=ratio, noise_delta_fraction=noise_delta_fraction,
+            )
         return calibrate_wgm_for(first, max_contributions=max_contributions, noise_delta_fraction=noise_delta_fraction)
     except _BudgetTooSmall as error:
         context = f"`split` = {split!r}"
         if budget.epsilon is not None:
             context = f"`delta` = {budget.delta!r} and {context}"
         raise _restated(error, budget, split, context) from None
+
+
+def _split_stage_1(
+    calibration: WGMCalibration | DPSIPSCalibration,
+) -> tuple[WGMCalibration | None, DPSIPSCalibration | None]:
+    """Stage 1's calibration as the two fields ``(wgm, sips)`` of a two-stage calibration, one of them None."""
+    if isinstance(calibration, DPSIPSCalibration):
+        return None, calibration
+    return calibration, None
+
+
+def _stage_1_of(wgm: WGMCalibration | None, sips: DPSIPSCalibration | None) -> WGMCalibration | DPSIPSCalibration:
+    """The one stage-1 calibration of ``(wgm, sips)``."""
+    if wgm is not None:
+        return wgm
+    if sips is None:  # pragma: no cover - a bug guard: the calibrations set exactly one
+        raise AssertionError("a two-stage calibration without a stage 1")
+    return sips
+
+
+def _stage_1_loss(calibration: WGMCalibration | DPSIPSCalibration) -> tuple[float, float]:
+    """Stage 1's privacy map at one user: the WGM's or DP-SIPS's."""
+    if isinstance(calibration, DPSIPSCalibration):
+        return dp_sips_privacy_loss(
+            1, scales=calibration.scales, thresholds=calibration.thresholds,
+            max_contributions=calibration.max_contributions, epsilon=calibration.epsilon,
+        )
+    return wgm_privacy_loss(
+        1, scale=calibration.scale, threshold=calibration.threshold,
+        max_contributions=calibration.max_contributions, epsilon=calibration.epsilon,
+    )
 
 
 # ==============================================================================================================
@@ -437,28 +495,36 @@ class WGMTopKCalibration:
     Attributes
     ----------
     k, max_contributions, split
-        k, Δ0, and the share of the budget given to stage 1 (the WGM).
+        k, Δ0, and the share of the budget given to stage 1 (the WGM or DP-SIPS).
     delta, epsilon, rho
         The total budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
     wgm
-        Stage 1: the :class:`WGMCalibration` (σ, T) at its share of the budget.
+        Stage 1 with ``stage_1="wgm"``: the :class:`WGMCalibration` (σ, T) at its share of the budget (else None).
     peel_scale
         Stage 2: the Gumbel scale s of the peeling; ``peel_local_epsilon`` = 1/s is the reference's ε'.
     peel_epsilon, peel_rho, peel_delta
         Stage 2's budget: (ε₂, δ₂) under (ε, δ)-DP, or ρ₂ (and δ₂ = 0) under approximate zCDP.
+    sips
+        Stage 1 with ``stage_1="dp-sips"``: the :class:`DPSIPSCalibration` (σ_i, T_i) at its share (else None).
     """
 
     k: int
     max_contributions: int
     split: float
     delta: float
-    wgm: WGMCalibration
+    wgm: WGMCalibration | None
     peel_scale: float
     peel_delta: float
     epsilon: float | None = None
     rho: float | None = None
     peel_epsilon: float | None = None
     peel_rho: float | None = None
+    sips: DPSIPSCalibration | None = None
+
+    @property
+    def stage_1(self) -> WGMCalibration | DPSIPSCalibration:
+        """Stage 1's calibration, the WGM's or DP-SIPS's."""
+        return _stage_1_of(self.wgm, self.sips)
 
     @property
     def peel_local_epsilon(self) -> float:
@@ -475,6 +541,9 @@ def calibrate_wgm_top_k(
     epsilon: float | None = None,
     rho: float | None = None,
     split: float = 0.5,
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> WGMTopKCalibration:
     r"""Calibrate WGM-then-top-k to a total per-user budget, split between its two stages.
 
@@ -486,6 +555,8 @@ def calibrate_wgm_top_k(
       ε' = 0.020036.
     - ``rho`` given, approximate zCDP: stage 1 gets (split·ρ, δ) (the peeling needs no δ) and stage 2
       ρ₂ = (1 − split)·ρ, the smallest :math:`s` with :math:`k/(8s^2) \le \rho_2`.
+    - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (``rounds``, ``ratio``)
+      instead of :func:`calibrate_wgm`; stage 2 is unchanged.
 
     Every parameter is then checked against the privacy maps, so the composed measurement passes
     ``check(1, budget)``.
@@ -502,12 +573,18 @@ def calibrate_wgm_top_k(
         Exactly one, > 0.
     split
         Share of the budget given to stage 1, in (0, 1); default 1/2 (the reference's split).
+    stage_1 : {'wgm', 'dp-sips'}
+        Stage 1's mechanism (default the WGM, the paper's).
+    rounds, ratio
+        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (None: :func:`calibrate_dp_sips`'s default).
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     split = _check_probability("split", split)
-    wgm = _stage_1(budget, split, max_contributions)
+    stage_1 = check_stage_1(stage_1, rounds, ratio)
+    first = _stage_1(budget, split, max_contributions, stage_1=stage_1, rounds=rounds, ratio=ratio)
+    wgm, sips = _split_stage_1(first)
     _, rest = budget.split(split)
     if budget.epsilon is not None:
         scale = smallest_passing(
@@ -516,14 +593,14 @@ def calibrate_wgm_top_k(
         )
         return WGMTopKCalibration(
             k=k, max_contributions=max_contributions, split=split, delta=budget.delta, wgm=wgm,
-            peel_scale=scale, peel_delta=rest.delta, epsilon=budget.value, peel_epsilon=rest.value,
+            peel_scale=scale, peel_delta=rest.delta, epsilon=budget.value, peel_epsilon=rest.value, sips=sips,
         )
     scale = smallest_passing(
         lambda s: peeling_rho(1, k=k, scale=s) <= rest.value, lower=1e-12, parameter="peel_scale", budget=budget
     )
     return WGMTopKCalibration(
         k=k, max_contributions=max_contributions, split=split, delta=budget.delta, wgm=wgm,
-        peel_scale=scale, peel_delta=0.0, rho=budget.value, peel_rho=rest.value,
+        peel_scale=scale, peel_delta=0.0, rho=budget.value, peel_rho=rest.value, sips=sips,
     )
 
 
@@ -587,7 +664,8 @@ class HittingSetCalibration:
     Attributes
     ----------
     wgm
-        Stage 1: σ, T and Δ0 (:class:`opendp_wgm.WGMCalibration`), calibrated to ``split`` of the budget.
+        Stage 1 with ``stage_1="wgm"``: σ, T and Δ0 (:class:`opendp_wgm.WGMCalibration`), calibrated to ``split``
+        of the budget (else None).
     peel_scale
         Stage 2: the exponential mechanism's scale; ``1 / peel_scale`` is the per-round ε'.
     peel_delta
@@ -597,10 +675,12 @@ class HittingSetCalibration:
     epsilon, rho, delta
         The total budget for one user (exactly one of ``epsilon`` and ``rho`` is set).
     wgm_loss, peel_loss
-        Each stage's privacy map at ``d_in = 1``: (ε, δ) or (ρ, δ).
+        Each stage's privacy map at ``d_in = 1``: (ε, δ) or (ρ, δ) (``wgm_loss`` is stage 1's, WGM or DP-SIPS).
+    sips
+        Stage 1 with ``stage_1="dp-sips"``: the :class:`DPSIPSCalibration` (σ_i, T_i) at its share (else None).
     """
 
-    wgm: WGMCalibration
+    wgm: WGMCalibration | None
     peel_scale: float
     peel_delta: float
     k: int
@@ -610,6 +690,17 @@ class HittingSetCalibration:
     rho: float | None
     wgm_loss: tuple[float, float]
     peel_loss: tuple[float, float]
+    sips: DPSIPSCalibration | None = None
+
+    @property
+    def stage_1(self) -> WGMCalibration | DPSIPSCalibration:
+        """Stage 1's calibration, the WGM's or DP-SIPS's."""
+        return _stage_1_of(self.wgm, self.sips)
+
+    @property
+    def max_contributions(self) -> int:
+        """Δ0 of stage 1."""
+        return self.stage_1.max_contributions
 
     @property
     def peel_round_epsilon(self) -> float:
@@ -626,6 +717,9 @@ def calibrate_wgm_hitting_set(
     rho: float | None = None,
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> HittingSetCalibration:
     r"""Calibrate both stages of :func:`opendp_wgm.make_wgm_hitting_set` to one per-user budget.
 
@@ -636,6 +730,8 @@ def calibrate_wgm_hitting_set(
       per-round ε' = ``em_epsilon_cdp(ε/2, δ/2, k)`` (the paper's reference code).
     - ``rho`` (approximate zCDP): stage 1 gets split·ρ and all of δ (for its threshold); stage 2 gets the
       rest of ρ and no δ.
+    - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (``rounds``, ``ratio``)
+      instead of :func:`calibrate_wgm`; stage 2 fits what its map leaves, as above.
 
     Parameters
     ----------
@@ -651,6 +747,10 @@ def calibrate_wgm_hitting_set(
         Share of the budget given to stage 1, in (0, 1) (default 1/2, as the reference).
     noise_delta_fraction
         Under (ε, δ): share of stage 1's δ spent on its Gaussian noise, in (0, 1).
+    stage_1 : {'wgm', 'dp-sips'}
+        Stage 1's mechanism (default the WGM, the paper's).
+    rounds, ratio
+        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (None: :func:`calibrate_dp_sips`'s default).
 
     Examples
     --------
@@ -663,10 +763,12 @@ def calibrate_wgm_hitting_set(
     max_contributions = check_max_contributions(max_contributions)
     split = _check_probability("split", split)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
-    wgm = _stage_1(budget, split, max_contributions, noise_delta_fraction)
-    wgm_loss = wgm_privacy_loss(
-        1, scale=wgm.scale, threshold=wgm.threshold, max_contributions=max_contributions, epsilon=wgm.epsilon
+    stage_1 = check_stage_1(stage_1, rounds, ratio)
+    first = _stage_1(
+        budget, split, max_contributions, noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio
     )
+    wgm, sips = _split_stage_1(first)
+    wgm_loss = _stage_1_loss(first)
     if budget.epsilon is not None:
         peel_delta = (1.0 - split) * budget.delta
         while add_up(wgm_loss[1], peel_delta, USER_PEELING) > budget.delta:  # at most a few ulps
@@ -700,6 +802,7 @@ def calibrate_wgm_hitting_set(
         rho=budget.rho,
         wgm_loss=wgm_loss,
         peel_loss=peel_loss,
+        sips=sips,
     )
 
 
