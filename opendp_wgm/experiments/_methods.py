@@ -47,12 +47,18 @@ LABELS = {
     "policy_gaussian_reference_l1": "Policy Gaussian (reference \"L1\")",
     "policy_greedy": "Policy Greedy (fixed)",
     "opendp_key_release": "OpenDP key release",
+    "dp_sips": "DP-SIPS",
+    "dp_sips_r2": "DP-SIPS R=2 (0.1, 0.9)",
     "wgm_top_k": "WGM-then-top-k",
     "limited_domain": "Limited domain",
     "wgm_hitting_set": "WGM-then-hitting-set",
     "greedy": "Greedy (non-private)",
     "peeling_true_domain": "Peeling on the true domain (domain not private)",
 }
+
+
+#: DP-SIPS schedules: ``None`` is the constructor's default (R = 3, r = 0.3); the other, two rounds (0.1, 0.9).
+_DP_SIPS_FRACTIONS: dict[str, tuple[float, ...] | None] = {"dp_sips": None, "dp_sips_r2": (0.1, 0.9)}
 
 
 def variants(config: Config) -> list[Variant]:
@@ -78,12 +84,22 @@ def variants(config: Config) -> list[Variant]:
 
 def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
     from opendp_wgm.measurements import baselines
+    from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
     from opendp_wgm.measurements.wgm import make_wgm_from_budget
 
     budget = _Budget(epsilon=eps, delta=delta)
     if method == "wgm":
         return Variant(
             method, LABELS[method], lambda d0: make_wgm_from_budget(*user_items_space(), max_contributions=d0, **budget)
+        )
+    if method in _DP_SIPS_FRACTIONS:
+        fractions = _DP_SIPS_FRACTIONS[method]
+        return Variant(
+            method,
+            LABELS[method],
+            lambda d0: make_dp_sips_from_budget(
+                *user_items_space(), max_contributions=d0, fractions=fractions, **budget
+            ),
         )
     if method in ("policy_gaussian_l2", "policy_gaussian_reference_l1"):
         descent: Literal["l2", "reference_l1"] = "l2" if method.endswith("l2") else "reference_l1"
