@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import polars as pl
 
@@ -57,8 +57,12 @@ LABELS = {
 }
 
 
-#: DP-SIPS schedules: ``None`` is the constructor's default (R = 3, r = 0.3); the other, two rounds (0.1, 0.9).
-_DP_SIPS_FRACTIONS: dict[str, tuple[float, ...] | None] = {"dp_sips": None, "dp_sips_r2": (0.1, 0.9)}
+#: DP-SIPS schedules, pinned so that the rows keep their meaning if the constructor's default changes:
+#: geometric R = 3, r = 0.3 (fractions 0.065, 0.216, 0.719), and two rounds at (0.1, 0.9).
+_DP_SIPS_SCHEDULES: dict[str, dict[str, Any]] = {
+    "dp_sips": {"rounds": 3, "ratio": 0.3},
+    "dp_sips_r2": {"fractions": (0.1, 0.9)},
+}
 
 
 def variants(config: Config) -> list[Variant]:
@@ -92,14 +96,12 @@ def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
         return Variant(
             method, LABELS[method], lambda d0: make_wgm_from_budget(*user_items_space(), max_contributions=d0, **budget)
         )
-    if method in _DP_SIPS_FRACTIONS:
-        fractions = _DP_SIPS_FRACTIONS[method]
+    if method in _DP_SIPS_SCHEDULES:
+        schedule = _DP_SIPS_SCHEDULES[method]
         return Variant(
             method,
             LABELS[method],
-            lambda d0: make_dp_sips_from_budget(
-                *user_items_space(), max_contributions=d0, fractions=fractions, **budget
-            ),
+            lambda d0: make_dp_sips_from_budget(*user_items_space(), max_contributions=d0, **schedule, **budget),
         )
     if method in ("policy_gaussian_l2", "policy_gaussian_reference_l1"):
         descent: Literal["l2", "reference_l1"] = "l2" if method.endswith("l2") else "reference_l1"
