@@ -13,7 +13,7 @@ import pytest
 from opendp_wgm import metrics
 from opendp_wgm.datasets import synthetic_zipf
 from opendp_wgm.experiments import _runner, main_reproduce, reproduce
-from opendp_wgm.experiments._config import parse_grid
+from opendp_wgm.experiments._config import METHODS, parse_grid
 from opendp_wgm.experiments._truth import Truth
 
 HAS_TOP_K = importlib.util.find_spec("opendp_wgm.measurements.top_k") is not None
@@ -47,16 +47,19 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         progress=False,
     )
     rows = result.rows
-    # 4 methods x 2 settings x 2 trials + Policy Greedy (Δ0-free) x 2 trials
-    assert rows.height == 18
-    assert set(rows["variant"]) == {
-        "wgm", "policy_gaussian_l2", "policy_gaussian_reference_l1", "policy_greedy", "opendp_key_release"
-    }
+    # 6 methods x 2 settings x 2 trials + Policy Greedy (Δ0-free) x 2 trials
+    assert rows.height == 26
+    assert set(rows["variant"]) == set(METHODS["set-union"]) >= {"wgm", "opendp_key_release", "dp_sips", "dp_sips_r2"}
+    for variant in ("dp_sips", "dp_sips_r2"):
+        sips = rows.filter(pl.col("variant") == variant)
+        assert sips.height == 4 and sorted(sips["x"].to_list()) == [1, 1, 5, 5]
+        assert sips["missing_mass"].is_between(0, 1).all()
     assert rows.filter(pl.col("variant") == "policy_greedy")["x"].null_count() == 2
     assert rows["missing_mass"].is_between(0, 1).all() and (rows["runtime_s"] > 0).all()
     assert (rows["missing_mass"] + rows["captured_mass"] - 1).abs().max() < 1e-12
     text = result.summary_md.read_text(encoding="utf-8")
     assert "| WGM |" in text and "Δ0 = 5" in text and "OpenDP key release" in text
+    assert "| DP-SIPS |" in text and "| DP-SIPS R=2 (0.1, 0.9) |" in text
     assert {p.name for p in result.plots} == {
         "set-union_missing_mass.png",
         "set-union_linf_missing_mass.png",
@@ -64,7 +67,7 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         "set-union_runtime.png",
     }
     assert all(p.stat().st_size > 1000 for p in result.plots)
-    assert pl.read_csv(result.summary_csv).height == 9  # 4 methods x 2 + greedy
+    assert pl.read_csv(result.summary_csv).height == 13  # 6 methods x 2 + greedy
 
 
 @pytest.mark.skipif(not HAS_TOP_K, reason="top_k module not available")

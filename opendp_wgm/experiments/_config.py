@@ -25,6 +25,8 @@ METHODS: dict[str, tuple[str, ...]] = {
         "policy_gaussian_reference_l1",
         "policy_greedy",
         "opendp_key_release",
+        "dp_sips",
+        "dp_sips_r2",
     ),
     "top-k": ("wgm_top_k", "limited_domain"),
     "hitting-set": ("wgm_hitting_set", "greedy", "peeling_true_domain"),

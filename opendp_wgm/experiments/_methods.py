@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import polars as pl
 
@@ -47,11 +47,21 @@ LABELS = {
     "policy_gaussian_reference_l1": "Policy Gaussian (reference \"L1\")",
     "policy_greedy": "Policy Greedy (fixed)",
     "opendp_key_release": "OpenDP key release",
+    "dp_sips": "DP-SIPS",
+    "dp_sips_r2": "DP-SIPS R=2 (0.1, 0.9)",
     "wgm_top_k": "WGM-then-top-k",
     "limited_domain": "Limited domain",
     "wgm_hitting_set": "WGM-then-hitting-set",
     "greedy": "Greedy (non-private)",
     "peeling_true_domain": "Peeling on the true domain (domain not private)",
+}
+
+
+#: DP-SIPS schedules, pinned so that the rows keep their meaning if the constructor's default changes:
+#: geometric R = 3, r = 0.3 (fractions 0.065, 0.216, 0.719), and two rounds at (0.1, 0.9).
+_DP_SIPS_SCHEDULES: dict[str, dict[str, Any]] = {
+    "dp_sips": {"rounds": 3, "ratio": 0.3},
+    "dp_sips_r2": {"fractions": (0.1, 0.9)},
 }
 
 
@@ -78,12 +88,20 @@ def variants(config: Config) -> list[Variant]:
 
 def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
     from opendp_wgm.measurements import baselines
+    from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
     from opendp_wgm.measurements.wgm import make_wgm_from_budget
 
     budget = _Budget(epsilon=eps, delta=delta)
     if method == "wgm":
         return Variant(
             method, LABELS[method], lambda d0: make_wgm_from_budget(*user_items_space(), max_contributions=d0, **budget)
+        )
+    if method in _DP_SIPS_SCHEDULES:
+        schedule = _DP_SIPS_SCHEDULES[method]
+        return Variant(
+            method,
+            LABELS[method],
+            lambda d0: make_dp_sips_from_budget(*user_items_space(), max_contributions=d0, **schedule, **budget),
         )
     if method in ("policy_gaussian_l2", "policy_gaussian_reference_l1"):
         descent: Literal["l2", "reference_l1"] = "l2" if method.endswith("l2") else "reference_l1"
