@@ -802,11 +802,9 @@ def make_wgm_top_k(
         output_measure=output_measure,
         wgm_epsilon=wgm_epsilon,
         peel_delta=peel_delta,
-        method=method,
     )
     _assert_features()
     method = _check_method(method)
-    del parameters["method"]
     stage_2 = functools.partial(_top_k_stage_2, method=method)
     peeling = functools.partial(_spark_peeling(make_peeling_top_k, stage_2), method=method)
     return _make_two_stage(input_domain, input_metric, peeling, TOP_K, parameters)
