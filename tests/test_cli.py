@@ -536,7 +536,7 @@ def test_unwritable_output_directory_is_refused_before_the_release(
     def never(*args: object, **kwargs: object) -> None:
         pytest.fail("the measurement was built or the data read before the output was checked")
 
-    monkeypatch.setattr(measurements, "make_wgm_from_budget", never)
+    monkeypatch.setattr(measurements, "make_wgm", never)
     monkeypatch.setattr(_report, "_read_input", never)
     if failure == "access denied":  # root passes every permission check: ask os.access directly
         monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
@@ -604,7 +604,7 @@ def test_release_error_shows_the_callbacks_message(capsys: pytest.CaptureFixture
             function, lambda d_in: (1.0, 1e-5),
         )
 
-    monkeypatch.setattr(measurements, "make_wgm_from_budget", failing)
+    monkeypatch.setattr(measurements, "make_wgm", failing)
     code, _, err = _run(capsys, csv_path, "--user", "uid", "--item", "thing")
     assert code == 2
     assert err == f"opendp-wgm: error: cannot release from {csv_path}: RuntimeError: the real reason\n"

@@ -99,7 +99,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import make_dp_sips_from_budget, make_wgm_from_budget
+    from opendp_wgm.measurements import make_dp_sips, make_wgm
+    from opendp_wgm.measurements.dp_sips import dp_sips_arguments
+    from opendp_wgm.measurements.wgm import wgm_arguments
     from opendp_wgm.privacy.calibrate import calibrate_dp_sips, calibrate_wgm
 
     budget = _budget(args)
@@ -108,14 +110,11 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     rounds, ratio = _sips_options(args, sips=args.mechanism == "dp-sips", when="--mechanism dp-sips")
 
     def plan_sips() -> _Plan:
+        # calibrate once: the measurement is built from this calibration, which the report also prints
         calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio)
-        measurement = make_dp_sips_from_budget(
+        measurement = make_dp_sips(
             *user_items_space(args.user, args.item),
-            rounds=rounds,
-            ratio=ratio,
-            noise=noise,
-            **budget.kwargs(),
-            **execution.kwargs(),
+            **dp_sips_arguments(calibration, noise=noise, **execution.kwargs()),
         )
         lines = _sips_lines(calibration, noise=noise, label="calibration")
         return _Plan(f"DP-SIPS ({calibration.rounds} rounds)", measurement, [*lines, execution.line()])
@@ -124,8 +123,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         if args.mechanism == "dp-sips":
             return plan_sips()
         calibration = calibrate_wgm(**budget.kwargs())
-        measurement = make_wgm_from_budget(
-            *user_items_space(args.user, args.item), noise=noise, **budget.kwargs(), **execution.kwargs()
+        measurement = make_wgm(
+            *user_items_space(args.user, args.item), **wgm_arguments(calibration, noise=noise, **execution.kwargs())
         )
         line = _wgm_line(calibration.scale, calibration.threshold, calibration.max_contributions, noise)
         return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()])
