@@ -207,10 +207,55 @@ def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
     return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
 
 
+def _foreign_kind(frame: object) -> str | None:
+    """``"pandas"`` for a pandas DataFrame, ``"arrow"`` for a pyarrow Table or RecordBatch, else ``None``; by
+    the class's module, so that neither library is imported to ask."""
+    kind = type(frame).__module__.split(".")[0]
+    name = type(frame).__name__
+    if kind == "pandas" and name == "DataFrame":
+        return "pandas"
+    if kind == "pyarrow" and name in ("Table", "RecordBatch"):
+        return "arrow"
+    return None
+
+
+def _as_polars(frame: object) -> pl.DataFrame | pl.LazyFrame:
+    """``frame`` as a Polars frame: Polars frames as they are; a pandas DataFrame (``pl.from_pandas``) or a
+    pyarrow Table / RecordBatch (``pl.from_arrow``) converted at the boundary, in memory; anything else is a
+    ``TypeError``. A converted column keeps its values (pandas' ``object`` strings become String)."""
+    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+        return frame
+    kind = _foreign_kind(frame)
+    if kind == "pandas":
+        return pl.from_pandas(frame)  # type: ignore[arg-type]
+    if kind == "arrow":
+        converted = pl.from_arrow(frame)  # type: ignore[arg-type]
+        assert isinstance(converted, pl.DataFrame)  # a Table or RecordBatch converts to a DataFrame
+        return converted
+    msg = (
+        "`frame` must be a polars DataFrame or LazyFrame, a pandas DataFrame or a pyarrow Table "
+        f"(found {type(frame).__module__}.{type(frame).__name__})"
+    )
+    raise TypeError(msg)
+
+
+def _frame_columns(frame: object) -> list[str] | None:
+    """The column names of a frame :func:`_as_polars` accepts (without converting it), else ``None``."""
+    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+        return frame.collect_schema().names()
+    kind = _foreign_kind(frame)
+    if kind == "pandas":
+        return [str(c) for c in frame.columns]  # type: ignore[attr-defined]
+    if kind == "arrow":
+        return list(frame.schema.names)  # type: ignore[attr-defined]
+    return None
+
+
 def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.LazyFrame:
     """The user key and the item of ``frame`` as a lazy plan, rows with a null user key or item dropped.
 
-    The user key is the identifier's value (a column, or the expression evaluated row by row), in a
+    ``frame`` may also be a pandas DataFrame or a pyarrow Table, converted by :func:`_as_polars`. The user key is
+    the identifier's value (a column, or the expression evaluated row by row), in a
     value-only representation (Categorical as String), so every later step groups, hashes and orders by the
     privacy unit. Dropping rows is a row-wise filter: it never makes two users' data depend on each other, so
     it is stable with the same ``d_in``. Missing columns raise here; the message depends only on the schema.
@@ -221,9 +266,7 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
             msg = f"`frame` must be prepared for columns {(space.user, space.item)} (found {found})"
             raise ValueError(msg)
         return frame.lf
-    if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
-        msg = f"`frame` must be a polars DataFrame or LazyFrame (found {type(frame).__name__})"
-        raise TypeError(msg)
+    frame = _as_polars(frame)
     schema = frame.collect_schema()
     missing = [c for c in space.columns if c not in schema]
     if missing:

@@ -22,7 +22,7 @@ from typing import Any
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _Space
+from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _frame_columns, _Space
 from opendp_wgm._validation import _check_columns
 
 __all__ = ["BoundedUserItems", "UserItemsDescriptor", "user_items_domain", "user_items_space"]
@@ -52,10 +52,8 @@ def _is_member(descriptor: UserItemsDescriptor) -> Callable[[object], bool]:
     def member(frame: object) -> bool:
         if isinstance(frame, BoundedUserItems):  # the bound step's output: checked when it was built
             return descriptor.max_contributions is not None and frame.names == (descriptor.user, descriptor.item)
-        if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
-            return False
-        schema = frame.collect_schema()
-        return descriptor.user in schema and descriptor.item in schema
+        columns = _frame_columns(frame)  # Polars, pandas or Arrow (converted when the release prepares it)
+        return columns is not None and descriptor.user in columns and descriptor.item in columns
 
     return member
 

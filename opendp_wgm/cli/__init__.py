@@ -77,6 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so that the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): nothing to flush
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``opendp-wgm`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
 
@@ -99,3 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=stderr)
         return 130
+    except BrokenPipeError:  # stdout piped into a reader that stopped early (`... -o - | head`): not an error
+        _silence(stdout)
+        return 141  # 128 + SIGPIPE, as a shell reports it

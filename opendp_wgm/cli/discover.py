@@ -117,7 +117,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             **dp_sips_arguments(calibration, noise=noise, **execution.kwargs()),
         )
         lines = _sips_lines(calibration, noise=noise, label="calibration")
-        return _Plan(f"DP-SIPS ({calibration.rounds} rounds)", measurement, [*lines, execution.line()])
+        name = f"DP-SIPS ({calibration.rounds} rounds)"
+        return _Plan(name, measurement, [*lines, execution.line()], curve=calibration)
 
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             *user_items_space(args.user, args.item), **wgm_arguments(calibration, noise=noise, **execution.kwargs())
         )
         line = _wgm_line(calibration.scale, calibration.threshold, calibration.max_contributions, noise)
-        return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()])
+        return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()], curve=calibration)
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         distinct = data.get_column(args.item).n_unique()

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             losses=(stage_1.map(1), stage_2.map(1)),
         )
         name = "DP-SIPS-then-top-k" if isinstance(first, DPSIPSCalibration) else "WGM-then-top-k"
-        return _Plan(name, measurement, [*lines, execution.line()])
+        return _Plan(name, measurement, [*lines, execution.line()], curve=first, released="a stage-1 candidate")
 
     def plan_limited_domain() -> _Plan:
         k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar
