@@ -111,7 +111,8 @@ def _read_database(uri: str, query: str) -> pl.LazyFrame:
     try:
         return pl.read_database_uri(query, uri).lazy()
     except Exception as err:  # ConnectorX raises RuntimeError/ValueError/panics with the database's message
-        raise CLIError(f"cannot read --query from {_redacted(uri)!r}: {_one_line(err)}") from err
+        message = _one_line(err).replace(uri, _redacted(uri))  # a driver may quote the URI, password included
+        raise CLIError(f"cannot read --query from {_redacted(uri)!r}: {message}") from err
 
 
 def _check_frame(
