@@ -226,10 +226,11 @@ def _as_polars(frame: object) -> pl.DataFrame | pl.LazyFrame:
     if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
         return frame
     kind = _foreign_kind(frame)
+    foreign: Any = frame  # pandas and pyarrow are optional: their types are not imported
     if kind == "pandas":
-        return pl.from_pandas(frame)  # type: ignore[arg-type]
+        return pl.from_pandas(foreign)
     if kind == "arrow":
-        converted = pl.from_arrow(frame)  # type: ignore[arg-type]
+        converted = pl.from_arrow(foreign)
         assert isinstance(converted, pl.DataFrame)  # a Table or RecordBatch converts to a DataFrame
         return converted
     msg = (
@@ -244,10 +245,11 @@ def _frame_columns(frame: object) -> list[str] | None:
     if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
         return frame.collect_schema().names()
     kind = _foreign_kind(frame)
+    foreign: Any = frame
     if kind == "pandas":
-        return [str(c) for c in frame.columns]  # type: ignore[attr-defined]
+        return [str(c) for c in foreign.columns]
     if kind == "arrow":
-        return list(frame.schema.names)  # type: ignore[attr-defined]
+        return list(foreign.schema.names)
     return None
 
 

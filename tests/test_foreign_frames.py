@@ -71,5 +71,5 @@ def test_other_inputs_are_a_clear_type_error(wgm_measurement: dp.Measurement, da
 
 def test_missing_column_of_a_pandas_frame(frame: pl.DataFrame) -> None:
     pytest.importorskip("pandas")
-    domain, metric = wgm.user_items_space(user="person")
+    domain, _metric = wgm.user_items_space(user="person")
     assert not domain.member(frame.to_pandas())
