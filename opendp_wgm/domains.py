@@ -79,7 +79,8 @@ def user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain,
     Returns
     -------
     tuple[opendp.mod.Domain, opendp.mod.Metric]
-        A domain whose members are ``pl.DataFrame`` / ``pl.LazyFrame`` objects with both columns, and
+        A domain whose members are ``pl.DataFrame`` / ``pl.LazyFrame`` objects with both columns (a pandas
+        ``DataFrame`` or a pyarrow ``Table`` with both columns is converted when a measurement reads it), and
         ``dp.symmetric_id_distance(pl.col(user))``: the distance between two frames is the number of user
         ids present in only one of them (users added or removed); a user present in both must have the
         same rows, so changing one user's rows is a removal plus an addition, distance 2.

@@ -491,6 +491,7 @@ DRY_RUN_ERRORS = {
     "plot not png": (["discover", "--dry-run", "--plot", "{tmp}/c.pdf"], "its name must end in .png"),
     "limited domain": (["top-k", "--k", "2", "--mechanism", "limited-domain", "--dry-run"],
                        "limited-domain top-k has none"),
+    "plot directory missing": (["discover", "--dry-run", "--plot", "{tmp}/absent/c.png"], "cannot write --plot"),
 }
 
 
@@ -501,3 +502,48 @@ def test_dry_run_errors(case: str, capsys: pytest.CaptureFixture[str], tmp_path:
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and expected in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nested_items_to_csv_are_refused_before_the_release(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """CSV cannot hold a struct item: refused after reading the schema, before the measurement is invoked;
+    JSON keeps the struct."""
+    import opendp.prelude as dp
+
+    from opendp_wgm import measurements
+
+    source = tmp_path / "pairs.parquet"
+    pl.DataFrame({"user": list(range(N_USERS)), "item": [{"a": 1, "b": "x"}] * N_USERS}).write_parquet(source)
+    make_wgm = measurements.make_wgm
+
+    def never(*args: object, **kwargs: object) -> dp.Measurement:
+        def function(frame: object) -> object:
+            raise AssertionError("released before the output format was checked")
+
+        return dp.m.make_user_measurement(*make_wgm(*args, **kwargs).input_space, dp.approximate(dp.max_divergence()),
+                                          function, lambda d_in: (1.0, 1e-5))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(measurements, "make_wgm", never)
+        for output in ("-", str(tmp_path / "out.csv.gz")):
+            code, out, err = _run(capsys, source, "-o", output)
+            assert code == 2 and out == "", err
+            assert "cannot write column(s) ['item'] (Struct" in err and "use --format json or ndjson" in err, err
+    output = tmp_path / "out.json"
+    code, _, err = _run(capsys, source, "-o", output)
+    assert code == 0, err
+    assert json.loads(output.read_text())[0]["item"] == {"a": 1, "b": "x"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "pairs.parquet"]
+
+
+def test_existing_plot_needs_force(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "curve.png"
+    plot.write_bytes(b"keep me")
+    code, _, err = _run(capsys, "--dry-run", "--plot", plot)
+    assert code == 2 and "already exists (add --force to overwrite it)" in err
+    assert plot.read_bytes() == b"keep me"
+    code, _, err = _run(capsys, "--dry-run", "--plot", plot, "--force")
+    assert code == 0, err
+    assert plot.read_bytes()[:4] == b"\x89PNG"

@@ -236,7 +236,8 @@ def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None
         "--plot",
         type=Path,
         metavar="PNG",
-        help="with --dry-run: also draw the release curve to this PNG file (needs matplotlib)",
+        help="with --dry-run: also draw the release curve to this PNG file (needs matplotlib; an existing file "
+        "only with --force)",
     )
 
 

@@ -265,9 +265,25 @@ class _Output:
     format: str
     compressed: bool
 
+    @property
+    def name(self) -> str:
+        return "stdout" if self.path is None else str(self.path)
+
+    def check_schema(self, schema: pl.Schema) -> None:
+        """Refuse, before the release, a CSV/TSV output of nested columns (which CSV cannot hold)."""
+        nested = [name for name, dtype in schema.items() if dtype.is_nested()]
+        if nested and self.format in ("csv", "tsv"):
+            raise CLIError(
+                f"cannot write column(s) {nested} ({schema[nested[0]]}) to {self.name} as {self.format.upper()}: "
+                "use --format json or ndjson, or a .parquet file"
+            )
+
     def commit(self, released: pl.DataFrame, stdout: TextIO) -> None:
         if self.path is None or self.temp is None:
-            text = _serialise(released, self.format)
+            try:
+                text = _serialise(released, self.format)
+            except pl.exceptions.PolarsError as err:
+                raise CLIError(f"cannot write the release to stdout: {_one_line(err)}") from err
             assert text is not None
             stdout.write(text if text.endswith("\n") or not text else text + "\n")
             stdout.flush()

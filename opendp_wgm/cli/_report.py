@@ -137,6 +137,8 @@ def _release_and_report(
                 planned = plan()
             with stages.stage("reading"):
                 data = _read_input(args)
+                if output is not None:
+                    output.check_schema(data.frame.collect_schema())
             with stages.stage("releasing"):
                 try:
                     released = planned.measurement(data.frame)
@@ -190,7 +192,10 @@ def _epsilon_equivalent(measurement: dp.Measurement, spent: tuple[float, float],
     if budget.rho is None:
         return []
     total = spent[1] + budget.delta
-    epsilon, delta = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), total).map(1)
+    try:
+        epsilon, delta = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), total).map(1)
+    except dp.OpenDPException as err:  # the release is done: report, never fail, on a conversion OpenDP refuses
+        return [f"  ε equivalent  not available ({_last_line(err)})"]
     return [
         f"  ε equivalent  ε = {epsilon:.6g} at δ = {delta:.6g} (the release's δ + --delta {budget.delta:g} for "
         "OpenDP's zCDP → (ε, δ) conversion)"
@@ -210,6 +215,8 @@ def _dry_run(
             raise CLIError(f"--{option} does not apply with --dry-run (nothing is released)")
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         raise CLIError(f"--plot writes a PNG file: its name must end in .png (found {str(args.plot)!r})")
+    if args.plot is not None and args.plot.exists() and not args.force:
+        raise CLIError(f"--plot {str(args.plot)!r} already exists (add --force to overwrite it)")
     with _library_errors():
         planned = plan()
     if planned.curve is None:
