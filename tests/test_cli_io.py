@@ -142,6 +142,8 @@ SQL_ERRORS = {
     "not a uri": (["--uri", "events.db", "--query", "select 1"], "--uri must be a database URI"),
     "schema with uri": (["--uri", "sqlite://{db}", "--query", "select uid, thing from events", "--schema",
                          "uid=Int64"], "--schema and --separator apply only to CSV input"),
+    "output is the database": (["--uri", "sqlite://{db}", "--query", "select uid, thing from events", "-o", "{db}",
+                                "--format", "csv", "--force"], "is the input file"),
     "seed with uri": (["--uri", "sqlite://{db}", "--query", "select 1", "--seed", "1"], "--seed applies only to the demo"),
 }
 

@@ -129,7 +129,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "The user and item columns of a CSV are read as String by default, so that ids such as 007 and 7 "
         "stay distinct; e.g. --schema user=Int64 to read user ids as integers.",
     )
-    demo = parser.add_argument_group("demo (no PATH only)")
+    demo = parser.add_argument_group("demo (without PATH or --uri)")
     demo.add_argument(
         "--demo-users",
         type=_positive_int,

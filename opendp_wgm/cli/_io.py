@@ -91,6 +91,20 @@ def _redacted(uri: str) -> str:
     return re.sub(r"^([^:/]+://[^:/@]*):[^@]*@", r"\1:***@", uri)
 
 
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of an ``sqlite://`` URI (``sqlite:///abs/path.db``, ``sqlite://relative.db``)."""
+    scheme, sep, rest = uri.partition("://")
+    return Path(rest.split("?", 1)[0]) if sep and scheme.lower() == "sqlite" and rest else None
+
+
+def _input_files(args: argparse.Namespace) -> list[Path]:
+    """The files the command reads (PATH, or the SQLite database of --uri): --output must be none of them."""
+    if args.path is not None:
+        return [args.path]
+    file = None if args.uri is None else _sqlite_file(args.uri)
+    return [] if file is None else [file]
+
+
 def _read_database(uri: str, query: str) -> pl.LazyFrame:
     """The rows of ``query`` on the database at ``uri``, with ``pl.read_database_uri`` (ConnectorX).
 
@@ -104,10 +118,9 @@ def _read_database(uri: str, query: str) -> pl.LazyFrame:
     scheme, sep, rest = uri.partition("://")
     if not sep or not scheme or not rest:
         raise CLIError(f"--uri must be a database URI such as sqlite:///path/to.db (found {_redacted(uri)!r})")
-    if scheme.lower() == "sqlite":
-        file = Path(rest.split("?", 1)[0])
-        if not file.is_file():
-            raise CLIError(f"--uri {_redacted(uri)!r}: SQLite database file {str(file)!r} not found")
+    file = _sqlite_file(uri)
+    if file is not None and not file.is_file():
+        raise CLIError(f"--uri {_redacted(uri)!r}: SQLite database file {str(file)!r} not found")
     try:
         return pl.read_database_uri(query, uri).lazy()
     except Exception as err:  # ConnectorX raises RuntimeError/ValueError/panics with the database's message

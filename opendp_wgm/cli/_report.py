@@ -14,7 +14,7 @@ import polars as pl
 
 from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
 from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
-from opendp_wgm.cli._io import _check_source, _exit_on_interrupt, _prepare_output, _read_input
+from opendp_wgm.cli._io import _check_source, _exit_on_interrupt, _input_files, _prepare_output, _read_input
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -124,8 +124,7 @@ def _release_and_report(
         return _dry_run(args, stdout=stdout, budget=budget, plan=plan)
     if args.plot is not None:
         raise CLIError("--plot applies only with --dry-run")
-    inputs = [] if args.path is None else [args.path]
-    output = _prepare_output(args.output, inputs, force=args.force, format_=args.format)
+    output = _prepare_output(args.output, _input_files(args), force=args.force, format_=args.format)
     demo = args.path is None and args.uri is None
     names = ["calibrating", "reading", "releasing"]
     names += ["writing"] if output is not None else []
