@@ -35,6 +35,7 @@ from opendp_wgm._spaces import (
     _check_candidates,
     _check_candidates_for,
     _prepare_frame,
+    _released,
     _resolve_space,
     _Space,
 )
@@ -204,7 +205,7 @@ def make_user_peeling(
     scale: float,
     output_measure: dp.Measure | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Pick up to ``k`` public candidates that together cover many users (private greedy, user peeling).
 
@@ -296,7 +297,7 @@ def make_user_peeling(
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return peel(_prepare_frame(frame, space), space, series, k, scale)
+        return _released(peel(_prepare_frame(frame, space), space, series, k, scale), space)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
@@ -313,7 +314,7 @@ def make_user_peeling_from_budget(
     epsilon: float | None = None,
     rho: float | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""User peeling calibrated to a per-user budget (see :func:`calibrate_user_peeling`).
 
@@ -364,7 +365,7 @@ def make_wgm_hitting_set(
     wgm_epsilon: float | None = None,
     peel_delta: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -467,7 +468,7 @@ def make_wgm_hitting_set_from_budget(
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
     stage_1: Stage1Mechanism = "wgm",

@@ -31,6 +31,7 @@ from opendp_wgm._spaces import (
     _check_candidates,
     _check_candidates_for,
     _prepare_frame,
+    _released,
     _resolve_space,
     _Space,
 )
@@ -120,7 +121,7 @@ def make_peeling_top_k(
     output_measure: dp.Measure | None = None,
     delta: float | None = None,
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Private top-k over a public candidate list: exact user counts, then exponential-mechanism peeling.
 
@@ -194,7 +195,8 @@ def make_peeling_top_k(
 
     # candidate counts (monotone ℓ∞ stability d_in -> d_in) then an exact private top-k of the count vector
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
+        released = _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
+        return _released(released, space)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta_value)
@@ -220,7 +222,7 @@ def make_wgm_top_k(
     peel_delta: float | None = None,
     noise: NoiseMethod = "lattice",
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -327,7 +329,7 @@ def make_wgm_top_k_from_budget(
     split: float = 0.5,
     noise: NoiseMethod = "lattice",
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
     stage_1: Stage1Mechanism = "wgm",
