@@ -121,6 +121,12 @@ def _check_key_columns(user: Any, item: Any) -> tuple[str, str | tuple[str, ...]
     return user, keys
 
 
+def _check_one_item(item: Any, where: str) -> None:
+    """``item`` is not a composite key (two or more columns), which is not supported ``where``."""
+    if isinstance(item, (list, tuple)) and len(item) > 1:
+        raise ValueError(f"`item` must be one column {where} (found the composite key {list(item)!r})")
+
+
 def _check_absent(name: str, value: Any, *, unless: str) -> None:
     """``value`` is ``None``: the parameter applies only ``unless`` (such as another option's value)."""
     if value is not None:

@@ -38,6 +38,7 @@ from typing import Any
 from opendp_wgm._validation import (
     _check_column,
     _check_columns,
+    _check_one_item,
     _check_positive,
     _check_probability,
     _check_real,
@@ -133,6 +134,7 @@ def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
         if isinstance(input_domain.schema[column], SparkFloatColumnDescriptor):
             found = input_domain.schema[column]
             raise ValueError(f"`{name}` column {column!r} must not be floating point (found {found})")
+    _check_one_item(item, "on the Tumult engine (composite keys are Polars-only)")
     _check_columns(user, item)
 
 

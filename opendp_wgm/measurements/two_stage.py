@@ -113,7 +113,8 @@ def make_two_stage(
     accounting
         How the two maps add and round up (the stage-2 module's :class:`~opendp_wgm.privacy.peeling.Accounting`).
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     preparation
         The input's preparation, run once per release; both stages are built on its space and read its result.
         Default: a Polars frame's (:func:`_polars_preparation`). An engine passes its own.
