@@ -92,7 +92,7 @@ def _check_item(value: Any) -> str | tuple[str, ...]:
     if isinstance(value, str):
         return _check_column("item", value)
     if isinstance(value, (bytes, dict)) or not isinstance(value, (list, tuple)):
-        raise TypeError(f"`item` must be a column name or a list of column names (found {value!r})")
+        raise TypeError(f"`item` must be a non-empty column name or a list of them (found {value!r})")
     names = tuple(_check_column("item", name) for name in value)
     if not names:
         raise ValueError(f"`item` must name at least one column (found {value!r})")
