@@ -189,7 +189,8 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
             raise ValueError(msg)
         if frame.max_contributions <= max_contributions:
             return frame.lists
-        lf, seeds = frame.lists().explode(space.item), fresh_seeds()  # bounded to a larger Δ0: bound again, on its (prepared) rows
+        # bounded to a larger Δ0: bound again, on its prepared rows (a composite key still as one Struct)
+        lf, seeds = frame.lists().explode(space.item), fresh_seeds()
     else:
         lf, seeds = _prepare_frame(frame, space), fresh_seeds()  # type: ignore[arg-type]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -29,6 +30,9 @@ from opendp_wgm._spaces import _Space, _value_key
 from opendp_wgm._validation import _Engine
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 __all__ = [
     "WEIGHT_LAT",
@@ -204,7 +208,7 @@ def cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
     return cast
 
 
-def _cast_exactly(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
+def _cast_exactly(candidates: pl.Series, dtype: PolarsDataType) -> pl.Series:
     """:func:`cast_candidates` without the distinctness check (a Struct's fields need not be distinct)."""
     source = candidates.dtype
     if isinstance(dtype, pl.Struct) and isinstance(source, pl.Struct):

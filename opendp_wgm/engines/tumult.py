@@ -124,6 +124,7 @@ def _check_output_measure(output_measure: Any) -> Any:
 
 
 def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
+    _check_one_item(item, "on the Tumult engine (composite keys are Polars-only)")
     if not isinstance(input_domain, SparkDataFrameDomain):
         raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain (found {input_domain!r})")
     for name, column in (("user", user), ("item", item)):
@@ -134,7 +135,6 @@ def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
         if isinstance(input_domain.schema[column], SparkFloatColumnDescriptor):
             found = input_domain.schema[column]
             raise ValueError(f"`{name}` column {column!r} must not be floating point (found {found})")
-    _check_one_item(item, "on the Tumult engine (composite keys are Polars-only)")
     _check_columns(user, item)
 
 

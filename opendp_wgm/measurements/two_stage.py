@@ -61,7 +61,9 @@ class Preparation:
     keys: tuple[str, ...] = ()
 
 
-def _polars_preparation(input_domain: dp.Domain, input_metric: dp.Metric, item: str | Sequence[str] | None) -> Preparation:
+def _polars_preparation(
+    input_domain: dp.Domain, input_metric: dp.Metric, item: str | Sequence[str] | None
+) -> Preparation:
     """A Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated, nulls
     dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item): both
     stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
