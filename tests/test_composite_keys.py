@@ -204,6 +204,14 @@ def test_opendp_key_release_refuses_a_composite_key() -> None:
         make_opendp_key_release(*composite(), max_contributions=2, epsilon=1.0, delta=1e-6)
 
 
+def test_spark_refuses_a_composite_key() -> None:
+    pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
+    from opendp_wgm.spark import spark_user_items_space
+
+    with pytest.raises(ValueError, match=r"`item` must be one column on the Spark engine .*\['country', 'query'\]"):
+        spark_user_items_space("user", KEYS)  # type: ignore[arg-type]
+
+
 def test_tumult_refuses_a_composite_key_first() -> None:
     from opendp_wgm.engines.tumult import _check_domain
 
