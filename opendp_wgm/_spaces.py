@@ -284,6 +284,14 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
     return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
 
 
+def _null_items(items: pl.Series) -> int:
+    """The number of null items: null values, and Structs (composite keys) with a null field."""
+    nulls = items.null_count()
+    if isinstance(items.dtype, pl.Struct) and items.len():
+        nulls += int(items.struct.unnest().select(pl.any_horizontal(pl.all().is_null()).sum()).item())
+    return nulls
+
+
 def _check_candidates(candidates: Sequence[Any] | pl.Series | pl.DataFrame | NDArray[Any]) -> pl.Series:
     """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output).
 
@@ -296,10 +304,7 @@ def _check_candidates(candidates: Sequence[Any] | pl.Series | pl.DataFrame | NDA
         msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
         raise TypeError(msg)
     series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
-    nulls = series.null_count()
-    if isinstance(series.dtype, pl.Struct):
-        nulls += series.struct.unnest().select(pl.any_horizontal(pl.all().is_null()).sum()).item()
-    if nulls:
+    if _null_items(series):
         msg = "`candidates` must not contain nulls"
         raise ValueError(msg)
     if series.is_duplicated().any():

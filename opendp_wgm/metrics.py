@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
-from opendp_wgm._spaces import _item_column, _release_keys
+from opendp_wgm._spaces import _item_column, _null_items, _release_keys
 from opendp_wgm._validation import _check_choice, _check_int, _check_item, _check_key_columns
 
 __all__ = [
@@ -193,10 +193,7 @@ def _released_series(released: Any, item: str | Sequence[str]) -> pl.Series:
             f" (found {type(released).__name__})"
         )
         raise TypeError(msg)
-    nulls = series.null_count()
-    if isinstance(series.dtype, pl.Struct):
-        nulls += series.struct.unnest().select(pl.any_horizontal(pl.all().is_null()).sum()).item()
-    if nulls > 0:
+    if _null_items(series) > 0:
         msg = "`released` contains null items"
         raise ValueError(msg)
     return series.rename(_item_column(item))

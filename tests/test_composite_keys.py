@@ -78,6 +78,9 @@ def test_space_names_the_key_columns() -> None:
     "make",
     [
         lambda space: wgm.make_wgm(*space, max_contributions=6, scale=TINY, threshold=1.0),
+        lambda space: wgm.make_wgm(
+            *space, max_contributions=6, scale=TINY, threshold=1.0, passes=3, engine="streaming"
+        ),
         lambda space: wgm.make_dp_sips(*space, max_contributions=6, scales=[TINY, TINY], thresholds=[5.0, 1.0]),
         lambda space: make_wgm_top_k(
             *space, k=3, max_contributions=6, wgm_scale=TINY, wgm_threshold=1.0, peel_scale=TINY
@@ -87,7 +90,7 @@ def test_space_names_the_key_columns() -> None:
         ),
         lambda space: bl.make_policy_gaussian(*space, max_contributions=6, scale=TINY, threshold=0.5, alpha=1e11)  # cap 0.6 > T,
     ],
-    ids=["wgm", "dp-sips", "wgm-top-k", "wgm-hitting-set", "policy-gaussian"],
+    ids=["wgm", "wgm-passes-streaming", "dp-sips", "wgm-top-k", "wgm-hitting-set", "policy-gaussian"],
 )
 def test_release_equals_the_concatenated_key_release(make) -> None:  # type: ignore[no-untyped-def]
     frame = pairs_frame()
