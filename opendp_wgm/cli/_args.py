@@ -45,6 +45,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _item_columns(text: str) -> str | tuple[str, ...]:
+    """``--item``: one column, or ``COL,COL,...``, the columns of a composite key (distinct, non-empty)."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"must be COL or COL,COL,... with non-empty names (found {text!r})")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"must name distinct columns (found {text!r})")
+    return names[0] if len(names) == 1 else names
+
+
 def _real_in(maximum: float) -> Callable[[str], float]:
     """An argparse type: a finite real number in the open interval (0, ``maximum``), checked as the library
     checks its parameter of that option (``_check_positive``, ``_check_probability``), with its wording."""
@@ -115,7 +125,14 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         help='with --uri: the query whose rows are (user, item), e.g. "select user, item from events"',
     )
     group.add_argument("--user", default="user", metavar="COL", help="user-id column (default: %(default)s)")
-    group.add_argument("--item", default="item", metavar="COL", help="item column (default: %(default)s)")
+    group.add_argument(
+        "--item",
+        default="item",
+        type=_item_columns,
+        metavar="COL[,COL...]",
+        help="item column, or comma-separated columns of a composite key, e.g. country,query: the items are their "
+        "distinct tuples, and the output has those columns (default: %(default)s)",
+    )
     group.add_argument(
         "--separator",
         metavar="SEP",

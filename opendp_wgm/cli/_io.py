@@ -129,27 +129,39 @@ def _read_database(uri: str, query: str) -> pl.LazyFrame:
 
 
 def _check_frame(
-    lf: pl.LazyFrame, label: str, user: str, item: str, schema: dict[str, type[pl.DataType]] | None
+    lf: pl.LazyFrame,
+    label: str,
+    user: str,
+    item: str | tuple[str, ...],
+    schema: dict[str, type[pl.DataType]] | None,
 ) -> tuple[pl.LazyFrame, int, int]:
-    """Check the columns of ``lf`` and their dtypes, and count its rows (and rows with a null user or item)."""
+    """Check the columns of ``lf`` and their dtypes, and count its rows (and rows with a null user or item).
+
+    A composite key's columns (``item``, a tuple) are each checked as an item column is; a null in any of them
+    drops the row.
+    """
+    keys = (item,) if isinstance(item, str) else item
+    if user in keys:
+        raise CLIError(f"--user and --item must name different columns (both are {user!r})")
     try:
         columns = lf.collect_schema()
     except pl.exceptions.NoDataError:
         raise CLIError(f"{label} has no rows") from None
     except (pl.exceptions.PolarsError, OSError) as err:
         raise CLIError(f"cannot read {label!r}: {_one_line(err)}") from err
-    missing = [c for c in (user, item) if c not in columns]
+    missing = [c for c in (user, *keys) if c not in columns]
     if missing:
         names = ("column " if len(missing) == 1 else "columns ") + " and ".join(repr(c) for c in missing)
         raise CLIError(f"{names} not found in {label}; its columns are {columns.names()} (choose with --user/--item)")
     unknown = [c for c in schema or {} if c not in columns]
     if unknown:
         raise CLIError(f"--schema names column(s) {unknown} not in {label}; its columns are {columns.names()}")
-    for option, column in (("--user", user), ("--item", item)):
+    for option, column in (("--user", user), *(("--item", key) for key in keys)):
         if columns[column] == pl.Null:
             raise CLIError(f"{option} column {column!r} of {label} must have values (found dtype Null: all null)")
     try:
-        counts = lf.select(rows=pl.len(), null_rows=(pl.col(user).is_null() | pl.col(item).is_null()).sum()).collect()
+        null_row = pl.any_horizontal(pl.col(user, *keys).is_null())
+        counts = lf.select(rows=pl.len(), null_rows=null_row.sum()).collect()
     except (pl.exceptions.PolarsError, OSError) as err:
         hint = " (check --schema)" if schema else ""
         raise CLIError(f"cannot read {label!r}: {_one_line(err)}{hint}") from err
@@ -158,22 +170,29 @@ def _check_frame(
         raise CLIError(f"{label} has no rows")
     if null_rows == rows:
         raise CLIError(f"{label} has no row with both a user and an item (all {rows:,} rows have a null)")
-    return lf.select(user, item), rows, null_rows
+    return lf.select(user, *keys), rows, null_rows
 
 
 def _open_checked(
-    path: Path, separator: str | None, user: str, item: str, schema: dict[str, type[pl.DataType]] | None
+    path: Path,
+    separator: str | None,
+    user: str,
+    item: str | tuple[str, ...],
+    schema: dict[str, type[pl.DataType]] | None,
 ) -> tuple[pl.LazyFrame, int, int]:
     """Scan ``path``, check its columns and their dtypes, and count its rows (and rows with a null user or item).
 
     A CSV's user and item columns are read as String unless ``schema`` says otherwise: guessing their types
     would merge ids such as ``007`` and ``7`` (two items into one; two users into one "user" holding several
     people's rows under one person's bound). The count parses both columns in full, so a value
-    that does not fit a ``schema`` dtype fails here, before any measurement is invoked.
+    that does not fit a ``schema`` dtype fails here, before any measurement is invoked. A composite key's
+    columns (``item``, a tuple) are each read and checked as an item column is; a null in any of them drops
+    the row.
     """
+    keys = (item,) if isinstance(item, str) else item
     overrides = dict(schema or {})
     if _suffix(path) in _CSV_SUFFIXES:
-        overrides = {user: pl.String, item: pl.String} | overrides
+        overrides = dict.fromkeys((user, *keys), pl.String) | overrides
     return _check_frame(_scan(path, separator, overrides), str(path), user, item, schema)
 
 
@@ -194,6 +213,8 @@ def _read_input(args: argparse.Namespace) -> _Input:
 
         if args.schema is not None:
             raise CLIError("--schema applies only to CSV input, not to the demo")
+        if not isinstance(item, str):
+            raise CLIError(f"--item must name one column for the demo (found {','.join(item)!r})")
         n_users = _DEFAULT_DEMO_USERS if args.demo_users is None else args.demo_users
         with _library_errors():
             frame = synthetic_zipf(

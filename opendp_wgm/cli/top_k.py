@@ -160,8 +160,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
                 output_measure=measure,
                 epsilon=first.epsilon,
             )
-        stage_2 = make_peeling_top_k(
-            *space,
+        stage_2 = make_peeling_top_k(  # for its map only, which depends on k alone (not on the key columns)
+            *user_items_space(),
             candidates=list(range(cal.k)),
             k=cal.k,
             scale=cal.peel_scale,

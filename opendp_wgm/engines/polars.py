@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -29,6 +30,9 @@ from opendp_wgm._spaces import _Space, _value_key
 from opendp_wgm._validation import _Engine
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
+
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
 
 __all__ = [
     "WEIGHT_LAT",
@@ -193,9 +197,27 @@ def cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
 
     A lossy cast would let two candidates name one item (floats 1.2 and 1.7 on an Int64 column both become 1,
     and that item would be released at two ranks) or compare a candidate with an item it is not ("07" and 7).
-    Text and numbers never match each other. Raises before any data is read or any noise drawn.
+    Text and numbers never match each other. A composite key's candidates (Struct) are cast field by field,
+    by name. Raises before any data is read or any noise drawn.
     """
+    cast = _cast_exactly(candidates, dtype)
+    if cast.is_duplicated().any():
+        examples = candidates.filter(cast.is_duplicated()).head(4).to_list()
+        msg = f"`candidates` must stay distinct in the item column's type {dtype} (found {examples})"
+        raise ValueError(msg)
+    return cast
+
+
+def _cast_exactly(candidates: pl.Series, dtype: PolarsDataType) -> pl.Series:
+    """:func:`cast_candidates` without the distinctness check (a Struct's fields need not be distinct)."""
     source = candidates.dtype
+    if isinstance(dtype, pl.Struct) and isinstance(source, pl.Struct):
+        names, given = [f.name for f in dtype.fields], [f.name for f in source.fields]
+        if sorted(names) != sorted(given):
+            msg = f"`candidates` must have the key columns {names} (found {given})"
+            raise TypeError(msg)
+        fields = candidates.struct.unnest()
+        return pl.DataFrame([_cast_exactly(fields[f.name], f.dtype) for f in dtype.fields]).to_struct(candidates.name)
     text_source, text_target = isinstance(source, _TEXT_DTYPES), isinstance(dtype, _TEXT_DTYPES)
     if source != pl.Null and candidates.len() and (text_source != text_target):
         msg = f"`candidates` must have the item column's type {dtype} (found {source})"
@@ -210,10 +232,6 @@ def cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
     if changed.any():
         examples = candidates.filter(changed).head(3).to_list()
         msg = f"`candidates` must be exactly representable in the item column's type {dtype} (found {examples})"
-        raise ValueError(msg)
-    if cast.is_duplicated().any():
-        examples = candidates.filter(cast.is_duplicated()).head(4).to_list()
-        msg = f"`candidates` must stay distinct in the item column's type {dtype} (found {examples})"
         raise ValueError(msg)
     return cast
 

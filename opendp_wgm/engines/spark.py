@@ -39,7 +39,7 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
-from opendp_wgm._validation import _check_columns
+from opendp_wgm._validation import _check_columns, _check_one_item
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
 from opendp_wgm.measurements.dp_sips import ROUND
@@ -136,6 +136,7 @@ class SparkUserItemsDescriptor:
     item: str = "item"
 
     def __post_init__(self) -> None:
+        _check_one_item(self.item, "on the Spark engine (composite keys are Polars-only)")
         _check_columns(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from opendp_wgm._validation import (
     _check_column,
     _check_columns,
+    _check_one_item,
     _check_positive,
     _check_probability,
     _check_real,
@@ -123,6 +124,7 @@ def _check_output_measure(output_measure: Any) -> Any:
 
 
 def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
+    _check_one_item(item, "on the Tumult engine (composite keys are Polars-only)")
     if not isinstance(input_domain, SparkDataFrameDomain):
         raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain (found {input_domain!r})")
     for name, column in (("user", user), ("item", item)):

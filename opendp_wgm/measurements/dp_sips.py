@@ -18,7 +18,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
 from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, lattice_histogram, release_above_threshold
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
@@ -81,7 +81,7 @@ def make_dp_sips(
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -177,7 +177,7 @@ def make_dp_sips(
             if number < len(scales):  # drop every item released so far (a small frame), lazily
                 done = pl.concat([r.select(item) for r in rounds]).lazy()
                 remaining = prepared.join(done, on=item, how="anti")
-        return pl.concat(rounds).sort(item)
+        return _released(pl.concat(rounds).sort(item), space)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         return dp_sips_privacy_loss(
@@ -204,7 +204,7 @@ def make_dp_sips_from_budget(
     ratio: float | None = None,
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:

@@ -35,6 +35,7 @@ from opendp_wgm._spaces import (
     _check_candidates,
     _check_candidates_for,
     _prepare_frame,
+    _released,
     _resolve_space,
     _Space,
 )
@@ -204,7 +205,7 @@ def make_user_peeling(
     scale: float,
     output_measure: dp.Measure | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Pick up to ``k`` public candidates that together cover many users (private greedy, user peeling).
 
@@ -236,7 +237,8 @@ def make_user_peeling(
         guarantee is converted to (ε, δ), as the paper's reference code does; 0 gives basic
         composition.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -296,7 +298,7 @@ def make_user_peeling(
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return peel(_prepare_frame(frame, space), space, series, k, scale)
+        return _released(peel(_prepare_frame(frame, space), space, series, k, scale), space)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
@@ -313,7 +315,7 @@ def make_user_peeling_from_budget(
     epsilon: float | None = None,
     rho: float | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""User peeling calibrated to a per-user budget (see :func:`calibrate_user_peeling`).
 
@@ -364,7 +366,7 @@ def make_wgm_hitting_set(
     wgm_epsilon: float | None = None,
     peel_delta: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -396,7 +398,8 @@ def make_wgm_hitting_set(
     noise
         The WGM's sampler, ``"lattice"`` (default) or ``"opendp"``.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
@@ -467,7 +470,7 @@ def make_wgm_hitting_set_from_budget(
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
     stage_1: Stage1Mechanism = "wgm",

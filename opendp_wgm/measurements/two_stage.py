@@ -22,7 +22,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _resolve_space, _Space
+from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _release_keys, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.measurements.dp_sips import make_dp_sips
@@ -50,28 +50,32 @@ class Preparation:
     """How a two-stage release prepares its input once for both stages.
 
     ``function`` maps an input to the prepared data, a member of ``domain`` under ``metric`` (stable:
-    ``d_out = d_in`` users), on which both stages are built; ``item`` names the key column of stage 1's release.
+    ``d_out = d_in`` users), on which both stages are built; ``item`` names the key column of stage 1's release
+    (``keys``, when given, its key columns: a composite key's, which become one Struct candidate Series).
     """
 
     domain: dp.Domain
     metric: dp.Metric
     function: Callable[[Any], Any]
     item: str
+    keys: tuple[str, ...] = ()
 
 
-def _polars_preparation(input_domain: dp.Domain, input_metric: dp.Metric, item: str | None) -> Preparation:
+def _polars_preparation(
+    input_domain: dp.Domain, input_metric: dp.Metric, item: str | Sequence[str] | None
+) -> Preparation:
     """A Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated, nulls
     dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item): both
     stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
     them as a Python object (no copy through OpenDP's FFI)."""
     space = _resolve_space(input_domain, input_metric, item)
-    prepared = _Space(space.user, space.item, None, lazyframe_domain=False)
+    prepared = _Space(space.user, space.item, None, lazyframe_domain=False, composite=space.composite)
 
     def function(frame: Any) -> _PreparedFrame:
         return _PreparedFrame(_prepare_frame(frame, space), prepared)
 
-    domain = user_items_domain(UserItemsDescriptor(space.user, space.item))
-    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
+    domain = user_items_domain(UserItemsDescriptor(space.user, space.composite or space.item))
+    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item, space.keys)
 
 
 def _add_losses(first: Any, second: Any, accounting: Accounting) -> Any:
@@ -90,7 +94,7 @@ def make_two_stage(
     stage_2: Stage2,
     stage_2_map: Callable[[int], Any],
     accounting: Accounting,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     preparation: Preparation | None = None,
 ) -> dp.Measurement:
     r"""Stage 1 releases keys; stage 2, built on them, releases the output (adaptive composition).
@@ -111,7 +115,8 @@ def make_two_stage(
     accounting
         How the two maps add and round up (the stage-2 module's :class:`~opendp_wgm.privacy.peeling.Accounting`).
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     preparation
         The input's preparation, run once per release; both stages are built on its space and read its result.
         Default: a Polars frame's (:func:`_polars_preparation`). An engine passes its own.
@@ -136,7 +141,7 @@ def make_two_stage(
 
     def function(frame: Any) -> pl.DataFrame:
         data = preparation.function(frame)
-        candidates = first(data).get_column(preparation.item)  # stage 1: the released keys only
+        candidates = _release_keys(first(data), preparation.keys or (preparation.item,))  # stage 1: the keys only
         second = stage_2(domain, metric, candidates)
         if second.output_measure != output_measure:
             msg = f"`stage_2` must measure privacy in {output_measure} (found {second.output_measure})"
@@ -190,7 +195,7 @@ def make_wgm_then_peeling(
     wgm_epsilon: float | None,
     peel_delta: float | None,
     noise: NoiseMethod,
-    item: str | None,
+    item: str | Sequence[str] | None,
     passes: int,
     engine: Engine,
     peeling: Peeling,
@@ -248,7 +253,7 @@ def make_dp_sips_then_peeling(
     sips_epsilon: float | None,
     peel_delta: float | None,
     noise: NoiseMethod,
-    item: str | None,
+    item: str | Sequence[str] | None,
     passes: int,
     engine: Engine,
     peeling: Peeling,
@@ -290,7 +295,7 @@ def _then_peeling(
     output_measure: dp.Measure,
     kind: MeasureKind,
     peel_delta: float,
-    item: str | None,
+    item: str | Sequence[str] | None,
     peeling: Peeling,
     accounting: Accounting,
     preparation: Preparation | None = None,

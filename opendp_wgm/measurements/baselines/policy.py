@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
@@ -29,7 +29,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
 from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements._user_items import user_item_csr
@@ -334,7 +334,7 @@ def make_policy_gaussian(
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Gaussian set union (Gopi et al. 2020): a sequential ℓ2 policy, then noise and the WGM threshold.
 
@@ -367,7 +367,8 @@ def make_policy_gaussian(
     noise : {'lattice', 'opendp'}
         Sampler of the discrete Gaussian, as in :func:`opendp_wgm.make_wgm`.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -433,7 +434,8 @@ def make_policy_gaussian(
         )
         weights = _policy_weights(data, cap, descent)
         histogram = _positive_histogram(data, weights, space.item)
-        return release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
+        released = release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
+        return _released(released, space)
 
     privacy_map = wgm_privacy_map(
         scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
@@ -453,7 +455,7 @@ def make_policy_gaussian_from_budget(
     descent: Descent = "l2",
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Gaussian with the WGM's σ and T for the same budget (:func:`opendp_wgm.calibrate_wgm`).
 
@@ -552,7 +554,7 @@ def make_policy_greedy(
     scale: float,
     threshold: float,
     alpha: float = 3.0,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Greedy set union (Carvalho et al. 2022, "GW"), with the reference's privacy bug fixed.
 
@@ -578,7 +580,8 @@ def make_policy_greedy(
     alpha
         α ≥ 0 of the cap.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -620,12 +623,13 @@ def make_policy_greedy(
         histogram = _positive_histogram(data, weights, space.item)
         noisy = _sample_discrete_laplace(lattice_scale, histogram["weight_lat"].to_numpy())
         keep = noisy > floor_t
-        return (
+        released = (
             histogram.select(space.item)
             .filter(pl.Series(keep))
             .with_columns(noisy_weight=pl.Series(noisy[keep], dtype=pl.Int64).cast(pl.Float64) / _UNIT)
             .sort(space.item)
         )
+        return _released(released, space)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         d_in = _check_d_in(d_in)
@@ -643,7 +647,7 @@ def make_policy_greedy_from_budget(
     epsilon: float,
     delta: float,
     alpha: float = 3.0,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Greedy calibrated to (ε, δ): λ = 1/ε and the smallest lattice T with :math:`\delta_T(1) \le \delta`.
 
