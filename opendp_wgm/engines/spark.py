@@ -785,63 +785,29 @@ def _top_k_peeling(method: Any) -> Peeling:
 _HITTING_SET_PEELING = _spark_peeling(make_user_peeling, _hitting_set_stage_2)
 
 
+def _make_dp_sips_two_stage(
+    input_domain: dp.Domain, input_metric: dp.Metric, peeling: Peeling, accounting: Accounting, **parameters: Any
+) -> dp.Measurement:
+    """DP-SIPS, then ``peeling``, on Spark from the explicit parameters of the Polars ``make_dp_sips_then_peeling``
+    (``k``, ``max_contributions``, ``sips_scales``, ``sips_thresholds``, ``peel_scale``; ``output_measure``,
+    ``sips_epsilon``, ``peel_delta`` default to None), which checks them and owns the map."""
+    _assert_features()
+    parameters = {"output_measure": None, "sips_epsilon": None, "peel_delta": None, **parameters}
+    return _make_two_stage(input_domain, input_metric, peeling, accounting, parameters, "dp-sips")
+
+
 def _make_dp_sips_top_k(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    sips_scales: Sequence[float],
-    sips_thresholds: Sequence[float],
-    peel_scale: float,
-    output_measure: dp.Measure | None = None,
-    sips_epsilon: float | None = None,
-    peel_delta: float | None = None,
-    method: str = "auto",
+    input_domain: dp.Domain, input_metric: dp.Metric, *, method: str = "auto", **parameters: Any
 ) -> dp.Measurement:
-    """DP-SIPS-then-top-k on Spark, from the explicit parameters of the Polars ``make_dp_sips_then_peeling`` (its
-    checks and map): what ``make_wgm_top_k_from_budget(stage_1="dp-sips")`` builds from its calibration."""
-    parameters = dict(
-        k=k,
-        max_contributions=max_contributions,
-        sips_scales=sips_scales,
-        sips_thresholds=sips_thresholds,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        sips_epsilon=sips_epsilon,
-        peel_delta=peel_delta,
-    )
-    _assert_features()
-    return _make_two_stage(input_domain, input_metric, _top_k_peeling(method), TOP_K, parameters, "dp-sips")
+    """DP-SIPS-then-top-k on Spark (:func:`_make_dp_sips_two_stage`'s parameters and ``method``): what
+    ``make_wgm_top_k_from_budget(stage_1="dp-sips")`` builds from its calibration."""
+    return _make_dp_sips_two_stage(input_domain, input_metric, _top_k_peeling(method), TOP_K, **parameters)
 
 
-def _make_dp_sips_hitting_set(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    sips_scales: Sequence[float],
-    sips_thresholds: Sequence[float],
-    peel_scale: float,
-    output_measure: dp.Measure | None = None,
-    sips_epsilon: float | None = None,
-    peel_delta: float | None = None,
-) -> dp.Measurement:
-    """DP-SIPS-then-user-peeling on Spark, from the parameters of :func:`_make_dp_sips_top_k` (no ``method``):
-    what ``make_wgm_hitting_set_from_budget(stage_1="dp-sips")`` builds from its calibration."""
-    parameters = dict(
-        k=k,
-        max_contributions=max_contributions,
-        sips_scales=sips_scales,
-        sips_thresholds=sips_thresholds,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        sips_epsilon=sips_epsilon,
-        peel_delta=peel_delta,
-    )
-    _assert_features()
-    return _make_two_stage(input_domain, input_metric, _HITTING_SET_PEELING, USER_PEELING, parameters, "dp-sips")
+def _make_dp_sips_hitting_set(input_domain: dp.Domain, input_metric: dp.Metric, **parameters: Any) -> dp.Measurement:
+    """DP-SIPS-then-user-peeling on Spark (:func:`_make_dp_sips_two_stage`'s parameters): what
+    ``make_wgm_hitting_set_from_budget(stage_1="dp-sips")`` builds from its calibration."""
+    return _make_dp_sips_two_stage(input_domain, input_metric, _HITTING_SET_PEELING, USER_PEELING, **parameters)
 
 
 def make_wgm_top_k(
