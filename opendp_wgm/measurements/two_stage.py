@@ -1,6 +1,6 @@
 r"""Two-stage mechanisms: a key release discovers candidates, a known-domain mechanism selects among them.
 
-:func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM today) with
+:func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM or DP-SIPS) with
 any constructor of a known-domain measurement on the released candidates (stage 2: peeling top-k, user
 peeling). Only stage 2's frame is released. The privacy map is the sum of stage 1's map and stage 2's *charged*
 map, a map that holds for every candidate list (peeling charges ``k`` rounds whatever the number of candidates),
@@ -8,7 +8,8 @@ rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is pr
 the same prepared frame.
 
 :func:`make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
-:func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins).
+:func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins), :func:`make_dp_sips_then_peeling` the same with
+DP-SIPS as stage 1 (``stage_1="dp-sips"`` of the ``_from_budget`` constructors, on every engine).
 """
 
 from __future__ import annotations
@@ -258,30 +259,36 @@ def make_dp_sips_then_peeling(
     engine: Engine,
     peeling: Peeling,
     accounting: Accounting,
+    make_stage_1: Callable[..., dp.Measurement] | None = None,
+    preparation: Preparation | None = None,
 ) -> dp.Measurement:
     r""":func:`make_wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
     stage 1: its release is the candidate list; the map is DP-SIPS's plus the peeling's charged map (adaptive
     composition, as with the WGM: only stage 1 changes). ``sips_epsilon`` is DP-SIPS's ``epsilon`` under
-    (ε, δ); the DP-SIPS constructor checks its own parameters."""
+    (ε, δ); the DP-SIPS constructor checks its own parameters. ``make_stage_1`` (an engine's DP-SIPS, without
+    the Polars execution options ``noise``, ``passes``, ``engine``) and ``preparation`` as for
+    :func:`make_wgm_then_peeling`."""
     k = _check_int("k", k, minimum=1)
     peel_scale = _check_positive("peel_scale", peel_scale)
     output_measure, kind, sips_epsilon, peel_delta_value = check_two_stage_measure(
         output_measure, sips_epsilon, peel_delta, zero_delta=accounting.zero_delta, stage_1_epsilon="sips_epsilon"
     )
+    options: dict[str, Any] = {}  # an engine's DP-SIPS has its own execution options
+    if make_stage_1 is None:
+        make_stage_1, options = make_dp_sips, {"noise": noise, "passes": passes, "engine": engine}
     stage_1 = functools.partial(
-        make_dp_sips,
+        make_stage_1,
         max_contributions=max_contributions,
         scales=sips_scales,
         thresholds=sips_thresholds,
         output_measure=output_measure,
         epsilon=sips_epsilon,
-        noise=noise,
-        passes=passes,
-        engine=engine,
+        **options,
     )
     return _then_peeling(
         input_domain, input_metric, stage_1=stage_1, k=k, peel_scale=peel_scale, output_measure=output_measure,
         kind=kind, peel_delta=peel_delta_value, item=item, peeling=peeling, accounting=accounting,
+        preparation=preparation,
     )
 
 
