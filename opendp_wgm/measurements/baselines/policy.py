@@ -289,15 +289,15 @@ def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
     codes = data.codes
     bounds = data.offsets.tolist()
     if rule == "l2":
-        for start, end in itertools.pairwise(bounds):
-            idx = codes[start:end]
-            current = weights[idx]
-            candidates = current < cap
-            if not candidates.all():
-                if not candidates.any():
-                    continue  # every item already at the cap: nothing to do
-                idx, current = idx[candidates], current[candidates]
-            weights[idx] = current + _l2_candidates(current, cap)
+        kernel = _l2_kernel()
+        if kernel is None:
+            _l2_steps(codes, bounds, weights, cap)
+            return weights
+        user = 0
+        while (user := kernel(codes, data.offsets, weights, cap, _UNIT, user)) < len(bounds) - 1:
+            # this user's increments depend on the BLAS summation order of `gap @ gap`: NumPy's own step
+            _l2_steps(codes, bounds[user : user + 2], weights, cap)
+            user += 1
         return weights
     step = _reference_l1_increment if rule == "reference_l1" else _greedy_increment
     for start, end in itertools.pairwise(bounds):
@@ -307,6 +307,33 @@ def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
             continue
         weights[idx] = current + step(current, cap)
     return weights
+
+
+def _l2_steps(codes: np.ndarray, bounds: list[int], weights: np.ndarray, cap: int) -> None:
+    """The ℓ2 steps of the users delimited by ``bounds`` (CSR offsets), in NumPy, on ``weights`` in place."""
+    for start, end in itertools.pairwise(bounds):
+        idx = codes[start:end]
+        current = weights[idx]
+        candidates = current < cap
+        if not candidates.all():
+            if not candidates.any():
+                continue  # every item already at the cap: nothing to do
+            idx, current = idx[candidates], current[candidates]
+        weights[idx] = current + _l2_candidates(current, cap)
+
+
+@lru_cache(maxsize=1)
+def _l2_kernel() -> Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int] | None:
+    """The compiled ℓ2 loop (``opendp-wgm[fast]``, Numba), or ``None`` when Numba is not installed.
+
+    Imported on first use, not with the package (importing Numba takes a few tenths of a second). Its results are
+    identical to :func:`_l2_steps` (``_policy_jit`` says why; the tests compare both).
+    """
+    try:
+        from opendp_wgm.measurements.baselines._policy_jit import l2_policy_run
+    except ImportError:
+        return None
+    return l2_policy_run  # type: ignore[no-any-return]
 
 
 def _positive_histogram(data: _UserItems, weights: np.ndarray, item: str) -> pl.DataFrame:
