@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -31,7 +31,7 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
-from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
+from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
@@ -196,26 +196,62 @@ class _UserItems:
     decode: Callable[[np.ndarray], pl.Series]  # codes -> item values (input dtype)
 
 
-def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: tuple[int, ...]) -> tuple[pl.LazyFrame, bool]:
-    """Integer codes ``_u`` (user) and ``_x`` (item), the item itself as ``_value`` (to decode codes), and the
-    user's order key ``_h``, a hash of the user's value under ``seeds``.
+def _item_codes(item: str, dtype: pl.DataType) -> tuple[pl.Expr, bool]:
+    """Integer codes of the item column, and whether they increase with the key.
 
     Strings are coded through Polars' categorical dictionary (hashing, not sorting millions of strings); those
-    codes are *not* in key order, and :func:`_csr` recovers the key order on the distinct items only when the
-    "L1" rule needs it. Other dtypes are coded by dense rank, whose codes increase with the key. Returns the
-    plan and whether its codes are in key order. The codes depend on other users' rows (first appearance,
-    rank): they only relabel values, after the bounding and with the user order drawn from the values.
+    codes are *not* in key order. Other dtypes are coded by dense rank, whose codes increase with the key. The
+    codes depend on other users' rows (first appearance, rank): they only relabel values.
+    """
+    if dtype == pl.String:
+        return pl.col(item).cast(pl.Categorical).to_physical().cast(pl.Int64), False
+    return pl.col(item).rank("dense").cast(pl.Int64) - 1, True
+
+
+def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: tuple[int, ...]) -> tuple[pl.LazyFrame, bool]:
+    """Integer codes ``_u`` (user) and ``_x`` (item, :func:`_item_codes`), the item itself as ``_value`` (to decode
+    codes), and the user's order key ``_h``, a hash of the user's value under ``seeds``. Returns the plan and
+    whether its item codes are in key order.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     u = pl.col(user)
     u = u.cast(pl.Categorical).to_physical() if schema[user] == pl.String else u
-    if dtype == pl.String:
-        x, in_key_order = pl.col(item).cast(pl.Categorical).to_physical().cast(pl.Int64), False
-    else:
-        x, in_key_order = pl.col(item).rank("dense").cast(pl.Int64) - 1, True
+    x, in_key_order = _item_codes(item, dtype)
     h = _value_key(user, schema[user]).hash(*seeds)
     return lf.select(_u=u, _x=x, _value=pl.col(item), _h=h), in_key_order
+
+
+def _coded(codes: np.ndarray, offsets: np.ndarray, values: pl.Series, row_of: np.ndarray) -> _UserItems:
+    """:class:`_UserItems` from the rows' item codes and the users' CSR offsets; code ``c`` decodes to
+    ``values[row_of[c]]``."""
+
+    def decode(selected: np.ndarray) -> pl.Series:
+        return values.gather(row_of[selected])
+
+    n_codes = int(codes.max()) + 1 if codes.size else 0
+    return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
+
+
+def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key_order: bool) -> _UserItems:
+    """The CSR arrays of Policy Gaussian: Δ0-bounded lists (one row per user), ordered by the user's keyed hash.
+
+    Ordering and (for ``key_order``) sorting happen on the users' list rows — one per user, not one per item —
+    before the lists are laid out flat; the users' offsets are the lists' lengths.
+    """
+    user, item = space.user, space.item
+    lists = bounded_lists_plan(lf, space, max_contributions)  # before coding: the hash key must read values
+    order = _value_key(user, lf.collect_schema()[user]).hash(*fresh_seeds())
+    lists = lists.sort(order, user)  # ties (probability ~N²/2^65) by the user's value
+    if key_order:
+        lists = lists.with_columns(pl.col(item).list.sort())
+    column = lists.select(item).collect()[item]
+    offsets = np.concatenate(([0], np.cumsum(column.list.len().to_numpy()))).astype(np.int64)
+    values = column.explode()
+    codes = values.to_frame().select(_item_codes(item, values.dtype)[0])[item].to_numpy().astype(np.int64, copy=False)
+    row_of = np.zeros(int(codes.max()) + 1 if codes.size else 1, dtype=np.int64)
+    row_of[codes] = np.arange(codes.size)  # any row holding the code decodes it
+    return _coded(codes, offsets, values, row_of)
 
 
 def _csr(
@@ -229,19 +265,20 @@ def _csr(
     """Build the CSR arrays of a release: users in a fresh random order, items coded.
 
     - ``max_contributions``: dedup, then a uniform random subset of at most Δ0 items per user (WGM's
-      :func:`~opendp_wgm.engines.polars.bound_plan`, on the values); ``None`` keeps every row (Policy Greedy).
+      :func:`~opendp_wgm.engines.polars.bounded_lists_plan`, on the values); ``None`` keeps every row (Policy
+      Greedy).
     - ``key_order``: within a user, items by ascending key (the reference "L1" rule).
     - ``priority_order``: distinct items by multiplicity in the user's rows, descending, ties by first
       occurrence (Policy Greedy; needs ``max_contributions=None``).
 
     The user order is the order of a keyed hash of the user's value under a secret 256-bit seed drawn here,
-    i.e. a uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user code so
-    a user's rows stay contiguous. Which items a user keeps and where it comes in the order are functions of
+    i.e. a uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user (code)
+    so a user's rows stay contiguous. Which items a user keeps and where it comes in the order are functions of
     its own rows and the seeds only; the integer codes are a relabelling.
     """
     lf = _prepare_frame(frame, space)
     if max_contributions is not None and not priority_order:
-        lf = bound_plan(lf, space, max_contributions)  # before coding: the hash key must read values
+        return _bounded_csr(lf, space, max_contributions, key_order=key_order)
     coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item], fresh_seeds())
     descending: bool | list[bool]
     if priority_order:
@@ -250,34 +287,27 @@ def _csr(
         )
         sort_by, descending = ["_h", "_u", "_m", "_first"], [False, False, True, False]
     else:
-        plan = coded.select("_u", "_x", "_h")
-        plan = plan.unique() if max_contributions is None else plan
+        plan = coded.select("_u", "_x", "_h").unique()
         sort_by, descending = ["_h", "_u"] + (["_x"] if key_order and in_key_order else []), False
     rows_plan = plan.sort(sort_by, descending=descending).select("_u", "_x")
     dictionary_plan = coded.select("_x", "_value").unique(subset="_x")  # code -> item, on distinct codes only
     rows, dictionary = pl.collect_all([rows_plan, dictionary_plan])
     codes = rows["_x"].to_numpy().astype(np.int64, copy=False)
     n_codes = int(codes.max()) + 1 if codes.size else 0
-    csr = user_item_csr(rows["_u"].to_numpy(), codes, n_codes)
-    offsets = csr.offsets
-    table = np.full(max(n_codes, 1), -1, dtype=np.int64)  # code -> its row of the dictionary
+    row_of = np.full(max(n_codes, 1), -1, dtype=np.int64)  # code -> its row of the dictionary
     known = dictionary["_x"].to_numpy()
     keep = known < n_codes
-    table[known[keep]] = np.flatnonzero(keep)
-    values = dictionary["_value"].rename(space.item)
-
-    def decode(selected: np.ndarray) -> pl.Series:
-        return values.gather(table[selected])
-
+    row_of[known[keep]] = np.flatnonzero(keep)
+    offsets = user_item_csr(rows["_u"].to_numpy(), codes, n_codes).offsets
+    data = _coded(codes, offsets, dictionary["_value"].rename(space.item), row_of)
     if key_order and not in_key_order and codes.size:
         # dictionary codes are not in key order: sort each user's items by the rank of their key
         present = np.unique(codes)
         key_rank = np.zeros(n_codes, dtype=np.int64)
-        key_rank[present[decode(present).arg_sort().to_numpy()]] = np.arange(present.size)
-        segment = np.repeat(np.arange(csr.n_users), np.diff(offsets))
-        codes = codes[np.lexsort((key_rank[codes], segment))]
-
-    return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
+        key_rank[present[data.decode(present).arg_sort().to_numpy()]] = np.arange(present.size)
+        segment = np.repeat(np.arange(data.offsets.size - 1), np.diff(data.offsets))
+        data = replace(data, codes=codes[np.lexsort((key_rank[codes], segment))])
+    return data
 
 
 # ----------------------------------------------------------------------------------------------------------
