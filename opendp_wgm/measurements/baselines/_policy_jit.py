@@ -32,7 +32,7 @@ _EXACT_SUM = 2.0**53  # integers up to here are exact in float64
 _EXACT_CAP = 1 << 26  # gaps below this have exact float64 squares
 
 
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
 def l2_policy_run(
     codes: np.ndarray, offsets: np.ndarray, weights: np.ndarray, cap: int, unit: int, first: int
 ) -> int:  # pragma: no cover - compiled; both paths are compared in the tests

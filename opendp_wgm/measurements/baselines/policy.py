@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import opendp.prelude as dp
@@ -233,6 +233,18 @@ def _coded(codes: np.ndarray, offsets: np.ndarray, values: pl.Series, row_of: np
     return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
 
 
+def _dense_codes(values: pl.Series) -> np.ndarray | None:
+    """Integer items within a small range coded as ``value - min`` (no sort, no hash); ``None`` otherwise.
+
+    The codes only index the weight vector, so a few unused codes cost nothing; "small" is at most 4 codes
+    per row (or 2^16).
+    """
+    low, high = cast("int", values.min()), cast("int", values.max())  # an integer Series without nulls
+    if high - low >= max(4 * values.len(), 1 << 16):
+        return None
+    return (values - low).cast(pl.Int64).to_numpy()
+
+
 def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key_order: bool) -> _UserItems:
     """The CSR arrays of Policy Gaussian: Δ0-bounded lists (one row per user), ordered by the user's keyed hash.
 
@@ -248,7 +260,10 @@ def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key
     column = lists.select(item).collect()[item]
     offsets = np.concatenate(([0], np.cumsum(column.list.len().to_numpy()))).astype(np.int64)
     values = column.explode()
-    codes = values.to_frame().select(_item_codes(item, values.dtype)[0])[item].to_numpy().astype(np.int64, copy=False)
+    codes = _dense_codes(values) if values.dtype.is_integer() and values.len() else None
+    if codes is None:
+        codes = values.to_frame().select(_item_codes(item, values.dtype)[0])[item].to_numpy()
+    codes = codes.astype(np.int64, copy=False)
     row_of = np.zeros(int(codes.max()) + 1 if codes.size else 1, dtype=np.int64)
     row_of[codes] = np.arange(codes.size)  # any row holding the code decodes it
     return _coded(codes, offsets, values, row_of)
@@ -352,8 +367,12 @@ def _l2_steps(codes: np.ndarray, bounds: list[int], weights: np.ndarray, cap: in
         weights[idx] = current + _l2_candidates(current, cap)
 
 
+#: the compiled loop's signature: (codes, offsets, weights, cap, unit, first user) -> where it stopped
+_L2Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
+
+
 @lru_cache(maxsize=1)
-def _l2_kernel() -> Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int] | None:
+def _l2_kernel() -> _L2Kernel | None:
     """The compiled ℓ2 loop (``opendp-wgm[fast]``, Numba), or ``None`` when Numba is not installed.
 
     Imported on first use, not with the package (importing Numba takes a few tenths of a second). Its results are
@@ -363,7 +382,7 @@ def _l2_kernel() -> Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int]
         from opendp_wgm.measurements.baselines._policy_jit import l2_policy_run
     except ImportError:
         return None
-    return l2_policy_run  # type: ignore[no-any-return]
+    return cast("_L2Kernel", l2_policy_run)
 
 
 def _positive_histogram(data: _UserItems, weights: np.ndarray, item: str) -> pl.DataFrame:

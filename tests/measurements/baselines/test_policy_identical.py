@@ -136,20 +136,22 @@ def test_compiled_loop_hands_undecidable_users_to_numpy() -> None:
 # ------------------------------------------------------------------------------------------------------
 # end to end: the histogram that reaches the noise
 # ------------------------------------------------------------------------------------------------------
-def _zipf_frame(dtype: type[pl.DataType]) -> pl.DataFrame:
+def _zipf_frame(items_as: str) -> pl.DataFrame:
     rng = np.random.default_rng(3)
     sizes = rng.integers(1, 60, 400)
     users = np.repeat(np.arange(sizes.size), sizes)
     items = rng.zipf(1.3, users.size) % 500
     df = pl.DataFrame({"user": users, "item": items})
-    if dtype == pl.String:
+    if items_as == "wide int":  # codes by rank, not by offset from the minimum
+        df = df.with_columns(pl.col("item") * 10**12 - 7)
+    if items_as == "str":
         df = df.with_columns(pl.format("u{}", "user"), pl.format("w{}", "item"))
     return df
 
 
-@pytest.mark.parametrize("dtype", [pl.Int64, pl.String])
+@pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
 def test_policy_gaussian_histogram_identical_to_the_frozen_code(
-    kernel: str, dtype: type[pl.DataType], monkeypatch: pytest.MonkeyPatch
+    kernel: str, items_as: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
@@ -160,10 +162,10 @@ def test_policy_gaussian_histogram_identical_to_the_frozen_code(
         return histogram
 
     monkeypatch.setattr(bl, "release_above_threshold", capture)
-    frame = _zipf_frame(dtype)
+    frame = _zipf_frame(items_as)
     scale, threshold = 3.884141, 20.78976
     m = bl.make_policy_gaussian(*wgm.user_items_space(), max_contributions=20, scale=scale, threshold=threshold)
     m(frame)
     expected = _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
     assert seen[0].sort("item").equals(expected)
-    assert expected.height > 100 and (expected["weight_lat"] >= 32 * U).any()
+    assert expected.height > 100 and (expected["weight_lat"] > 30 * U).sum() >= 3  # near the cap
