@@ -11,7 +11,8 @@ r"""Set-union baselines: the policy mechanisms of the paper's experiments.
 Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (integers in code) and is noised
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
 nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
-applies a vectorised NumPy update to an ``int64`` weight vector. The privacy arguments, and the places where
+applies a vectorised NumPy update to an ``int64`` weight vector; with Numba installed (extra ``[fast]``) the ℓ2
+descent's loop is compiled, with identical results (:mod:`._policy_jit`). The privacy arguments, and the places where
 they are *not* complete, are in ``docs/baselines.md``.
 """
 
@@ -326,15 +327,18 @@ def _csr(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the sequential loops (one Python iteration per user; NumPy inside)
+# the sequential loops (one iteration per user: Python with NumPy inside, or compiled for the ℓ2 descent)
 # ----------------------------------------------------------------------------------------------------------
+#: below this many users the NumPy loop (< ~0.3 s) beats importing Numba (and compiling, once per machine)
+_JIT_MIN_USERS = 20_000
+
 def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
     """Run the policy over the users in CSR order; return the ``int64`` lattice weight of every code."""
     weights = np.zeros(data.n_codes, dtype=np.int64)
     codes = data.codes
     bounds = data.offsets.tolist()
     if rule == "l2":
-        kernel = _l2_kernel()
+        kernel = _l2_kernel() if len(bounds) > _JIT_MIN_USERS else None
         if kernel is None:
             _l2_steps(codes, bounds, weights, cap)
             return weights

@@ -99,6 +99,7 @@ def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     if request.param == "numba":
         pytest.importorskip("numba")
         assert bl._l2_kernel() is not None
+        monkeypatch.setattr(bl, "_JIT_MIN_USERS", 0)  # the compiled loop even for these few users
     else:
         monkeypatch.setattr(bl, "_l2_kernel", lambda: None)
     return str(request.param)
