@@ -12,7 +12,7 @@ Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (intege
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
 nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
 applies a vectorised NumPy update to an ``int64`` weight vector; with Numba installed (extra ``[fast]``) the ℓ2
-descent's loop is compiled, with identical results (:mod:`._policy_jit`). The privacy arguments, and the places where
+descent's loop is compiled, with identical results (:mod:`opendp_wgm.measurements.baselines._policy_jit`). The privacy arguments, and the places where
 they are *not* complete, are in ``docs/baselines.md``.
 """
 
