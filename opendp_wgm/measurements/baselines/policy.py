@@ -12,8 +12,8 @@ Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (intege
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
 nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
 applies a vectorised NumPy update to an ``int64`` weight vector; with Numba installed (extra ``[fast]``) the ℓ2
-descent's loop is compiled, with identical results (:mod:`opendp_wgm.measurements.baselines._policy_jit`). The privacy arguments, and the places where
-they are *not* complete, are in ``docs/baselines.md``.
+descent's loop is compiled, with identical results (:mod:`opendp_wgm.measurements.baselines._policy_jit`). The
+privacy arguments, and the places where they are *not* complete, are in ``docs/baselines.md``.
 """
 
 from __future__ import annotations
@@ -331,6 +331,7 @@ def _csr(
 # ----------------------------------------------------------------------------------------------------------
 #: below this many users the NumPy loop (< ~0.3 s) beats importing Numba (and compiling, once per machine)
 _JIT_MIN_USERS = 20_000
+
 
 def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
     """Run the policy over the users in CSR order; return the ``int64`` lattice weight of every code."""
