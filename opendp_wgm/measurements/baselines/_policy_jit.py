@@ -7,8 +7,9 @@ hundred nanoseconds. The result must be **identical** to the NumPy step of
 operation (``sqrt``, ``/``, ``*``, ``floor``, integer arithmetic) is correctly rounded or exact, and monotone in
 :math:`z^2`. So, per user:
 
-- if :math:`\Gamma \le 2^{26}` and :math:`\sum_x d_x^2 \le 2^{53}`, every square and every partial sum is an exact
-  integer in float64, and BLAS returns the exact sum whatever its order;
+- if :math:`\Gamma \le 2^{26}` and our sequential sum is below :math:`2^{53}`, every square and every partial sum
+  (ours, hence the exact sum, hence any order's) is an exact integer in float64, and BLAS returns the exact sum
+  whatever its order (a partial sum reaching :math:`2^{53}` would have rounded to at least :math:`2^{53}`);
 - otherwise any summation order returns a value within a relative :math:`2.1\,m\,2^{-53}` of our sequential sum
   (:math:`m` nonnegative terms; Higham, *Accuracy and Stability of Numerical Algorithms*, §4.2). The increments are
   computed at both ends of a wider interval; if they agree they are the NumPy result (monotonicity); if not
@@ -28,7 +29,7 @@ from numba import njit
 __all__ = ["l2_policy_run"]
 
 _EPS = 2.0**-53  # unit roundoff of float64
-_EXACT_SUM = 2.0**53  # integers up to here are exact in float64
+_EXACT_SUM = 2.0**53  # integers below this are exact in float64, and so are their sums below it
 _EXACT_CAP = 1 << 26  # gaps below this have exact float64 squares
 
 
@@ -65,7 +66,7 @@ def l2_policy_run(
             g = float(cap - current[i])
             gap[i] = g
             total += g * g
-        if cap <= _EXACT_CAP and total <= _EXACT_SUM:
+        if cap <= _EXACT_CAP and total < _EXACT_SUM:
             low = high = total
         else:
             margin = (4.0 * m + 8.0) * _EPS
