@@ -20,7 +20,13 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
-from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, lattice_histogram, release_above_threshold
+from opendp_wgm.engines.polars import (
+    bounded_lists_plan,
+    collect_once,
+    fresh_seeds,
+    lattice_histogram,
+    release_above_threshold,
+)
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
@@ -113,7 +119,8 @@ def make_dp_sips(
 
     Notes
     -----
-    Release: the input is prepared once (user key evaluated, nulls dropped); round i keeps the rows whose item
+    Release: the input is prepared once (user key evaluated, nulls dropped) and, with one pass in memory,
+    collected once, so no round scans or parses the input again; round i keeps the rows whose item
     no earlier round released (an anti-join, lazily), bounds every user to Δ0 of those items under a fresh
     seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise of scale σ_i and releases
     the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
@@ -168,7 +175,8 @@ def make_dp_sips(
         return release_above_threshold(histogram, item, scale=scale, threshold=threshold, noise=noise)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        prepared = _prepare_frame(frame, space)  # once: every round reads this plan
+        # prepared once (and collected once, in one in-memory pass): every round reads it, without a re-scan
+        prepared = collect_once(_prepare_frame(frame, space), passes=passes, engine=engine)
         rounds: list[pl.DataFrame] = []
         remaining = prepared
         for number, (scale, threshold) in enumerate(zip(scales, thresholds, strict=True), start=1):

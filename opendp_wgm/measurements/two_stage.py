@@ -25,6 +25,7 @@ import polars as pl
 from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
+from opendp_wgm.engines.polars import collect_once
 from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
 from opendp_wgm.privacy.budget import MeasureKind, check_two_stage_measure, measure_of
@@ -59,16 +60,20 @@ class Preparation:
     item: str
 
 
-def _polars_preparation(input_domain: dp.Domain, input_metric: dp.Metric, item: str | None) -> Preparation:
+def _polars_preparation(
+    input_domain: dp.Domain, input_metric: dp.Metric, item: str | None, *, passes: int = 1, engine: Engine = "auto"
+) -> Preparation:
     """A Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated, nulls
     dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item): both
     stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
-    them as a Python object (no copy through OpenDP's FFI)."""
+    them as a Python object (no copy through OpenDP's FFI). With stage 1's ``passes`` and ``engine`` at one
+    in-memory pass it is collected once (:func:`~opendp_wgm.engines.polars.collect_once`): stage 2 reads the
+    frame stage 1 read, not the input again; otherwise it stays a plan that each stage scans."""
     space = _resolve_space(input_domain, input_metric, item)
     prepared = _Space(space.user, space.item, None, lazyframe_domain=False)
 
     def function(frame: Any) -> _PreparedFrame:
-        return _PreparedFrame(_prepare_frame(frame, space), prepared)
+        return _PreparedFrame(collect_once(_prepare_frame(frame, space), passes=passes, engine=engine), prepared)
 
     domain = user_items_domain(UserItemsDescriptor(space.user, space.item))
     return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
@@ -219,6 +224,8 @@ def make_wgm_then_peeling(
     options: dict[str, Any] = {}  # an engine's WGM has its own execution options
     if make_stage_1 is None:
         make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}
+    if preparation is None:
+        preparation = _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
     stage_1 = functools.partial(
         make_stage_1,
         max_contributions=max_contributions,
@@ -277,6 +284,7 @@ def make_dp_sips_then_peeling(
     return _then_peeling(
         input_domain, input_metric, stage_1=stage_1, k=k, peel_scale=peel_scale, output_measure=output_measure,
         kind=kind, peel_delta=peel_delta_value, item=item, peeling=peeling, accounting=accounting,
+        preparation=_polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine),
     )
 
 
