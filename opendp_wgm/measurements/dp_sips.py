@@ -121,7 +121,7 @@ def make_dp_sips(
     -----
     Release: the input is prepared once (user key evaluated, nulls dropped) and, with one pass in memory,
     collected once, so no round scans or parses the input again; round i keeps the rows whose item
-    no earlier round released (an anti-join, lazily), bounds every user to Δ0 of those items under a fresh
+    no earlier round released (a filter, lazily), bounds every user to Δ0 of those items under a fresh
     seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise of scale σ_i and releases
     the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
 
@@ -182,9 +182,11 @@ def make_dp_sips(
         for number, (scale, threshold) in enumerate(zip(scales, thresholds, strict=True), start=1):
             released = one_round(remaining, scale, threshold)
             rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
-            if number < len(scales):  # drop every item released so far (a small frame), lazily
-                done = pl.concat([r.select(item) for r in rounds]).lazy()
-                remaining = prepared.join(done, on=item, how="anti")
+            if number < len(scales):  # drop every item released so far (a small list), lazily
+                # a filter, not an anti-join: the same rows (the prepared items have no nulls), in their order,
+                # without a hash join of every row (~2x faster on 7e6 string rows)
+                done = pl.concat([r.get_column(item) for r in rounds])
+                remaining = prepared.filter(~pl.col(item).is_in(done.implode()))
         return pl.concat(rounds).sort(item)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
