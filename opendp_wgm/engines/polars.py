@@ -270,9 +270,14 @@ def candidate_pairs(
     (~3x faster than a per-item ``n_unique`` on strings); any other key is grouped by its value.
     """
     user, item = space.user, space.item
-    keys = pl.LazyFrame({item: items}).with_row_index(_POSITION)
-    rows = lf.filter(pl.col(item).is_in(items.implode())).join(keys, on=item, how="inner")
-    code = _dense_user_code(user, lf.collect_schema()[user])
+    schema = lf.collect_schema()
+    # the filter reaches a file scan; then one lookup in the candidates (a join after the filter measured 2x
+    # slower on 7e6 string rows)
+    position = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
+    rows = lf.filter(pl.col(item).is_in(items.implode())).with_columns(
+        pl.col(item).replace_strict(items, position).alias(_POSITION)
+    )
+    code = _dense_user_code(user, schema[user])
     if code is None:
         # one hash pass over the users: dedup per user and dense user codes, each user's pairs contiguous
         coded = (

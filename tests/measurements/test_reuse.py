@@ -198,3 +198,4 @@ def test_coverage_is_the_distinct_pairs_per_user() -> None:
     held = sorted(sorted(items[int(x)] for x in state.user_items[a:b]) for a, b in zip(state.user_ptr[:-1], state.user_ptr[1:], strict=True))
     assert held == sorted(sorted(s) for s in sets["item"].to_list())
     assert state.counts.tolist() == [frame.filter(pl.col("item") == c)["user"].n_unique() for c in candidates]
+
