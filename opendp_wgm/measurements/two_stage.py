@@ -4,8 +4,8 @@ r"""Two-stage mechanisms: a key release discovers candidates, a known-domain mec
 any constructor of a known-domain measurement on the released candidates (stage 2: peeling top-k, user
 peeling). Only stage 2's frame is released. The privacy map is the sum of stage 1's map and stage 2's *charged*
 map, a map that holds for every candidate list (peeling charges ``k`` rounds whatever the number of candidates),
-rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once: both stages read
-the same prepared frame.
+rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once (and collected once at
+one in-memory pass): both stages read the same prepared frame.
 
 :func:`make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
 :func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins).
@@ -119,7 +119,8 @@ def make_two_stage(
         Item column, when the input domain is OpenDP's and holds more than one other column.
     preparation
         The input's preparation, run once per release; both stages are built on its space and read its result.
-        Default: a Polars frame's (:func:`_polars_preparation`). An engine passes its own.
+        Default: a Polars frame's, collected once (:func:`_polars_preparation` at one in-memory pass). An engine
+        passes its own.
 
     Returns
     -------
@@ -208,8 +209,9 @@ def make_wgm_then_peeling(
 
     The caller asserts the features and checks its own parameters first; this checks the shared ones, in
     signature order and composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``:
-    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2
-    is one more pass, and keeps only the candidates' rows.
+    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; at one
+    in-memory pass the prepared input is collected once and stage 2 reads it, otherwise stage 2 is one more pass;
+    it keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)

@@ -10,13 +10,13 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
+from opendp_wgm import transformations
 from opendp_wgm._spaces import _prepare_frame, _resolve_space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
 from opendp_wgm.measurements.hitting_set import coverage, make_wgm_hitting_set, make_wgm_hitting_set_from_budget
 from opendp_wgm.measurements.top_k import make_wgm_top_k, make_wgm_top_k_from_budget
-from opendp_wgm import transformations
 
 TWO_STAGE = dict(k=3, max_contributions=3, wgm_scale=0.5, wgm_threshold=2.0, peel_scale=0.5)
 SIPS = dict(max_contributions=3, scales=[0.5, 0.5, 0.5], thresholds=[4.0, 2.0, 1.0])
