@@ -263,11 +263,13 @@ def candidate_pairs(
     """The distinct (user, candidate) pairs of a prepared frame: a user code and a candidate position per pair.
 
     ``items`` are the candidates, already in the data's item dtype (:func:`cast_candidates`); rows of other
-    items are dropped first (the filter reaches a file scan). Users are coded densely; with ``contiguous`` each
-    user's pairs are adjacent (the CSR of :mod:`opendp_wgm.measurements._user_items` needs it). Both stage-2
-    counts read these pairs: distinct-user counts (:func:`candidate_counts`) and the coverage state of user
-    peeling. A string or integer user key is coded once and the pairs deduplicated as one ``UInt64`` column
-    (~3x faster than a per-item ``n_unique`` on strings); any other key is grouped by its value.
+    items are dropped first (the filter reaches a file scan). Users are coded densely. Both stage-2 counts read
+    these pairs: distinct-user counts (:func:`candidate_counts`) and the coverage state of user peeling.
+
+    With ``contiguous`` each user's pairs are adjacent (the CSR of :mod:`opendp_wgm.measurements._user_items`
+    needs it): one group-by on the user key's value gives that directly. Without it, a string or integer user
+    key is coded once and the pairs deduplicated as one ``UInt64`` column (measured ~3x faster than a
+    per-candidate ``n_unique`` on string users); any other key takes the group-by.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
@@ -277,7 +279,7 @@ def candidate_pairs(
     rows = lf.filter(pl.col(item).is_in(items.implode())).with_columns(
         pl.col(item).replace_strict(items, position).alias(_POSITION)
     )
-    code = _dense_user_code(user, schema[user])
+    code = None if contiguous else _dense_user_code(user, schema[user])
     if code is None:
         # one hash pass over the users: dedup per user and dense user codes, each user's pairs contiguous
         coded = (
@@ -291,8 +293,7 @@ def candidate_pairs(
         users, positions = coded.get_column(_USER_CODE), coded.get_column(_POSITION)
         return users.to_numpy().astype(np.int64), positions.to_numpy().astype(np.int64)
     pair = (code.cast(pl.UInt64) * 2**32 + pl.col(_POSITION).cast(pl.UInt64)).alias(_PAIR)
-    pairs = rows.select(pair).unique()
-    keys_of = (pairs.sort(_PAIR) if contiguous else pairs).collect().get_column(_PAIR).to_numpy()
+    keys_of = rows.select(pair).unique().collect().get_column(_PAIR).to_numpy()
     return (keys_of >> np.uint64(32)).astype(np.int64), (keys_of & np.uint64(2**32 - 1)).astype(np.int64)
 
 

@@ -167,25 +167,29 @@ USER_KEYS = {
 
 @pytest.mark.parametrize("key", list(USER_KEYS))
 @pytest.mark.parametrize("item_dtype", [pl.String, pl.Categorical])
-def test_candidate_pairs_are_the_distinct_pairs(key: str, item_dtype) -> None:
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_candidate_pairs_are_the_distinct_pairs(key: str, item_dtype, contiguous: bool) -> None:
     frame = data(seed=5).with_columns(USER_KEYS[key].alias("user"), pl.col("item").cast(item_dtype))
     space = _resolve_space(*wgm.user_items_space())
     lf = _prepare_frame(frame, space)
     candidates = pl.Series("item", ["i1", "i7", "absent", "i3", "i60"]).cast(item_dtype)
-    users, positions = kernel.candidate_pairs(lf, space, candidates, contiguous=True)
-    # the distinct pairs, named back by value: exactly the data's distinct (user, candidate) pairs
+    users, positions = kernel.candidate_pairs(lf, space, candidates, contiguous=contiguous)
     distinct = frame.filter(pl.col("item").is_in(candidates.implode())).unique()
-    user_of = {}
-    for code, value in zip(users, frame.join(distinct, on=["user", "item"]).get_column("user"), strict=False):
-        user_of.setdefault(code, value)
     assert len(users) == distinct.height == len(set(zip(users, positions, strict=True)))
-    assert np.all(np.diff(np.flatnonzero(np.diff(users) != 0)) > 0)  # each user's pairs contiguous ...
-    assert len(np.unique(users)) == np.count_nonzero(np.diff(users)) + 1  # ... one run per user
+    assert len(np.unique(users)) == distinct["user"].n_unique()  # one code per user
+    if contiguous:  # each user's pairs in one run
+        assert len(np.unique(users)) == np.count_nonzero(np.diff(users)) + 1
     expected = distinct.group_by("item").len()
     counts = kernel.candidate_counts(lf, space, candidates)
     for position, candidate in enumerate(candidates.to_list()):
         row = expected.filter(pl.col("item").cast(pl.String) == candidate)
         assert counts[position] == (row["len"].item() if row.height else 0) == np.sum(positions == position)
+    # each code names one user: its candidates are exactly that user's
+    held = {}
+    for code, position in zip(users, positions, strict=True):
+        held.setdefault(code, set()).add(candidates[int(position)])
+    sets = distinct.group_by("user").agg(pl.col("item").cast(pl.String))
+    assert sorted(map(sorted, held.values())) == sorted(map(sorted, sets["item"].to_list()))
 
 
 def test_coverage_is_the_distinct_pairs_per_user() -> None:
