@@ -15,7 +15,8 @@ builds, at ε = 1, δ = 1e-5, Δ0 = 100, k = 100:
 * ``DP-SIPS R=2`` (the default schedule) and ``DP-SIPS R=3`` (``rounds=3``): ``make_dp_sips_from_budget``;
 
 then times their releases interleaved (one warm-up round, then ``--repeats`` rounds of every call in turn) and
-prints the median seconds per call and the ratio to the WGM call's median. ``steam_200k`` also runs with its
+prints the median wall seconds per call, its ratio to the WGM call's median, and the same ratio of the median
+CPU seconds of the process (steadier when other jobs share the machine). ``steam_200k`` also runs with its
 user ids as strings (``steam_200k (String users)``), the type of the raw file's ids. The targets (issue 13):
 two-stage ≤ 1.5× one WGM call; DP-SIPS with R rounds ≤ R×. Quote ``uptime`` with the table: the machine is shared.
 
@@ -62,16 +63,20 @@ def measurements() -> dict[str, dp.Measurement]:
     }
 
 
-def time_interleaved(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median seconds of each call over ``repeats`` interleaved rounds, after one warm-up round."""
-    seconds: dict[str, list[float]] = {name: [] for name in calls}
+def time_interleaved(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds (this process, all threads) of each call over ``repeats`` interleaved rounds,
+    after one warm-up round. CPU time is the steadier ratio on a shared machine: other jobs stretch wall time."""
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in calls}
     for repeat in range(repeats + 1):
         for name, call in calls.items():
-            start = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             call()
             if repeat:  # round 0 warms up
-                seconds[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in seconds.items()}
+                seconds[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+    return {
+        name: (statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
+        for name, values in seconds.items()
+    }
 
 
 def bench(name: str, frame: pl.DataFrame, inputs: list[str], repeats: int, folder: Path) -> None:
@@ -85,8 +90,10 @@ def bench(name: str, frame: pl.DataFrame, inputs: list[str], repeats: int, folde
             source = frame
         print(f"{name} ({kind})...", file=sys.stderr, flush=True)
         medians = time_interleaved({call: functools.partial(m, source) for call, m in built.items()}, repeats)
-        base = medians["WGM"]
-        cells = " | ".join(f"{medians[call]:.3f} ({medians[call] / base:.2f}×)" for call in built)
+        (base_wall, base_cpu) = medians["WGM"]
+        cells = " | ".join(
+            f"{wall:.3f} ({wall / base_wall:.2f}×) · cpu {cpu / base_cpu:.2f}×" for wall, cpu in medians.values()
+        )
         print(f"| {name} | {kind} | {frame.height:,} | {cells} |", flush=True)
 
 
@@ -103,8 +110,9 @@ def main() -> None:
         parser.error(f"--inputs must be among {INPUTS} (found {unknown})")
     # this script is the user: it opts in to trusting the plugin's maps (docs/privacy.md)
     dp.enable_features("contrib", "honest-but-curious")
-    print(f"ε = {EPSILON}, δ = {DELTA}, Δ0 = {MAX_CONTRIBUTIONS}, k = {K}; median seconds per call over "
-          f"{args.repeats} interleaved rounds after a warm-up (ratio to the WGM call); load: {os.getloadavg()}\n")
+    print(f"ε = {EPSILON}, δ = {DELTA}, Δ0 = {MAX_CONTRIBUTIONS}, k = {K}; median wall seconds per call over "
+          f"{args.repeats} interleaved rounds after a warm-up (ratio to the WGM call) · ratio of median CPU "
+          f"seconds; load: {os.getloadavg()}\n")
     names = list(measurements())
     print("| data set | input | pairs | " + " | ".join(names) + " |")
     print("|" + "---|" * (3 + len(names)))
