@@ -268,8 +268,9 @@ def candidate_pairs(
 
     With ``contiguous`` each user's pairs are adjacent (the CSR of :mod:`opendp_wgm.measurements._user_items`
     needs it): one group-by on the user key's value gives that directly. Without it, a string or integer user
-    key is coded once and the pairs deduplicated as one ``UInt64`` column (measured ~3x faster than a
-    per-candidate ``n_unique`` on string users); any other key takes the group-by.
+    key is coded once and the pairs deduplicated as one ``UInt64`` column (on imdb_50k's 3,000 most frequent
+    items: 1.1 s against 3.9 s for a per-candidate ``n_unique`` at a load of ~10; within noise at a load of 20,
+    ``docs/engines.md``); any other key takes the group-by.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
