@@ -40,7 +40,7 @@ from opendp_wgm._spaces import (
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import cast_candidates
+from opendp_wgm.engines.polars import candidate_pairs, cast_candidates
 from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
     make_dp_sips_then_peeling,
@@ -73,9 +73,6 @@ __all__ = [
     "then_wgm_hitting_set",
     "then_wgm_hitting_set_from_budget",
 ]
-
-_CODE = "__opendp_wgm_code__"
-_USER_CODE = "__opendp_wgm_user__"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -127,9 +124,10 @@ def coverage(
 
     Returns the state and the items in code order (a Series of the data's item dtype). Pairs whose item is
     not a candidate are dropped (they can never be picked), then (user, item) duplicates; users are coded
-    densely (group-by order) and each user's pairs are contiguous.
+    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_pairs`). The
+    layout carries nothing: every count the rounds read is a function of the set of pairs.
     """
-    user, item = space.user, space.item
+    item = space.item
     item_dtype = lf.collect_schema()[item]
     if candidates is None:
         items = lf.select(item).unique().sort(item).collect().get_column(item)
@@ -138,21 +136,8 @@ def coverage(
         items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
         return _Coverage(user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
-    keys = pl.LazyFrame({item: items}).with_row_index(_CODE)
-    # one hash pass over the users: dedup per user and dense user codes, each user's pairs contiguous
-    # (a frame-wide `unique()` on (user, code) is ~5x slower on 7e6 string pairs)
-    pairs = (
-        lf.join(keys, on=item, how="inner")
-        .group_by(user)
-        .agg(pl.col(_CODE).unique())
-        .with_row_index(_USER_CODE)
-        .explode(_CODE)
-        .select(_USER_CODE, _CODE)
-        .collect()
-    )
-    user_codes = pairs.get_column(_USER_CODE).to_numpy()
-    item_codes = pairs.get_column(_CODE).to_numpy()
-    return _Coverage(user_item_csr(user_codes, item_codes, items.len(), item_index=True)), items
+    users, codes = candidate_pairs(lf, space, items, contiguous=True)
+    return _Coverage(user_item_csr(users, codes, items.len(), item_index=True)), items
 
 
 def peel(
@@ -403,7 +388,8 @@ def make_wgm_hitting_set(
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
-        Stage 2 is one more pass, which keeps every distinct (user, candidate) pair in memory.
+        At one in-memory pass the prepared input is collected once and stage 2 reads it; otherwise stage 2 is one
+        more pass. It keeps every distinct (user, candidate) pair in memory.
     engine : {'auto', 'in-memory', 'streaming'}
         Polars engine that collects each stage-1 pass (``engine`` of :func:`opendp_wgm.make_wgm`).
 

@@ -261,7 +261,8 @@ def make_wgm_top_k(
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
-        Stage 2 is one more pass, over the candidates' rows only (the filter reaches a file scan).
+        At one in-memory pass the prepared input is collected once and stage 2 reads it; otherwise stage 2 is one
+        more pass, over the candidates' rows only (the filter reaches a file scan).
     engine : {'auto', 'in-memory', 'streaming'}
         Polars engine that collects each stage-1 pass (``engine`` of :func:`opendp_wgm.make_wgm`).
 
