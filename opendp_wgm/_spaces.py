@@ -207,8 +207,11 @@ def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
     return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
 
 
-def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.LazyFrame:
+def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space, extra: Sequence[str] = ()) -> pl.LazyFrame:
     """The user key and the item of ``frame`` as a lazy plan, rows with a null user key or item dropped.
+
+    ``extra`` columns are kept after them, as they are (their nulls drop no row): the value columns that
+    :mod:`opendp_wgm.measurements.group_by` aggregates.
 
     The user key is the identifier's value (a column, or the expression evaluated row by row), in a
     value-only representation (Categorical as String), so every later step groups, hashes and orders by the
@@ -225,14 +228,14 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
         msg = f"`frame` must be a polars DataFrame or LazyFrame (found {type(frame).__name__})"
         raise TypeError(msg)
     schema = frame.collect_schema()
-    missing = [c for c in space.columns if c not in schema]
+    missing = [c for c in dict.fromkeys([*space.columns, *extra]) if c not in schema]
     if missing:
         msg = f"column(s) {missing} not found in the data (columns: {list(schema.names())})"
         raise ValueError(msg)
     key = pl.col(space.user) if space.identifier is None else space.identifier.alias(space.user)
-    lf = frame.lazy().select(key, pl.col(space.item))
+    lf = frame.lazy().select(key, pl.col(space.item), *extra)
     user_dtype = lf.collect_schema()[space.user]
-    return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
+    return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls([space.user, space.item])
 
 
 def _check_candidates(candidates: Sequence[Any] | pl.Series | NDArray[Any]) -> pl.Series:

@@ -92,6 +92,7 @@ def make_two_stage(
     accounting: Accounting,
     item: str | None = None,
     preparation: Preparation | None = None,
+    combine: Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame] | None = None,
 ) -> dp.Measurement:
     r"""Stage 1 releases keys; stage 2, built on them, releases the output (adaptive composition).
 
@@ -115,11 +116,15 @@ def make_two_stage(
     preparation
         The input's preparation, run once per release; both stages are built on its space and read its result.
         Default: a Polars frame's (:func:`_polars_preparation`). An engine passes its own.
+    combine
+        ``(stage_1_frame, stage_2_frame) -> frame``: the release built from both stages' releases (a
+        post-processing of the two, e.g. the keys with their weights and their aggregates). Default: stage 2's
+        frame only.
 
     Returns
     -------
     opendp.mod.Measurement
-        Stage 2's release, in stage 1's output measure.
+        Stage 2's release (or ``combine``'s), in stage 1's output measure.
 
     Notes
     -----
@@ -136,13 +141,13 @@ def make_two_stage(
 
     def function(frame: Any) -> pl.DataFrame:
         data = preparation.function(frame)
-        candidates = first(data).get_column(preparation.item)  # stage 1: the released keys only
-        second = stage_2(domain, metric, candidates)
+        keys = first(data)
+        second = stage_2(domain, metric, keys.get_column(preparation.item))  # stage 1's released keys only
         if second.output_measure != output_measure:
             msg = f"`stage_2` must measure privacy in {output_measure} (found {second.output_measure})"
             raise ValueError(msg)
         released: pl.DataFrame = second(data)  # stage 2, on the same prepared data
-        return released
+        return released if combine is None else combine(keys, released)
 
     def privacy_map(d_in: int) -> Any:
         d_in = _check_d_in(d_in)
