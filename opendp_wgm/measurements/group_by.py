@@ -25,6 +25,7 @@ import opendp.prelude as dp
 import polars as pl
 from opendp.accuracy import summarize_polars_measurement
 from opendp.domains import _lazyframe_from_domain
+from opendp.extras.polars import DPExpr, Margin, dp_len
 from polars._typing import PolarsDataType
 
 from opendp_wgm._partial import _to_then
@@ -44,7 +45,7 @@ from opendp_wgm.engines.polars import fresh_seeds
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, series_domain
 from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
 from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
-from opendp_wgm.measurements.two_stage import Preparation, Stage1, _add_losses, make_two_stage
+from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
 from opendp_wgm.measurements.wgm import make_wgm_from_budget
 from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind, measure_kind, measure_of
 from opendp_wgm.privacy.calibrate import smallest_passing
@@ -129,9 +130,10 @@ class _Statistic:
 
     def expression(self) -> pl.Expr:
         """OpenDP's aggregate on the grid."""
-        column = pl.col(self.internal)
+        column = DPExpr(pl.col(self.internal))
         bounds = self.grid_bounds
-        return (column.dp.sum(bounds) if self.kind == "sum" else column.dp.mean(bounds)).alias(self.name)
+        aggregate: pl.Expr = column.sum(bounds) if self.kind == "sum" else column.mean(bounds)
+        return aggregate.alias(self.name)
 
 
 def _check_bounds(name: str, bounds: Any) -> list[tuple[str, float, float]]:
@@ -219,7 +221,7 @@ class _Aggregates:
             .filter(pl.int_range(pl.len()).over(_USER, *by) < self.max_rows_per_key)
             .filter(pl.struct(*by).rank("dense").over(_USER) < self.max_contributions + 1)
             .group_by(*by)
-            .agg(dp.len(signed=True).alias(COUNT), *(s.expression() for s in self.statistics))
+            .agg(dp_len(signed=True).alias(COUNT), *(s.expression() for s in self.statistics))
         )
         return keys.lazy().join(aggregates, how="left", on=by, nulls_equal=True)
 
@@ -230,7 +232,7 @@ class _Aggregates:
         through OpenDP's zCDP → (ε, δ) conversion fixed at ``delta``."""
         columns = [series_domain(name, dtype) for name, dtype in schema.items()]
         domain = dp.with_margin(
-            dp.lazyframe_domain(columns), dp.polars.Margin(by=[_ORDER, *self.keys], max_length=_MAX_LENGTH)
+            dp.lazyframe_domain(columns), Margin(by=[_ORDER, *self.keys], max_length=_MAX_LENGTH)
         )
         metric = dp.symmetric_id_distance(pl.col(_USER))
         plan = self.plan(keys, schema)
@@ -241,7 +243,7 @@ class _Aggregates:
 
     def reference_schema(self) -> dict[str, PolarsDataType]:
         """A schema of OpenDP's input for the maps (they do not depend on the dtypes)."""
-        return {_USER: pl.Int64, **{k: pl.Int64 for k in self.keys}, _ORDER: pl.UInt64, **self._value_schema()}
+        return {_USER: pl.Int64, **dict.fromkeys(self.keys, pl.Int64), _ORDER: pl.UInt64, **self._value_schema()}
 
     def _value_schema(self) -> dict[str, PolarsDataType]:
         return {s.internal: pl.Int64 for s in self.statistics}
@@ -399,8 +401,8 @@ def make_wgm_group_by(
     >>> m = wgm.make_wgm_group_by(*wgm.user_items_space(), max_contributions=10, scale=20.0,
     ...     key_release=wgm.then_wgm(max_contributions=10, scale=4.0, threshold=25.0))
     >>> rho, delta = m.map(1)
-    >>> round(rho, 5), delta < 1e-6
-    (0.04507, True)
+    >>> round(rho, 6), delta < 1e-6  # the WGM's 1/(2·4²) plus the count's (10 + 1)/(2·20²)
+    (0.045, True)
     """
     _assert_features()
     if not callable(key_release):
@@ -489,14 +491,19 @@ def calibrate_wgm_group_by(
     f·δ) under (ε, δ)-DP, (f·ρ, δ) under approximate zCDP) and calibrates itself; the aggregates get the rest and
     the smallest ``global_scale`` whose OpenDP map (the charged map of :func:`make_wgm_group_by`) fits it, by
     :func:`~opendp_wgm.privacy.calibrate.smallest_passing` (under (ε, δ), OpenDP's conversion at the rest of δ).
+    It builds OpenDP measurements: it needs the ``contrib`` and ``honest-but-curious`` features, as
+    :func:`summarize_group_by` does.
 
     Examples
     --------
+    >>> import opendp.prelude as dp
     >>> from opendp_wgm.measurements.group_by import calibrate_wgm_group_by
+    >>> dp.enable_features("contrib", "honest-but-curious")
     >>> cal = calibrate_wgm_group_by(max_contributions=10, rho=0.5, delta=1e-6, sums={"minutes": (0, 120)})
     >>> cal.keys.d_out, cal.aggregates.rho < 0.25
     ((0.25, 1e-06), True)
     """
+    _assert_features()
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     aggregates = _Aggregates.of(("key",), max_contributions, max_rows_per_key, sums, means)
     key_fraction = _check_probability("key_fraction", key_fraction)
@@ -505,7 +512,9 @@ def calibrate_wgm_group_by(
     def fits(scale: float) -> bool:
         try:
             loss = aggregates.loss(1, scale, budget.kind, rest.delta)
-        except dp.OpenDPException:  # OpenDP's map overflows at tiny scales: they do not fit
+        except dp.OpenDPException as err:  # OpenDP's map overflows at tiny scales: they do not fit
+            if err.variant != "Overflow":
+                raise
             return False
         return (loss[0] if isinstance(loss, tuple) else loss) <= rest.value
 
@@ -518,11 +527,14 @@ def calibrate_wgm_group_by(
     )
 
 
-def _key_release_from_budget(mechanism: KeyMechanism, budget: Budget, max_contributions: int, k: int | None,
-                             noise: Any) -> Stage1:
-    """Stage 1 calibrated to ``budget`` (its own ``*_from_budget``), as a partial constructor."""
+def _key_release_from_budget(
+    mechanism: KeyMechanism, budget: Budget, max_contributions: int, k: int | None, noise: Any, item: str | None = None
+) -> Stage1:
+    """Stage 1 calibrated to ``budget`` (its own ``*_from_budget``), as a partial constructor (``item`` names the
+    key column of an OpenDP space; None on the prepared space)."""
     options: dict[str, Any] = {
         "max_contributions": max_contributions, "delta": budget.delta, budget.name: budget.value, "noise": noise,
+        "item": item,
     }
     if mechanism == "top-k":
         if k is None:
@@ -624,10 +636,13 @@ def summarize_group_by(
 
     Examples
     --------
+    >>> import opendp.prelude as dp
     >>> from opendp_wgm.measurements.group_by import summarize_group_by
+    >>> dp.enable_features("contrib", "honest-but-curious")
     >>> summarize_group_by(scale=2.0, max_contributions=10, alpha=0.05)["accuracy"].to_list()
-    [4.0]
+    [5.0]
     """
+    _assert_features()
     aggregates = _Aggregates.of(("key",), max_contributions, max_rows_per_key, sums, means)
     scale = _check_positive("scale", scale)
     keys = pl.DataFrame({"key": pl.Series([0], dtype=pl.Int64), _ORDER: pl.Series([0], dtype=pl.UInt64)})
@@ -702,8 +717,9 @@ def discover_keys(
     value, delta = remaining[0]
     budget = Budget.of(delta=delta, **{"epsilon" if kind == "approx_dp" else "rho": value})
     space = _resolve_space(*context.accountant.input_space, item)
-    key_release = _key_release_from_budget(mechanism, budget, check_max_contributions(max_contributions), k, noise)
-    released: pl.DataFrame = context(key_release(*context.accountant.input_space, item=space.item))
+    max_contributions = check_max_contributions(max_contributions)
+    key_release = _key_release_from_budget(mechanism, budget, max_contributions, k, noise, space.item)
+    released: pl.DataFrame = context(key_release(*context.accountant.input_space))
     return released.select(_key_columns(space))
 
 

@@ -85,7 +85,7 @@ def test_the_charged_map_bounds_opendp_s_map_for_every_number_of_keys() -> None:
     for d in (1, 2, 3):
         charged = aggregates.loss(d, 1.5, "approx_zcdp", 0.0)
         losses = []
-        for n in range(0, d * 3 + 4):
+        for n in range(d * 3 + 4):
             keys = pl.DataFrame({"item": pl.Series(range(n), dtype=pl.Int64), _ORDER: pl.Series(range(n), dtype=pl.UInt64)})
             losses.append(aggregates.measurement(keys, schema, 1.5, "approx_zcdp", 0.0).map(d)[0])
         assert losses == sorted(losses)  # nondecreasing in the number of keys
@@ -100,7 +100,7 @@ def test_aggregate_map_is_opendp_s_count_and_sum_sensitivity() -> None:
     assert aggregates.loss(1, 2.0, "approx_zcdp", 0.0)[0] == pytest.approx(2 * 5 * 3**2 / (2 * 2.0**2), rel=1e-9)
 
 
-@pytest.mark.parametrize("mechanism, k", [("wgm", None), ("dp-sips", None), ("top-k", 3)])
+@pytest.mark.parametrize(("mechanism", "k"), [("wgm", None), ("dp-sips", None), ("top-k", 3)])
 @pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.5}])
 def test_from_budget_fits_the_budget(mechanism: str, k: int | None, budget: dict[str, float]) -> None:
     m = wgm.make_wgm_group_by_from_budget(
@@ -129,6 +129,18 @@ def test_calibration_splits_the_budget() -> None:
     assert (summary["accuracy"] > 1.9 * summary["scale"]).all()
 
 
+def test_calibration_without_the_features_says_so() -> None:
+    """Not "no finite scale": the search must not swallow OpenDP's refusal as a scale that does not fit."""
+    dp.disable_features("honest-but-curious", "contrib")
+    try:
+        with pytest.raises(dp.OpenDPException, match=r"dp\.enable_features"):
+            wgm.calibrate_wgm_group_by(max_contributions=3, rho=0.5, delta=1e-6)
+        with pytest.raises(dp.OpenDPException, match=r"dp\.enable_features"):
+            wgm.summarize_group_by(scale=1.0, max_contributions=3)
+    finally:
+        dp.enable_features("contrib", "honest-but-curious")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # release
 
@@ -148,10 +160,11 @@ def test_release_columns_dtypes_and_values() -> None:
 
 
 def test_rows_per_key_and_keys_per_user_are_truncated() -> None:
-    m = explicit(scale=1e-6, max_rows_per_key=2, max_contributions=1, sums={"minutes": (0, 100)}, means=None)
-    released = m(events())
-    assert released["count"].sum() == 5  # one key per user, each user one released key
-    assert m(events().filter(pl.col("user") == 0))["count"].sum() == 2  # user 0 keeps 2 rows of one key
+    """User 0 holds three rows of a; user 1 one row each of a and b: R = 2 rows per key, Δ0 keys per user."""
+    data = pl.DataFrame({"user": [0, 0, 0, 1, 1], "item": ["a"] * 4 + ["b"], "minutes": [1, 2, 3, 4, 5]})
+    for keys, expected in ((1, 2 + 1), (2, 2 + 2)):
+        m = explicit(scale=1e-6, max_rows_per_key=2, max_contributions=keys, means=None)
+        assert m(data)["count"].sum() == expected
 
 
 def test_integer_keys_and_categorical_keep_their_dtype() -> None:
@@ -203,7 +216,7 @@ def test_counts_and_sums_are_unbiased() -> None:
 @pytest.mark.parametrize("budget", [{"rho": 0.5}, {"epsilon": 1.0}])
 def test_discover_keys_then_opendp_counts_in_one_context(budget: dict[str, float]) -> None:
     data = pl.concat([events()] * 1).with_columns(pl.col("user") + 0)
-    data = pl.concat([data.with_columns(pl.col("user") + 10 * i) for i in range(40)])  # 200 users
+    data = pl.concat([data.with_columns(pl.col("user") + 10 * i) for i in range(100)])  # 500 users
     ctx = dp.Context.compositor(
         data=data.lazy(),
         privacy_unit=dp.unit_of(contributions=1, identifier="user"),
@@ -245,7 +258,7 @@ def test_discover_keys_refuses_what_it_cannot_serve() -> None:
                    "privacy_loss": dp.loss_of(rho=0.5, delta=1e-6), "split_evenly_over": 1, **options}
         return dp.Context.compositor(data=events().lazy(), **options)
 
-    with pytest.raises(TypeError, match="`context` must be a dp.Context"):
+    with pytest.raises(TypeError, match=r"`context` must be a dp\.Context"):
         wgm.discover_keys(events(), max_contributions=3)
     with pytest.raises(ValueError, match=r"`context` must have dp.unit_of\(contributions=1"):
         wgm.discover_keys(context(privacy_unit=dp.unit_of(contributions=2, identifier="user")),
