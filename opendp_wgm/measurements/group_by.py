@@ -173,6 +173,10 @@ class _Aggregates:
     def of(
         cls, keys: tuple[str, ...], max_contributions: Any, max_rows_per_key: Any, sums: Any, means: Any
     ) -> _Aggregates:
+        if pl.get_index_type() != pl.UInt32:  # OpenDP's max_length is Polars' row limit only with UInt32 rows
+            index = pl.get_index_type()
+            msg = f"Polars' row index must be UInt32 (polars-runtime-32) for OpenDP's max_length (found {index})"
+            raise ValueError(msg)
         max_contributions = check_max_contributions(max_contributions)
         max_rows_per_key = _check_int("max_rows_per_key", max_rows_per_key, minimum=1)
         named = [("sum", c, lo, hi) for c, lo, hi in _check_bounds("sums", sums)]

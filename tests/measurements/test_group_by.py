@@ -337,3 +337,10 @@ def test_missing_or_non_numeric_columns() -> None:
     released = wgm.make_wgm_group_by(domain, metric, key_release=wgm.then_wgm(**WGM), max_contributions=3,
                                      scale=1e-6, item="item", sums={"minutes": (0, 100)})(data.lazy())
     assert released.columns == ["item", "noisy_weight", "count", "minutes_sum"]
+
+
+def test_refuses_a_polars_whose_rows_are_not_bounded_by_uint32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenDP's max_length (2^32 - 1) is enforced by Polars' UInt32 row index only: otherwise refuse."""
+    monkeypatch.setattr(pl, "get_index_type", lambda: pl.UInt64)
+    with pytest.raises(ValueError, match="Polars' row index must be UInt32"):
+        explicit()
