@@ -2,7 +2,8 @@ r"""Two-stage mechanisms: a key release discovers candidates, a known-domain mec
 
 :func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM today) with
 any constructor of a known-domain measurement on the released candidates (stage 2: peeling top-k, user
-peeling). Only stage 2's frame is released. The privacy map is the sum of stage 1's map and stage 2's *charged*
+peeling, OpenDP's aggregates in :mod:`opendp_wgm.measurements.group_by`). Only stage 2's frame is released, or
+``combine``'s post-processing of both. The privacy map is the sum of stage 1's map and stage 2's *charged*
 map, a map that holds for every candidate list (peeling charges ``k`` rounds whatever the number of candidates),
 rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once: both stages read
 the same prepared frame.
