@@ -295,8 +295,11 @@ def _frame_columns(frame: object) -> list[str] | None:
     return None
 
 
-def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.LazyFrame:
+def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space, extra: Sequence[str] = ()) -> pl.LazyFrame:
     """The user key and the item of ``frame`` as a lazy plan, rows with a null user key or item dropped.
+
+    ``extra`` columns are kept after them, as they are (their nulls drop no row): the value columns that
+    :mod:`opendp_wgm.measurements.group_by` aggregates.
 
     ``frame`` may also be a pandas DataFrame or a pyarrow Table, converted by :func:`_as_polars`. The user key is
     the identifier's value (a column, or the expression evaluated row by row), in a
@@ -314,7 +317,7 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
         return frame.lf
     frame = _as_polars(frame)
     schema = frame.collect_schema()
-    missing = [c for c in space.columns if c not in schema]
+    missing = [c for c in dict.fromkeys([*space.columns, *extra]) if c not in schema]
     if missing:
         msg = f"column(s) {missing} not found in the data (columns: {list(schema.names())})"
         raise ValueError(msg)
@@ -322,11 +325,11 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
     lf = frame.lazy()
     if space.composite:  # a Struct is never null itself: drop the rows with a null field first
         lf = lf.filter(pl.all_horizontal(pl.col(space.composite).is_not_null()))
-        lf = lf.select(key, pl.struct(space.composite).alias(space.item))
+        lf = lf.select(key, pl.struct(space.composite).alias(space.item), *extra)
     else:
-        lf = lf.select(key, pl.col(space.item))
+        lf = lf.select(key, pl.col(space.item), *extra)
     user_dtype = lf.collect_schema()[space.user]
-    return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
+    return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls([space.user, space.item])
 
 
 def _null_items(items: pl.Series) -> int:

@@ -289,3 +289,23 @@ def test_audit_passes_on_dp_sips_then_peeling(mechanism: str) -> None:
     report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=500, alpha=ALPHA, progress=False)
     assert report.passed, report.violations
     assert report.table()["hits_d_prime"].max() == 0 and report.table()["hits_d"].max() > 0
+
+
+@pytest.mark.slow
+def test_audit_passes_on_keys_with_counts() -> None:
+    # The WGM (σ = 1, T = 3, Δ0 = 1) then OpenDP's count over the released keys at global scale 0.5: the
+    # differing user holds the shared item −1 (3 + 1 holders), so both the key event and the count of −1 move
+    class CountAtLeast:
+        label = "count of -1 >= 4"
+
+        def __call__(self, released: pl.DataFrame) -> bool:
+            return bool(released.filter((pl.col("item") == -1) & (pl.col("count") >= 4)).height)
+
+    m = wgm.make_wgm_group_by(
+        *wgm.user_items_space(), key_release=wgm.then_wgm(max_contributions=1, scale=1.0, threshold=3.0),
+        max_contributions=1, scale=0.5,
+    )
+    events = [ItemReleased(-1), CountAtLeast()]
+    report = audit(m, shared_item_pair(3, users=20), events=events, trials=500, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    assert report.table().height == 2 and report.measure == "approx-zcdp"

@@ -23,6 +23,16 @@ from opendp_wgm.measurements.dp_sips import (
     then_dp_sips,
     then_dp_sips_from_budget,
 )
+from opendp_wgm.measurements.group_by import (
+    GroupByCalibration,
+    calibrate_wgm_group_by,
+    discover_keys,
+    make_wgm_group_by,
+    make_wgm_group_by_from_budget,
+    summarize_group_by,
+    then_wgm_group_by,
+    then_wgm_group_by_from_budget,
+)
 from opendp_wgm.measurements.hitting_set import (
     make_user_peeling,
     make_user_peeling_from_budget,
@@ -56,9 +66,12 @@ from opendp_wgm.privacy.calibrate import (
 )
 
 __all__ = [
+    "GroupByCalibration",
     "HittingSetCalibration",
     "calibrate_user_peeling",
+    "calibrate_wgm_group_by",
     "calibrate_wgm_hitting_set",
+    "discover_keys",
     "greedy_hitting_set",
     "greedy_threshold_delta",
     "make_dp_sips",
@@ -75,10 +88,13 @@ __all__ = [
     "make_user_peeling_from_budget",
     "make_wgm",
     "make_wgm_from_budget",
+    "make_wgm_group_by",
+    "make_wgm_group_by_from_budget",
     "make_wgm_hitting_set",
     "make_wgm_hitting_set_from_budget",
     "make_wgm_top_k",
     "make_wgm_top_k_from_budget",
+    "summarize_group_by",
     "then_dp_sips",
     "then_dp_sips_from_budget",
     "then_limited_domain_top_k",
@@ -93,6 +109,8 @@ __all__ = [
     "then_user_peeling_from_budget",
     "then_wgm",
     "then_wgm_from_budget",
+    "then_wgm_group_by",
+    "then_wgm_group_by_from_budget",
     "then_wgm_hitting_set",
     "then_wgm_hitting_set_from_budget",
     "then_wgm_top_k",

@@ -2,7 +2,8 @@ r"""Two-stage mechanisms: a key release discovers candidates, a known-domain mec
 
 :func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM or DP-SIPS) with
 any constructor of a known-domain measurement on the released candidates (stage 2: peeling top-k, user
-peeling). Only stage 2's frame is released. The privacy map is the sum of stage 1's map and stage 2's *charged*
+peeling, OpenDP's aggregates in :mod:`opendp_wgm.measurements.group_by`). Only stage 2's frame is released, or
+``combine``'s post-processing of both. The privacy map is the sum of stage 1's map and stage 2's *charged*
 map, a map that holds for every candidate list (peeling charges ``k`` rounds whatever the number of candidates),
 rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once (and collected once at
 one in-memory pass): both stages read the same prepared frame.
@@ -105,6 +106,7 @@ def make_two_stage(
     accounting: Accounting,
     item: str | Sequence[str] | None = None,
     preparation: Preparation | None = None,
+    combine: Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame] | None = None,
 ) -> dp.Measurement:
     r"""Stage 1 releases keys; stage 2, built on them, releases the output (adaptive composition).
 
@@ -130,11 +132,15 @@ def make_two_stage(
         The input's preparation, run once per release; both stages are built on its space and read its result.
         Default: a Polars frame's, collected once (:func:`_polars_preparation` at one in-memory pass). An engine
         passes its own.
+    combine
+        ``(stage_1_frame, stage_2_frame) -> frame``: the release built from both stages' releases (a
+        post-processing of the two, e.g. the keys with their weights and their aggregates). Default: stage 2's
+        frame only.
 
     Returns
     -------
     opendp.mod.Measurement
-        Stage 2's release, in stage 1's output measure.
+        Stage 2's release (or ``combine``'s), in stage 1's output measure.
 
     Notes
     -----
@@ -151,13 +157,14 @@ def make_two_stage(
 
     def function(frame: Any) -> pl.DataFrame:
         data = preparation.function(frame)
-        candidates = _release_keys(first(data), preparation.keys or (preparation.item,))  # stage 1: the keys only
+        keys = first(data)
+        candidates = _release_keys(keys, preparation.keys or (preparation.item,))  # stage 1's released keys only
         second = stage_2(domain, metric, candidates)
         if second.output_measure != output_measure:
             msg = f"`stage_2` must measure privacy in {output_measure} (found {second.output_measure})"
             raise ValueError(msg)
         released: pl.DataFrame = second(data)  # stage 2, on the same prepared data
-        return released
+        return released if combine is None else combine(keys, released)
 
     def privacy_map(d_in: int) -> Any:
         d_in = _check_d_in(d_in)

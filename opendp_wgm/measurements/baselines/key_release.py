@@ -18,6 +18,7 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_one_item, _check_real
 from opendp_wgm.engines.polars import fresh_seeds
+from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, series_domain
 from opendp_wgm.privacy.budget import Budget, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_key_release
 from opendp_wgm.privacy.threshold import check_max_contributions
@@ -25,41 +26,6 @@ from opendp_wgm.privacy.threshold import check_max_contributions
 __all__ = ["make_opendp_key_release", "then_opendp_key_release"]
 
 _KEY = "__opendp_wgm_key__"
-
-
-def _series_domain(name: str, dtype: PolarsDataType) -> dp.Domain:
-    if dtype == pl.String:
-        return dp.series_domain(name, dp.atom_domain(T=dp.String))
-    if dtype == pl.UInt64:
-        return dp.series_domain(name, dp.atom_domain(T=dp.u64))
-    return dp.series_domain(name, dp.atom_domain(T=dp.i64))
-
-
-def _canonical_dtype(dtype: PolarsDataType) -> PolarsDataType:
-    """The dtype a column is cast to before it enters OpenDP: String or Int64."""
-    if dtype.is_integer() or dtype == pl.Boolean:
-        return pl.Int64
-    return pl.String
-
-
-def _canonical_item(item: str, dtype: PolarsDataType) -> pl.Expr:
-    """The item as it enters OpenDP (:func:`_canonical_dtype`), one value one string: floats' ``-0.0`` is
-    written as ``0.0`` (Polars' equality, and every other mechanism here, has them equal)."""
-    column = pl.col(item)
-    if dtype.is_float():
-        column = pl.when(column == 0).then(pl.lit(0.0, dtype)).otherwise(column)
-    return column.cast(_canonical_dtype(dtype))
-
-
-def _canonical_user(user: str, dtype: PolarsDataType) -> pl.Expr:
-    """The user as it enters OpenDP: integers as Int64, strings as they are, any other dtype as its dense
-    rank, i.e. by Polars' equality (a cast to String would split ``0.0`` and ``-0.0`` into two users). The
-    rank depends on other users but only relabels them: OpenDP's plan uses the user as a group only."""
-    if dtype.is_integer() or dtype == pl.Boolean:
-        return pl.col(user).cast(pl.Int64)
-    if dtype == pl.String:
-        return pl.col(user)
-    return pl.col(user).rank("dense").cast(pl.Int64)
 
 
 def _key_release_input(
@@ -73,8 +39,8 @@ def _key_release_input(
     lf = _prepare_frame(frame, space)
     schema = lf.collect_schema()
     return schema[space.item], lf.select(
-        _canonical_user(space.user, schema[space.user]).alias(user),
-        _canonical_item(space.item, schema[space.item]).alias(item),
+        canonical_user(space.user, schema[space.user]).alias(user),
+        canonical_item(space.item, schema[space.item]).alias(item),
     ).with_columns(pl.col(item).hash(*fresh_seeds()).alias(_KEY))
 
 
@@ -100,7 +66,7 @@ def _opendp_measurement(
     global_scale: float, threshold: int, total_delta: float,
 ) -> dp.Measurement:
     domain = dp.lazyframe_domain(
-        [_series_domain(user, user_dtype), _series_domain(item, item_dtype), _series_domain(_KEY, pl.UInt64)]
+        [series_domain(user, user_dtype), series_domain(item, item_dtype), series_domain(_KEY, pl.UInt64)]
     )
     plan = _key_release_plan(user, item, user_dtype, item_dtype, groups)
     metric = dp.symmetric_id_distance(pl.col(user))

@@ -1,0 +1,731 @@
+r"""Keys with statistics in one budget: a key release, then OpenDP's own Polars aggregates over the released keys.
+
+Having found the keys (the WGM, DP-SIPS or WGM-then-top-k), users want per-key statistics: plays per artist,
+hours per game, queries per country. :func:`make_wgm_group_by` composes, adaptively and in one measurement
+(:func:`opendp_wgm.measurements.two_stage.make_two_stage`), a key release (stage 1) with OpenDP's own
+``make_private_lazyframe`` (stage 2): ``group_by(keys).agg(dp.len(), .dp.sum(bounds), .dp.mean(bounds))`` with the
+released keys as *explicit* keys (``with_keys``: no threshold, every released key gets a row). The map is the sum
+of the two stages'; :func:`make_wgm_group_by_from_budget` splits one budget between them (``key_fraction``).
+
+:func:`discover_keys` is the same first stage for a ``dp.Context``: it spends the Context's next budget slot on
+discovery and returns the keys for ``ctx.query().group_by(...).agg(...).with_keys(keys)``.
+
+Privacy arguments: ``docs/privacy.md`` §5.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import opendp.prelude as dp
+import polars as pl
+from opendp.accuracy import summarize_polars_measurement
+from opendp.domains import _lazyframe_from_domain
+from opendp.extras.polars import DPExpr, Margin, dp_len
+from polars._typing import PolarsDataType
+
+from opendp_wgm._partial import _to_then
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
+from opendp_wgm._validation import (
+    _check_absent,
+    _check_choice,
+    _check_column,
+    _check_d_in,
+    _check_given,
+    _check_int,
+    _check_positive,
+    _check_probability,
+)
+from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
+from opendp_wgm.engines.polars import fresh_seeds
+from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, series_domain
+from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
+from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
+from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
+from opendp_wgm.measurements.wgm import make_wgm_from_budget
+from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind, measure_kind, measure_of
+from opendp_wgm.privacy.calibrate import smallest_passing
+from opendp_wgm.privacy.peeling import Accounting
+from opendp_wgm.privacy.threshold import check_max_contributions
+
+__all__ = [
+    "GroupByCalibration",
+    "calibrate_wgm_group_by",
+    "discover_keys",
+    "make_wgm_group_by",
+    "make_wgm_group_by_from_budget",
+    "summarize_group_by",
+    "then_wgm_group_by",
+    "then_wgm_group_by_from_budget",
+]
+
+#: The released count column (OpenDP's ``dp.len()``: rows per key after truncation).
+COUNT = "count"
+#: Key releases :func:`make_wgm_group_by_from_budget` and :func:`discover_keys` can run first.
+KeyMechanism = Literal["wgm", "dp-sips", "top-k"]
+KEY_MECHANISMS: tuple[KeyMechanism, ...] = ("wgm", "dp-sips", "top-k")
+#: Per-column bounds of a statistic: ``{column: (lower, upper)}``.
+Bounds = Mapping[str, tuple[float, float]]
+
+#: Polars (``polars-runtime-32``) indexes rows with UInt32: no group holds more rows. OpenDP's ``max_length``.
+_MAX_LENGTH = 2**32 - 1
+#: Values enter OpenDP as integers on the grid 2^-b, with at least 2^10 steps up to the largest bound, and
+#: bounds within ±2^30 (then |bound|·2^b ≤ 2^30, and 2^32 rows sum within Int64).
+_GRID_LEVELS, _GRID_LIMIT = 2.0**10, 2.0**30
+#: Column names inside OpenDP's plan: the user key, and a keyed hash of the key (the order users keep keys in).
+_USER, _ORDER = "__opendp_wgm_user__", "__opendp_wgm_order__"
+#: Stage sums are rounded up exactly (OpenDP's compositors add the same way); δ is capped at 1.
+_ACCOUNTING = Accounting(exact=True, zero_delta=False, cap_delta=True)
+_APPROX_DP = "output_measure=dp.approximate(dp.max_divergence())"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# what stage 2 aggregates
+
+
+@dataclass(frozen=True)
+class _Statistic:
+    """A bounded sum or mean of ``column``: values clipped to [lower, upper], on the grid 2^-bits."""
+
+    column: str
+    kind: Literal["sum", "mean"]
+    lower: float
+    upper: float
+    index: int
+
+    @property
+    def name(self) -> str:
+        """The released column: ``<column>_sum`` or ``<column>_mean``."""
+        return f"{self.column}_{self.kind}"
+
+    @property
+    def internal(self) -> str:
+        """The column's name inside OpenDP's plan (any user column name may collide with the keys)."""
+        return f"__opendp_wgm_value_{self.index}__"
+
+    @property
+    def bits(self) -> int:
+        """b ≥ 0, the smallest with max(|lower|, |upper|)·2^b ≥ 2^10: at least 2^10 grid steps up to the largest
+        bound, integers exact (a larger b would only slow OpenDP's accuracy summary, linear in the scale)."""
+        largest = max(abs(self.lower), abs(self.upper))
+        return max(0, math.ceil(math.log2(_GRID_LEVELS / largest)))
+
+    @property
+    def grid_bounds(self) -> tuple[int, int]:
+        """The bounds on the grid, in its units, containing every rounded value (OpenDP clips to them)."""
+        unit = 2.0**self.bits
+        return math.floor(self.lower * unit), math.ceil(self.upper * unit)
+
+    def value(self, dtype: PolarsDataType) -> pl.Expr:
+        """The column as it enters OpenDP: null and NaN as 0, clipped, on the grid (a row-wise map)."""
+        if not (dtype.is_numeric() or dtype == pl.Boolean):
+            msg = f"column {self.column!r} must be numeric to be summed (found {dtype})"
+            raise ValueError(msg)
+        value = pl.col(self.column).cast(pl.Float64).fill_nan(None).fill_null(0.0).clip(self.lower, self.upper)
+        return (value * 2.0**self.bits).round().cast(pl.Int64).alias(self.internal)
+
+    def expression(self) -> pl.Expr:
+        """OpenDP's aggregate on the grid."""
+        column = DPExpr(pl.col(self.internal))
+        bounds = self.grid_bounds
+        aggregate: pl.Expr = column.sum(bounds) if self.kind == "sum" else column.mean(bounds)
+        return aggregate.alias(self.name)
+
+
+def _check_bounds(name: str, bounds: Any) -> list[tuple[str, float, float]]:
+    """``{column: (lower, upper)}`` with finite lower < upper, |bound| ≤ 2^30, as a list."""
+    if bounds is None:
+        return []
+    if not isinstance(bounds, Mapping):
+        msg = f"`{name}` must be a mapping {{column: (lower, upper)}} (found {type(bounds).__name__})"
+        raise TypeError(msg)
+    checked = []
+    for column, pair in bounds.items():
+        _check_column(f"{name}` key `{column!r}", column)
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            msg = f"`{name}[{column!r}]` must be a pair (lower, upper) (found {pair!r})"
+            raise ValueError(msg)
+        lower, upper = (float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan for v in pair)
+        if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
+            msg = f"`{name}[{column!r}]` must be finite bounds with lower < upper (found {pair!r})"
+            raise ValueError(msg)
+        if max(abs(lower), abs(upper)) > _GRID_LIMIT:
+            msg = f"`{name}[{column!r}]` must be within ±2**30 (found {pair!r})"
+            raise ValueError(msg)
+        checked.append((column, lower, upper))
+    return checked
+
+
+@dataclass(frozen=True)
+class _Aggregates:
+    """Stage 2's public parameters: the key columns, the per-user bounds and the statistics."""
+
+    keys: tuple[str, ...]
+    max_contributions: int
+    max_rows_per_key: int
+    statistics: tuple[_Statistic, ...] = field(default=())
+
+    @classmethod
+    def of(
+        cls, keys: tuple[str, ...], max_contributions: Any, max_rows_per_key: Any, sums: Any, means: Any
+    ) -> _Aggregates:
+        if pl.get_index_type() != pl.UInt32:  # OpenDP's max_length is Polars' row limit only with UInt32 rows
+            index = pl.get_index_type()
+            msg = f"Polars' row index must be UInt32 (polars-runtime-32) for OpenDP's max_length (found {index})"
+            raise ValueError(msg)
+        max_contributions = check_max_contributions(max_contributions)
+        max_rows_per_key = _check_int("max_rows_per_key", max_rows_per_key, minimum=1)
+        named = [("sum", c, lo, hi) for c, lo, hi in _check_bounds("sums", sums)]
+        named += [("mean", c, lo, hi) for c, lo, hi in _check_bounds("means", means)]
+        statistics = tuple(_Statistic(c, kind, lo, hi, i) for i, (kind, c, lo, hi) in enumerate(named))  # type: ignore[arg-type]
+        names = [*keys, COUNT, *(s.name for s in statistics)]
+        clash = sorted({n for n in names if names.count(n) > 1})
+        if clash:
+            msg = f"the released columns must have distinct names (found {clash} twice: rename a key or a column)"
+            raise ValueError(msg)
+        summed = [s.column for s in statistics if s.column in keys]
+        if summed:
+            msg = f"`sums`/`means` must not name a key column (found {summed})"
+            raise ValueError(msg)
+        return cls(keys, max_contributions, max_rows_per_key, statistics)
+
+    @property
+    def values(self) -> list[str]:
+        """The aggregated input columns, each once."""
+        return list(dict.fromkeys(s.column for s in self.statistics))
+
+    def check_space(self, space: _Space, input_domain: dp.Domain) -> None:
+        """The value columns exist, are numeric and are not the user, when the input domain states its columns."""
+        if space.identifier is None and space.user in self.values:
+            msg = f"`sums`/`means` must not name the user column (found {space.user!r})"
+            raise ValueError(msg)
+        if not space.lazyframe_domain:
+            return
+        schema = _lazyframe_from_domain(input_domain).collect_schema()
+        missing = [c for c in self.values if c not in schema]
+        if missing:
+            msg = f"column(s) {missing} not found in `input_domain` (columns: {list(schema)})"
+            raise ValueError(msg)
+        for statistic in self.statistics:
+            statistic.value(schema[statistic.column])
+
+    def plan(self, keys: pl.DataFrame, schema: Mapping[str, PolarsDataType]) -> pl.LazyFrame:
+        """OpenDP's plan: R rows per (user, key), Δ0 keys per user (in the keyed-hash order), then ``dp.len()``
+        and the statistics per key, joined onto ``keys`` (OpenDP's ``with_keys``: explicit keys).
+
+        The second filter keeps ranks 1..Δ0 of a dense rank; OpenDP 0.16 reads ``rank < Δ0 + 1`` as Δ0 + 1 keys
+        (``docs/baselines.md`` §4), which its map charges."""
+        by = [_ORDER, *self.keys]
+        aggregates = (
+            pl.LazyFrame(schema=dict(schema))
+            .filter(pl.int_range(pl.len()).over(_USER, *by) < self.max_rows_per_key)
+            .filter(pl.struct(*by).rank("dense").over(_USER) < self.max_contributions + 1)
+            .group_by(*by)
+            .agg(dp_len(signed=True).alias(COUNT), *(s.expression() for s in self.statistics))
+        )
+        return keys.lazy().join(aggregates, how="left", on=by, nulls_equal=True)
+
+    def measurement(
+        self, keys: pl.DataFrame, schema: Mapping[str, PolarsDataType], scale: float, kind: MeasureKind, delta: float
+    ) -> dp.Measurement:
+        """OpenDP's measurement of :meth:`plan` at global scale ``scale``: approximate zCDP (ρ, 0), or (ε, δ)
+        through OpenDP's zCDP → (ε, δ) conversion fixed at ``delta``."""
+        columns = [series_domain(name, dtype) for name, dtype in schema.items()]
+        domain = dp.with_margin(
+            dp.lazyframe_domain(columns), Margin(by=[_ORDER, *self.keys], max_length=_MAX_LENGTH)
+        )
+        metric = dp.symmetric_id_distance(pl.col(_USER))
+        plan = self.plan(keys, schema)
+        if kind == "approx_zcdp":
+            return dp.m.make_private_lazyframe(domain, metric, measure_of("approx_zcdp"), plan, global_scale=scale)
+        inner = dp.m.make_private_lazyframe(domain, metric, measure_of("zcdp"), plan, global_scale=scale)
+        return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(inner), delta)
+
+    def reference_schema(self) -> dict[str, PolarsDataType]:
+        """A schema of OpenDP's input for the maps (they do not depend on the dtypes)."""
+        return {_USER: pl.Int64, **dict.fromkeys(self.keys, pl.Int64), _ORDER: pl.UInt64, **self._value_schema()}
+
+    def _value_schema(self) -> dict[str, PolarsDataType]:
+        return {s.internal: pl.Int64 for s in self.statistics}
+
+    def loss(self, d_in: int, scale: float, kind: MeasureKind, delta: float) -> Loss:
+        """The charged map: OpenDP's map with d_in·(Δ0 + 1) keys, the most any key list costs (§5: the map is
+        nondecreasing in the number of keys and constant from d_in·(Δ0 + 1) on)."""
+        n = d_in * (self.max_contributions + 1)
+        keys = pl.DataFrame({**{k: pl.Series(range(n), dtype=pl.Int64) for k in self.keys}})
+        keys = keys.with_columns(pl.Series(_ORDER, range(n), dtype=pl.UInt64))
+        loss = self.measurement(keys, self.reference_schema(), scale, kind, delta).map(d_in)
+        return (float(loss[0]), float(loss[1])) if isinstance(loss, tuple) else float(loss)
+
+
+def _stage_2_kind(output_measure: dp.Measure | None, delta: Any) -> tuple[MeasureKind, float]:
+    """The output measure's kind (approximate zCDP or (ε, δ)) and the aggregates' conversion δ (0 under zCDP)."""
+    kind = measure_kind(output_measure, ("approx_zcdp", "approx_dp"))
+    if kind == "approx_zcdp":
+        _check_absent("delta", delta, unless=_APPROX_DP)
+        return kind, 0.0
+    _check_given("delta", delta, when=f"with {_APPROX_DP}")
+    return kind, _check_probability("delta", delta)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the measurement
+
+
+def _key_columns(space: _Space) -> tuple[str, ...]:
+    """The key columns of a space (its item column)."""
+    return (space.item,)
+
+
+def _preparation(space: _Space, aggregates: _Aggregates) -> Preparation:
+    """The input prepared once for both stages: the user key, the keys and the value columns (rows with a null
+    user or key dropped), on the bare-column space of (user key, item)."""
+
+    def function(frame: Any) -> pl.LazyFrame:
+        return _prepare_frame(frame, space, aggregates.values)
+
+    domain = user_items_domain(UserItemsDescriptor(space.user, space.item))
+    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
+
+
+def _aggregate_release(
+    lf: pl.LazyFrame, space: _Space, aggregates: _Aggregates, keys: pl.Series, scale: float, kind: MeasureKind,
+    delta: float,
+) -> pl.DataFrame:
+    """OpenDP's aggregates of the prepared ``lf`` over ``keys`` (the keys' dtype), sums and means in data units."""
+    schema = lf.collect_schema()
+    seeds = fresh_seeds()  # the order in which each user keeps its keys: one secret random order of the keys
+    order = pl.struct(*aggregates.keys).hash(*seeds).alias(_ORDER)
+    key_columns = [canonical_item(k, schema[k]).alias(k) for k in aggregates.keys]
+    explicit = keys.to_frame(aggregates.keys[0]).select(key_columns).with_columns(order)
+    # only the released keys' rows (a row-wise filter by public keys), so that users keep Δ0 *released* keys
+    frame = (
+        lf.select(
+            canonical_user(space.user, schema[space.user]).alias(_USER),
+            *key_columns,
+            *(s.value(schema[s.column]) for s in aggregates.statistics),
+        )
+        .join(explicit.lazy().select(aggregates.keys), on=list(aggregates.keys), how="semi")
+        .with_columns(order)
+    )
+    opendp_schema = frame.collect_schema()
+    released: pl.DataFrame = aggregates.measurement(explicit, opendp_schema, scale, kind, delta)(frame).collect()
+    rescaled = [(pl.col(s.name) * 2.0 ** -s.bits).alias(s.name) for s in aggregates.statistics]
+    return released.select(
+        *(pl.col(k).cast(keys.dtype) for k in aggregates.keys), pl.col(COUNT).cast(pl.Int64), *rescaled
+    )
+
+
+def make_wgm_group_by(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    key_release: Stage1,
+    max_contributions: int,
+    scale: float,
+    max_rows_per_key: int = 1,
+    sums: Bounds | None = None,
+    means: Bounds | None = None,
+    output_measure: dp.Measure | None = None,
+    delta: float | None = None,
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Release keys, then OpenDP's own counts, bounded sums and means over them, in one measurement.
+
+    Stage 1, ``key_release``, discovers the keys (e.g. ``wgm.then_wgm(...)``, ``wgm.then_dp_sips(...)``,
+    ``wgm.then_wgm_top_k(...)``). Stage 2 is OpenDP's ``make_private_lazyframe`` on the same data:
+    ``group_by(key).agg(dp.len(), pl.col(c).dp.sum(bounds), pl.col(c).dp.mean(bounds))`` with the released keys
+    as explicit keys (a left join onto them, OpenDP's ``with_keys``: no threshold, every released key gets a
+    row, a key nobody holds a noisy 0), at OpenDP's ``global_scale`` ``scale``.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with ``dp.symmetric_id_distance``
+        (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``.
+    key_release
+        ``(domain, metric) -> Measurement``, a partial key-release constructor (``then_wgm``, ``then_dp_sips``,
+        ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column; its output measure must
+        be ``output_measure``. It is built on the prepared (user key, item) space.
+    max_contributions
+        Δ0 ≥ 1 of the aggregates: OpenDP truncates each user to Δ0 of the released keys (a uniformly random
+        choice: the first Δ0 in one secret random order of the keys, drawn per release).
+    scale
+        OpenDP's ``global_scale`` s > 0: each aggregate's noise scale is s times its per-row bound (1 for the
+        count, max|bound| for a sum); :func:`summarize_group_by` shows them. Each aggregate costs
+        ρ = (Δ0 + 1)·R²/(2s²) at one user.
+    max_rows_per_key
+        R ≥ 1: OpenDP truncates each user to its first R rows of each key (frame order). ``count`` counts rows;
+        with R = 1 (default) it counts users.
+    sums, means
+        ``{column: (lower, upper)}``: bounded sums and means of numeric columns (values clipped to the bounds,
+        null and NaN counted as 0, rounded to the nearest multiple of :math:`2^{-b}`, the smallest b ≥ 0 with
+        :math:`\max|bound|\,2^b \ge 2^{10}`: integers stay exact; bounds within ±2^30).
+    output_measure
+        ``dp.approximate(dp.zero_concentrated_divergence())`` (default) or ``dp.approximate(dp.max_divergence())``
+        (then ``delta`` is required).
+    delta
+        Only with ``dp.approximate(dp.max_divergence())``: the δ of OpenDP's zCDP → (ε, δ) conversion of the
+        aggregates (``make_zCDP_to_approxDP`` then ``make_fix_delta``), in (0, 1).
+    item
+        Item (key) column, when the input domain is OpenDP's and holds more than one other column.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to a ``pl.DataFrame``: stage 1's release (the key column and, e.g., ``noisy_weight`` or
+        ``rank``), in its order, with ``count`` (Int64, OpenDP's ``dp.len()``), ``<column>_sum`` and
+        ``<column>_mean`` (Float64) of each released key.
+
+    Notes
+    -----
+    Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). The per-user bounds the
+    aggregates need are enforced by OpenDP's own truncation in the plan, R rows per (user, key) and Δ0 keys per
+    user, which its map reads (it charges Δ0 + 1 keys, ``docs/baselines.md`` §4). OpenDP's
+    ``Margin.max_length`` is Polars' own row limit, 2^32 − 1 (UInt32 row index); integer sums need it only to
+    rule out overflow. The map is the adaptive composition (``docs/privacy.md`` §5):
+
+    .. math::
+        m(d) = m_{\text{keys}}(d) + m_{\text{agg}}(d),
+
+    (ρ, δ) or (ε, δ) pairs added and rounded up, where :math:`m_{\text{agg}}` is OpenDP's map of the plan with
+    d·(Δ0 + 1) keys: OpenDP's map grows with the number of explicit keys up to that and not beyond, so it
+    bounds the map of every released key list.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_wgm_group_by(*wgm.user_items_space(), max_contributions=10, scale=20.0,
+    ...     key_release=wgm.then_wgm(max_contributions=10, scale=4.0, threshold=25.0))
+    >>> rho, delta = m.map(1)
+    >>> round(rho, 6), delta < 1e-6  # the WGM's 1/(2·4²) plus the count's (10 + 1)/(2·20²)
+    (0.045, True)
+    """
+    _assert_features()
+    if not callable(key_release):
+        msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
+        raise TypeError(msg)
+    space = _resolve_space(input_domain, input_metric, item)
+    aggregates = _Aggregates.of(_key_columns(space), max_contributions, max_rows_per_key, sums, means)
+    scale = _check_positive("scale", scale)
+    kind, delta_value = _stage_2_kind(output_measure, delta)
+    aggregates.check_space(space, input_domain)
+    measure = measure_of(kind)
+
+    def stage_2(domain: dp.Domain, metric: dp.Metric, keys: pl.Series) -> dp.Measurement:
+        def function(lf: pl.LazyFrame) -> pl.DataFrame:
+            return _aggregate_release(lf, space, aggregates, keys, scale, kind, delta_value)
+
+        return dp.m.make_user_measurement(domain, metric, measure, function, charged)
+
+    @functools.lru_cache(maxsize=64)
+    def charged(d_in: int) -> Loss:
+        return aggregates.loss(_check_d_in(d_in), scale, kind, delta_value)
+
+    def combine(released_keys: pl.DataFrame, statistics: pl.DataFrame) -> pl.DataFrame:
+        return released_keys.join(statistics, on=list(aggregates.keys), how="left", maintain_order="left")
+
+    measurement = make_two_stage(
+        input_domain, input_metric, stage_1=key_release, stage_2=stage_2, stage_2_map=charged,
+        accounting=_ACCOUNTING, preparation=_preparation(space, aggregates), combine=combine,
+    )
+    if measurement.output_measure != measure:
+        msg = f"`key_release` must measure privacy in {measure} (found {measurement.output_measure})"
+        raise ValueError(msg)
+    return measurement
+
+
+# --------------------------------------------------------------------------------------------------------------
+# calibrated
+
+
+@dataclass(frozen=True)
+class GroupByCalibration:
+    """Both stages of :func:`make_wgm_group_by_from_budget` calibrated to one budget.
+
+    Attributes
+    ----------
+    keys, aggregates
+        The two stages' budgets: ``key_fraction`` of the total, then the rest
+        (:meth:`~opendp_wgm.privacy.budget.Budget.split`).
+    scale
+        OpenDP's ``global_scale`` of the aggregates, the smallest whose map at one user fits ``aggregates``.
+    key_fraction, max_contributions, max_rows_per_key
+        As given.
+    """
+
+    keys: Budget
+    aggregates: Budget
+    scale: float
+    key_fraction: float
+    max_contributions: int
+    max_rows_per_key: int
+    sums: tuple[tuple[str, tuple[float, float]], ...] = ()
+    means: tuple[tuple[str, tuple[float, float]], ...] = ()
+
+    def summarize(self, alpha: float | None = None) -> pl.DataFrame:
+        """Each aggregate's noise and, with ``alpha``, its (1 − alpha) accuracy (:func:`summarize_group_by`)."""
+        return summarize_group_by(
+            scale=self.scale, max_contributions=self.max_contributions, max_rows_per_key=self.max_rows_per_key,
+            sums=dict(self.sums), means=dict(self.means), alpha=alpha,
+        )
+
+
+def calibrate_wgm_group_by(
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    key_fraction: float = 0.5,
+    max_rows_per_key: int = 1,
+    sums: Bounds | None = None,
+    means: Bounds | None = None,
+) -> GroupByCalibration:
+    r"""Split one budget between the key release and the aggregates, and calibrate the aggregates' scale.
+
+    The key release gets ``key_fraction`` of the budget (:meth:`~opendp_wgm.privacy.budget.Budget.split`: (f·ε,
+    f·δ) under (ε, δ)-DP, (f·ρ, δ) under approximate zCDP) and calibrates itself; the aggregates get the rest and
+    the smallest ``global_scale`` whose OpenDP map (the charged map of :func:`make_wgm_group_by`) fits it, by
+    :func:`~opendp_wgm.privacy.calibrate.smallest_passing` (under (ε, δ), OpenDP's conversion at the rest of δ).
+    It builds OpenDP measurements: it needs the ``contrib`` and ``honest-but-curious`` features, as
+    :func:`summarize_group_by` does.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp
+    >>> from opendp_wgm.measurements.group_by import calibrate_wgm_group_by
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> cal = calibrate_wgm_group_by(max_contributions=10, rho=0.5, delta=1e-6, sums={"minutes": (0, 120)})
+    >>> cal.keys.d_out, cal.aggregates.rho < 0.25
+    ((0.25, 1e-06), True)
+    """
+    _assert_features()
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    aggregates = _Aggregates.of(("key",), max_contributions, max_rows_per_key, sums, means)
+    key_fraction = _check_probability("key_fraction", key_fraction)
+    keys, rest = budget.split(key_fraction)
+
+    def fits(scale: float) -> bool:
+        try:
+            loss = aggregates.loss(1, scale, budget.kind, rest.delta)
+        except dp.OpenDPException as err:  # OpenDP's map overflows at tiny scales: they do not fit
+            if err.variant != "Overflow":
+                raise
+            return False
+        return (loss[0] if isinstance(loss, tuple) else loss) <= rest.value
+
+    scale = smallest_passing(fits, lower=1e-6, parameter="scale", budget=budget)
+    return GroupByCalibration(
+        keys=keys, aggregates=rest, scale=scale, key_fraction=key_fraction,
+        max_contributions=aggregates.max_contributions, max_rows_per_key=aggregates.max_rows_per_key,
+        sums=tuple((c, (lo, hi)) for c, lo, hi in _check_bounds("sums", sums)),
+        means=tuple((c, (lo, hi)) for c, lo, hi in _check_bounds("means", means)),
+    )
+
+
+def _key_release_from_budget(
+    mechanism: KeyMechanism, budget: Budget, max_contributions: int, k: int | None, noise: Any, item: str | None = None
+) -> Stage1:
+    """Stage 1 calibrated to ``budget`` (its own ``*_from_budget``), as a partial constructor (``item`` names the
+    key column of an OpenDP space; None on the prepared space)."""
+    options: dict[str, Any] = {
+        "max_contributions": max_contributions, "delta": budget.delta, budget.name: budget.value, "noise": noise,
+        "item": item,
+    }
+    if mechanism == "top-k":
+        if k is None:
+            msg = "`k` must be given with mechanism='top-k' (found None)"
+            raise ValueError(msg)
+        return functools.partial(make_wgm_top_k_from_budget, k=k, **options)
+    if k is not None:
+        msg = f"`k` must be None unless mechanism='top-k' (found {k!r})"
+        raise ValueError(msg)
+    make = make_dp_sips_from_budget if mechanism == "dp-sips" else make_wgm_from_budget
+    return functools.partial(make, **options)
+
+
+def make_wgm_group_by_from_budget(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    max_contributions: int,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    key_fraction: float = 0.5,
+    mechanism: KeyMechanism = "wgm",
+    k: int | None = None,
+    max_rows_per_key: int = 1,
+    sums: Bounds | None = None,
+    means: Bounds | None = None,
+    noise: Literal["lattice", "opendp"] = "lattice",
+    item: str | None = None,
+) -> dp.Measurement:
+    r"""Keys with counts, sums and means in one per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
+
+    :func:`calibrate_wgm_group_by` splits the budget (``key_fraction`` to the keys); the key release is
+    ``mechanism``'s ``*_from_budget`` at its share (:func:`opendp_wgm.make_wgm_from_budget`,
+    :func:`opendp_wgm.make_dp_sips_from_budget`, or :func:`opendp_wgm.make_wgm_top_k_from_budget` with ``k``: rank
+    and count); the result is :func:`make_wgm_group_by`, so ``m.check(1, budget)`` holds.
+
+    Parameters
+    ----------
+    input_domain, input_metric, max_rows_per_key, sums, means, item
+        As for :func:`make_wgm_group_by`.
+    max_contributions
+        Δ0 ≥ 1, of the key release and of the aggregates.
+    delta
+        δ ∈ (0, 1), for one user.
+    epsilon, rho
+        Exactly one of them, > 0, for one user.
+    key_fraction
+        Share of the budget spent on the keys, in (0, 1).
+    mechanism : {'wgm', 'dp-sips', 'top-k'}
+        The key release.
+    k
+        With ``mechanism="top-k"`` only: the number of keys.
+    noise : {'lattice', 'opendp'}
+        The key release's discrete Gaussian sampler (the aggregates use OpenDP's).
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_wgm_group_by_from_budget(*wgm.user_items_space(), max_contributions=10, epsilon=1.0,
+    ...                                       delta=1e-6, sums={"minutes": (0, 120)})
+    >>> m.check(1, (1.0, 1e-6))
+    True
+    """
+    _assert_features()
+    mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
+    calibration = calibrate_wgm_group_by(
+        max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, key_fraction=key_fraction,
+        max_rows_per_key=max_rows_per_key, sums=sums, means=means,
+    )
+    key_release = _key_release_from_budget(mechanism, calibration.keys, max_contributions, k, noise)
+    measurement = make_wgm_group_by(
+        input_domain, input_metric, key_release=key_release, max_contributions=max_contributions,
+        scale=calibration.scale, max_rows_per_key=max_rows_per_key, sums=sums, means=means,
+        output_measure=calibration.keys.measure,
+        delta=calibration.aggregates.delta if calibration.keys.kind == "approx_dp" else None, item=item,
+    )
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    if not measurement.check(1, budget.d_out):  # pragma: no cover - a bug guard
+        raise AssertionError(f"calibration produced {measurement.map(1)}, over the budget {budget.d_out}")
+    return measurement
+
+
+def summarize_group_by(
+    *,
+    scale: float,
+    max_contributions: int,
+    max_rows_per_key: int = 1,
+    sums: Bounds | None = None,
+    means: Bounds | None = None,
+    alpha: float | None = None,
+) -> pl.DataFrame:
+    """The aggregates' noise, as OpenDP's ``summarize`` (one row per noisy quantity: ``column``, ``aggregate``,
+    ``distribution``, ``scale``, and with ``alpha`` the ``accuracy``: the noise exceeds it with probability
+    ``alpha``), in the data's units (sums and means are computed on the grid 2^-b and rescaled).
+
+    A mean is OpenDP's noisy sum over its noisy count: its rows are those two.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp
+    >>> from opendp_wgm.measurements.group_by import summarize_group_by
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> summarize_group_by(scale=2.0, max_contributions=10, alpha=0.05)["accuracy"].to_list()
+    [5.0]
+    """
+    _assert_features()
+    aggregates = _Aggregates.of(("key",), max_contributions, max_rows_per_key, sums, means)
+    scale = _check_positive("scale", scale)
+    keys = pl.DataFrame({"key": pl.Series([0], dtype=pl.Int64), _ORDER: pl.Series([0], dtype=pl.UInt64)})
+    measurement = aggregates.measurement(keys, aggregates.reference_schema(), scale, "approx_zcdp", 0.0)
+    summary: pl.DataFrame = summarize_polars_measurement(measurement, alpha)
+    unit = pl.lit(1.0)
+    for statistic in aggregates.statistics:  # the sum of a statistic is on its grid
+        is_sum = (pl.col("column") == statistic.name) & (pl.col("aggregate") == "Sum")
+        unit = pl.when(is_sum).then(2.0 ** -statistic.bits).otherwise(unit)
+    rescale = [pl.col(c) * unit for c in ("scale", "accuracy") if c in summary.columns]
+    return summary.with_columns(rescale)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the Context helper
+
+
+def discover_keys(
+    context: dp.Context,
+    *,
+    max_contributions: int,
+    item: str | None = None,
+    mechanism: KeyMechanism = "wgm",
+    k: int | None = None,
+    noise: Literal["lattice", "opendp"] = "lattice",
+) -> pl.DataFrame:
+    r"""Spend a ``dp.Context``'s next budget slot on key discovery; return the keys for ``.with_keys(keys)``.
+
+    The key release (``mechanism``'s ``*_from_budget`` on ``context.accountant.input_space``) is calibrated to
+    the Context's next per-query loss and run by the Context, which records it. The returned keys feed OpenDP's
+    own queries:
+
+    .. code-block:: python
+
+        keys = wgm.discover_keys(ctx, max_contributions=10, item="artist")
+        query = (ctx.query().truncate_per_group(3, by=["artist"]).truncate_num_groups(10, by=["artist"])
+                 .group_by("artist").agg(dp.len(signed=True)).with_keys(keys))
+        query.summarize(alpha=0.05); query.release().collect()
+
+    The query must bound each user's contribution itself (OpenDP refuses it otherwise): rows per key
+    (``truncate_per_group``), keys per user (``truncate_num_groups``, which keeps k − 1 keys for a charged k in
+    OpenDP 0.16), and float sums need a margin's ``max_length``.
+
+    Parameters
+    ----------
+    context
+        A ``dp.Context.compositor`` with ``dp.unit_of(contributions=1, identifier=...)``, an approximate measure
+        (``dp.loss_of(epsilon=..., delta=...)`` or ``dp.loss_of(rho=..., delta=...)``) and a budget slot left.
+    max_contributions, mechanism, k, noise
+        As for :func:`make_wgm_group_by_from_budget`.
+    item
+        The key column, when the data hold more than one column besides the user.
+
+    Returns
+    -------
+    polars.DataFrame
+        The released keys: the key column only, in the data's dtype, in the release's order.
+    """
+    _assert_features()
+    mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
+    if not isinstance(context, dp.Context):
+        msg = f"`context` must be a dp.Context (found {type(context).__name__})"
+        raise TypeError(msg)
+    if context.d_in != 1:
+        msg = f"`context` must have dp.unit_of(contributions=1, identifier=...) (found d_in={context.d_in!r})"
+        raise ValueError(msg)
+    remaining = context.remaining_privacy_loss()
+    if not remaining:
+        msg = f"`context` must have a budget slot left, split_evenly_over or split_by_weights (found {remaining!r})"
+        raise ValueError(msg)
+    kind = measure_kind(context.accountant.output_measure, ("approx_zcdp", "approx_dp"))
+    value, delta = remaining[0]
+    budget = Budget.of(delta=delta, **{"epsilon" if kind == "approx_dp" else "rho": value})
+    space = _resolve_space(*context.accountant.input_space, item)
+    max_contributions = check_max_contributions(max_contributions)
+    key_release = _key_release_from_budget(mechanism, budget, max_contributions, k, noise, space.item)
+    released: pl.DataFrame = context(key_release(*context.accountant.input_space))
+    return released.select(_key_columns(space))
+
+
+then_wgm_group_by = _to_then(make_wgm_group_by)
+then_wgm_group_by_from_budget = _to_then(make_wgm_group_by_from_budget)
