@@ -113,7 +113,7 @@ def dense_branch(boosted: float, unboosted: float) -> bool:
     one or two items, or round 1 released little, most remaining users are not boosted and one round (the
     largest σ share) loses least.
     """
-    return boosted > DENSE_ODDS * unboosted
+    return max(boosted, 0.0) > DENSE_ODDS * max(unboosted, 0.0)  # noisy counts can be negative: clamp at 0
 
 
 def _user_bins(lf: pl.LazyFrame, released: pl.DataFrame, space: Any) -> NDArray[np.int64]:
