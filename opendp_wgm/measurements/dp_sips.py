@@ -299,13 +299,13 @@ def make_dp_sips_from_budget(
 ) -> dp.Measurement:
     r"""DP-SIPS calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
-    By default the schedule is **adaptive** (``docs/dp_sips.md``): round 1 at 5% of the budget, then a noisy
-    two-bin count of the users still holding unreleased items (0.5% of the Gaussian budget, taken from round 1's)
-    chooses between the rest in one round (sparse branch: the fixed schedule (0.05, 0.95)) and the rest in two
-    geometric rounds (dense branch, 0.219 and 0.731 of the budget), by :func:`dense_branch`. Every branch spends
-    the same rest, so the map is the fixed two-round schedule's with the count's Gaussian term counted in it
-    (``docs/privacy.md`` §4, "Two phases"). Measured on eleven data sets it is within ≈0.005 missing mass of the
-    WGM where users hold one or two items and gains 0.06–0.07 where they hold many.
+    By default the schedule is **adaptive** (``docs/dp_sips.md``): round 1, a probe at 1% of the budget, then a
+    noisy two-bin count of the users still holding unreleased items (0.25% of the Gaussian budget, taken from
+    round 1's) chooses between the rest in one round (sparse branch: the fixed schedule (0.01, 0.99)) and the
+    rest in two geometric rounds (dense branch, 0.228 and 0.762 of the budget), by :func:`dense_branch`. Every
+    branch spends the same rest, so the map is the fixed two-round schedule's with the count's Gaussian term
+    counted in it (``docs/privacy.md`` §4, "Two phases"). Measured on eleven data sets it stays close to the
+    WGM where users hold one or two items and gains 0.05–0.07 missing mass where they hold many.
 
     With ``fractions`` (or ``rounds``/``ratio``) the schedule is fixed: the budget is split over the rounds by
     the fractions, both the Gaussian part (:math:`\sigma_i = \sigma / \sqrt{f_i}`) and the threshold part

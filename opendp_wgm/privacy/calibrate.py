@@ -487,7 +487,7 @@ def calibrate_dp_sips(
         :data:`~opendp_wgm.privacy.sips.ADAPTIVE_STATISTIC_FRACTION` of the Gaussian budget, the statistic at
         the latter, and the rest either in one round (the sparse branch: ``scales``, ``thresholds``) or in two
         (``branch_*``, shares :data:`~opendp_wgm.privacy.sips.ADAPTIVE_DENSE_SHARES` of the rest). Every branch
-        spends the same rest, so the map is the fixed schedule (0.05, 0.95)'s with the statistic's Gaussian
+        spends the same rest, so the map is the fixed schedule (0.01, 0.99)'s with the statistic's Gaussian
         term moved out of round 1 (``docs/privacy.md`` §4).
     """
     max_contributions = check_max_contributions(max_contributions)

@@ -37,20 +37,22 @@ __all__ = [
     "sips_fractions",
 ]
 
-#: The default schedule: two rounds, 5% then 95% of the budget. Measured on eleven real data sets (docs/dp_sips.md)
-#: it keeps most of the multi-round gain where users hold many items (imdb_50k −0.055, fimi_retail −0.041 missing
-#: mass against the WGM) and loses at most ≈0.005 where they hold one or two (the geometric R = 3, r = 0.3 schedule
-#: of the DP-SIPS paper loses up to 0.043 there).
+#: The default *fixed* schedule (:func:`schedule` without arguments; the engines and the two-stage mechanisms'
+#: stage 1 use it): two rounds, 5% then 95% of the budget. It keeps most of the multi-round gain where users hold
+#: many items (imdb_50k −0.055, fimi_retail −0.041 missing mass against the WGM) and loses ≈0.005–0.015 where
+#: they hold one or two (docs/dp_sips.md); :func:`opendp_wgm.make_dp_sips_from_budget` defaults to the adaptive
+#: schedule instead.
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.95)
 
-#: The adaptive default of :func:`opendp_wgm.make_dp_sips_from_budget` (``docs/dp_sips.md``): round 1 gets this
-#: share of the threshold δ and this share minus :data:`ADAPTIVE_STATISTIC_FRACTION` of the Gaussian budget; a
-#: noisy two-bin user count gets :data:`ADAPTIVE_STATISTIC_FRACTION` of the Gaussian budget; the rest (1 − 0.05 of
-#: both) goes to one round (sparse branch: the fixed schedule (0.05, 0.95)) or to two rounds in the shares
-#: :data:`ADAPTIVE_DENSE_SHARES` (dense branch), chosen from round 1's release and the count.
-ADAPTIVE_FIRST_FRACTION = 0.05
+#: The adaptive default of :func:`opendp_wgm.make_dp_sips_from_budget` (``docs/dp_sips.md``): round 1, a cheap
+#: probe, gets this share of the threshold δ and this share minus :data:`ADAPTIVE_STATISTIC_FRACTION` of the
+#: Gaussian budget; a noisy two-bin user count gets :data:`ADAPTIVE_STATISTIC_FRACTION` of the Gaussian budget;
+#: the rest (0.99 of both) goes to one round (sparse branch: the fixed schedule (0.01, 0.99), within a hair of
+#: the WGM) or to two rounds in the shares :data:`ADAPTIVE_DENSE_SHARES` (dense branch), chosen from round 1's
+#: release and the count.
+ADAPTIVE_FIRST_FRACTION = 0.01
 #: The Gaussian share of the adaptive default's paid statistic (a two-bin count of users, ℓ2 sensitivity 1).
-ADAPTIVE_STATISTIC_FRACTION = 0.005
+ADAPTIVE_STATISTIC_FRACTION = 0.0025
 #: How the dense branch splits the rest over its two rounds: geometric with r = 0.3, (0.3, 1)/1.3.
 ADAPTIVE_DENSE_SHARES: tuple[float, float] = (0.3 / 1.3, 1.0 / 1.3)
 #: A user still holding unreleased items is *boosted* by round 1 when at least this share of its distinct items

@@ -332,8 +332,8 @@ def test_adaptive_default_from_budget() -> None:
         assert m.map(1) == cal.loss(1) and m.check(1, tuple(budget.values()))
         for d_in in (2, 5):
             assert m.map(d_in) == cal.loss(d_in)
-        fixed = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, fractions=(0.05, 0.95), **budget)
-        assert fixed.map(1) == calibrate_dp_sips(max_contributions=100, fractions=(0.05, 0.95), **budget).loss(1)
+        fixed = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, fractions=(0.01, 0.99), **budget)
+        assert fixed.map(1) == calibrate_dp_sips(max_contributions=100, fractions=(0.01, 0.99), **budget).loss(1)
 
 
 @pytest.mark.parametrize(

@@ -315,7 +315,7 @@ def _path_loss(cal, d_in: int, dense: bool) -> tuple[float, float]:
 def test_adaptive_spends_what_the_fixed_two_round_schedule_spends(budget) -> None:
     adaptive = calibrate_dp_sips(max_contributions=100, adaptive=True, **budget)
     fixed = calibrate_dp_sips(max_contributions=100, fractions=ADAPTIVE_FRACTIONS, **budget)
-    assert adaptive.fractions == fixed.fractions == ADAPTIVE_FRACTIONS == DEFAULT_FRACTIONS
+    assert adaptive.fractions == fixed.fractions == ADAPTIVE_FRACTIONS == (0.01, 0.99)
     # the Gaussian part: round 1 + statistic + either branch compose to the fixed schedule's (the WGM's) σ
     extra = (adaptive.statistic_scale,)
     assert combined_scale(adaptive.scales + extra) == pytest.approx(combined_scale(fixed.scales), rel=1e-14)
@@ -324,7 +324,7 @@ def test_adaptive_spends_what_the_fixed_two_round_schedule_spends(budget) -> Non
     if "epsilon" in budget:
         assert adaptive.scale == fixed.scale == calibrate_wgm(max_contributions=100, **budget).scale
         assert adaptive.noise_delta == pytest.approx(fixed.noise_delta, rel=1e-12)
-    # the threshold part: round 1 and each branch share out the fixed schedule's (0.05, 0.95) of δ_T
+    # the threshold part: round 1 and each branch share out the fixed schedule's (0.01, 0.99) of δ_T
     assert adaptive.round_deltas == pytest.approx(fixed.round_deltas, rel=1e-12)
     assert math.fsum(adaptive.branch_round_deltas) == pytest.approx(adaptive.round_deltas[1], rel=1e-12)
     assert adaptive.scales[1:] == fixed.scales[1:] and adaptive.thresholds[1:] == fixed.thresholds[1:]
