@@ -32,7 +32,7 @@ from opendp_wgm.engines.polars import (
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, _branch_arguments, calibrate_dp_sips
-from opendp_wgm.privacy.sips import BOOSTED_SHARE, DENSE_ODDS, dp_sips_privacy_loss
+from opendp_wgm.privacy.sips import DENSE_SHARE, dp_sips_privacy_loss
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
 
@@ -103,22 +103,22 @@ def dp_sips_arguments(calibration: DPSIPSCalibration, **options: Any) -> dict[st
 
 
 def dense_branch(boosted: float, unboosted: float) -> bool:
-    """The adaptive schedule's rule: run the dense branch when the noisy count of boosted users (those still
-    holding unreleased items of which round 1 released at least :data:`~opendp_wgm.privacy.sips.BOOSTED_SHARE`
-    of their distinct items) exceeds :data:`~opendp_wgm.privacy.sips.DENSE_ODDS` (2) times the noisy count of
-    the other users still holding unreleased items (two thirds of them are boosted).
+    """The adaptive schedule's rule: run the dense branch when the boosted users (those still holding unreleased
+    items of which round 1 released at least one) are more than :data:`~opendp_wgm.privacy.sips.DENSE_SHARE`
+    (a quarter) of the users still holding unreleased items, by the noisy counts clamped at 0.
 
     Further rounds pay off when round 1 freed a real part of most remaining users' ℓ2 budget: their weight per
     remaining item then grows, and an intermediate round releases what the freed weight lifts. Where users hold
     one or two items, or round 1 released little, most remaining users are not boosted and one round (the
     largest σ share) loses least.
     """
-    return max(boosted, 0.0) > DENSE_ODDS * max(unboosted, 0.0)  # noisy counts can be negative: clamp at 0
+    boosted, unboosted = max(boosted, 0.0), max(unboosted, 0.0)  # noisy counts can be negative: clamp at 0
+    return boosted > DENSE_SHARE * (boosted + unboosted)
 
 
 def _user_bins(lf: pl.LazyFrame, released: pl.DataFrame, space: Any) -> NDArray[np.int64]:
-    """The two-bin count of the users still holding unreleased items: boosted (≥ BOOSTED_SHARE of their
-    distinct items released in round 1), then the others. A user is in at most one bin: ℓ2 sensitivity 1."""
+    """The two-bin count of the users still holding unreleased items: boosted (one of their items released in
+    round 1), then the others. A user is in at most one bin: ℓ2 sensitivity 1."""
     user, item = space.user, space.item
     per_user = (
         lf.with_columns(_released=pl.col(item).is_in(released.get_column(item).implode()))
@@ -128,7 +128,7 @@ def _user_bins(lf: pl.LazyFrame, released: pl.DataFrame, space: Any) -> NDArray[
             _r=pl.col(item).filter(pl.col("_released")).n_unique(),
         )
         .filter(pl.col("_n") > pl.col("_r"))
-        .select(_boosted=pl.col("_r") >= BOOSTED_SHARE * pl.col("_n"))
+        .select(_boosted=pl.col("_r") > 0)
         .select(_boosted=pl.col("_boosted").sum(), _other=(~pl.col("_boosted")).sum())
         .collect()
     )

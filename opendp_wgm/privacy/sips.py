@@ -27,8 +27,7 @@ __all__ = [
     "ADAPTIVE_DENSE_SHARES",
     "ADAPTIVE_FIRST_FRACTION",
     "ADAPTIVE_STATISTIC_FRACTION",
-    "BOOSTED_SHARE",
-    "DENSE_ODDS",
+    "DENSE_SHARE",
     "DEFAULT_FRACTIONS",
     "check_fractions",
     "combined_scale",
@@ -55,12 +54,10 @@ ADAPTIVE_FIRST_FRACTION = 0.01
 ADAPTIVE_STATISTIC_FRACTION = 0.0025
 #: How the dense branch splits the rest over its two rounds: geometric with r = 0.3, (0.3, 1)/1.3.
 ADAPTIVE_DENSE_SHARES: tuple[float, float] = (0.3 / 1.3, 1.0 / 1.3)
-#: A user still holding unreleased items is *boosted* by round 1 when at least this share of its distinct items
-#: was released (its weight per remaining item grows); the dense branch runs when the boosted users outnumber the
-#: other users still holding unreleased items :data:`DENSE_ODDS` to one.
-BOOSTED_SHARE = 0.1
-#: The odds of boosted to other remaining users above which the dense branch runs.
-DENSE_ODDS = 2.0
+#: A user still holding unreleased items is *boosted* by round 1 when round 1 released one of its items (its
+#: weight per remaining item grows); the dense branch runs when more than this share of the users still holding
+#: unreleased items is boosted.
+DENSE_SHARE = 0.25
 
 #: Tolerance on the sum of the fractions.
 _FRACTION_SUM_TOLERANCE = 1e-9

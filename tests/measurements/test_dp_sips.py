@@ -262,9 +262,11 @@ def test_from_budget_rejects_bad_budgets(kwargs, match) -> None:
 # the adaptive default: round 1, a noisy two-bin count, then the sparse or the dense branch
 # --------------------------------------------------------------------------------------------------------------
 def test_dense_branch_rule() -> None:
-    assert dense_branch(21.0, 10.0) and dense_branch(1.0, 0.0) and dense_branch(1e6, -5.0)
-    assert not dense_branch(20.0, 10.0)  # exactly two to one: not more
-    assert not dense_branch(0.0, 0.0) and not dense_branch(-3.0, -2.0) and not dense_branch(5.0, 10.0)
+    # dense when more than a quarter of the remaining users are boosted, by the noisy counts clamped at 0
+    assert dense_branch(26.0, 74.0) and dense_branch(1.0, 0.0) and dense_branch(1e6, -5.0) and dense_branch(5.0, 10.0)
+    assert not dense_branch(25.0, 75.0)  # exactly a quarter: not more
+    assert not dense_branch(0.0, 0.0) and not dense_branch(-3.0, -2.0) and not dense_branch(24.0, 76.0)
+    assert not dense_branch(-1.0, 5.0)
 
 
 def test_user_bins_count_boosted_and_other_remaining_users() -> None:
@@ -273,21 +275,22 @@ def test_user_bins_count_boosted_and_other_remaining_users() -> None:
         ["a", "x1"],  # 1 of 2 released: boosted
         ["a", "b"],  # everything released: in no bin
         [f"y{i}" for i in range(10)],  # nothing released: other
-        ["a", *(f"z{i}" for i in range(9))],  # 1 of 10 = BOOSTED_SHARE: boosted
-        ["b", *(f"w{i}" for i in range(10))],  # 1 of 11 < 1/10: other
-        ["a", "a", "x1", "x1"],  # duplicates count once: 1 of 2, boosted
+        ["b", *(f"w{i}" for i in range(30))],  # 1 of 31 released: boosted
+        ["a", "a", "b", "b"],  # duplicates: everything released, in no bin
+        ["x1", "x1", "y1"],  # duplicates, nothing released: other
     ])
     space = _resolve_space(*wgm.user_items_space(), None)
     bins = _user_bins(_prepare_frame(data, space), released, space)
-    assert bins.tolist() == [3, 2]
+    assert bins.tolist() == [2, 2]
 
 
 def _branch_data(dense: bool) -> pl.DataFrame:
     """40 users hold "p" and one item of their own; round 1 (T = 10) releases "p" only. Dense: each user then
-    holds one unreleased item of two (boosted). Sparse: 30 more users hold 30 items each, none released."""
+    holds one unreleased item of two (boosted). Sparse: 200 more users hold 30 items each, none released (40 of
+    240 remaining users boosted: less than a quarter)."""
     users = [["p", f"own{u}"] for u in range(40)]
     if not dense:
-        users += [[f"s{u}_{j}" for j in range(30)] for u in range(30)]
+        users += [[f"s{u}_{j}" for j in range(30)] for u in range(200)]
     return frame(users)
 
 
@@ -313,7 +316,7 @@ def test_the_count_is_noised_at_the_statistic_scale(monkeypatch) -> None:
 
     def fake(bins, *, scale, threshold, noise):
         calls.append((bins.tolist(), scale, noise))
-        return np.array([0, 1]), np.array([False, True])  # noisy: boosted 0 < 2·1 → sparse
+        return np.array([0, 1]), np.array([False, True])  # noisy: boosted 0 of 1 → sparse
 
     monkeypatch.setattr(dp_sips_module, "noisy_above_threshold", fake)
     m = wgm.make_dp_sips(
