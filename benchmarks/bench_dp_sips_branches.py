@@ -14,7 +14,7 @@ with the package's kernel pieces (a benchmark, not a release path), then **both*
 the WGM (:func:`opendp_wgm.make_wgm_from_budget`), the sparse and the dense branch, the adaptive mechanism (the
 branch its rule picks from round 1's release and the noisy two-bin count), how often it picked the dense branch,
 and the boosted share of the users still holding unreleased items — the count's true value, a non-private
-diagnostic printed to show how far each data set is from the rule's cut (2/3).
+diagnostic printed to show how far each data set is from the rule's cut (1/4).
 
 This is a script, not a test: nothing here runs under pytest.
 """

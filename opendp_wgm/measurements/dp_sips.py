@@ -78,12 +78,12 @@ def _check_adaptive(
     given = {"statistic_scale": statistic_scale, "branch_scales": branch_scales, "branch_thresholds": branch_thresholds}
     if all(v is None for v in given.values()):
         return None
-    for name, value in given.items():
-        if value is None:
-            missing = ", ".join(f"`{n}`" for n, v in given.items() if v is not None)
-            raise ValueError(f"`{name}` must be given with {missing} (found None)")
+    if statistic_scale is None or branch_scales is None or branch_thresholds is None:
+        name = next(n for n, v in given.items() if v is None)
+        others = ", ".join(f"`{n}`" for n, v in given.items() if v is not None)
+        raise ValueError(f"`{name}` must be given with {others} (found None)")
     _check_int("rounds", rounds, minimum=2)  # the branch replaces rounds 2..R: there must be one
-    scales, thresholds = _check_rounds(branch_scales, branch_thresholds)  # type: ignore[arg-type]
+    scales, thresholds = _check_rounds(branch_scales, branch_thresholds)
     _check_int("rounds", 1 + len(scales), maximum=MAX_ROUNDS)
     return _check_scale(statistic_scale, "statistic_scale"), scales, thresholds
 
@@ -181,8 +181,9 @@ def make_dp_sips(
     -------
     opendp.mod.Measurement
         Maps a frame to a ``pl.DataFrame`` with the item column (same name and dtype as the input),
-        ``noisy_weight`` (Float64, the weight in the round that released it) and ``round`` (Int16, 1-based: with the adaptive schedule, rounds 2 and 3 are the dense branch's when a
-        round 3 appears, else round 2 is the sparse branch's one round), sorted by item. An item is released at most once. Rows with a null user or item are dropped first.
+        ``noisy_weight`` (Float64, the weight in the round that released it) and ``round`` (Int16, 1-based;
+        with the adaptive schedule a round 3 appears only on the dense branch), sorted by item. An item is
+        released at most once. Rows with a null user or item are dropped first.
 
     Notes
     -----
@@ -272,9 +273,9 @@ def make_dp_sips(
             thresholds=thresholds,
             max_contributions=max_contributions,
             epsilon=epsilon,
-            **({} if adaptive is None else {
-                "statistic_scale": adaptive[0], "branch_scales": adaptive[1], "branch_thresholds": adaptive[2],
-            }),
+            statistic_scale=None if adaptive is None else adaptive[0],
+            branch_scales=None if adaptive is None else adaptive[1],
+            branch_thresholds=None if adaptive is None else adaptive[2],
         )
 
     return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)

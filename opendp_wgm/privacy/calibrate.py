@@ -508,13 +508,9 @@ def calibrate_dp_sips(
     limit = MAX_SCALE * math.sqrt(min(gaussian + branch_shares + statistic)) * _SCALE_LIMIT_MARGIN
     scale, noise_delta = _noise_scale(budget, max_contributions, fraction, limit)
     for shrink in _SIPS_SHRINKS:
-        if budget.epsilon is not None:
-            scale_of = lambda f: scale / math.sqrt(f)  # noqa: E731 - σ_i = σ/√f_i
-        else:
-            scale_of = lambda f: _rho_scale(f * budget.value * shrink, budget)  # noqa: E731
-        scales = tuple(scale_of(f) for f in gaussian)
-        branch_scales = tuple(scale_of(f) for f in branch_shares)
-        statistic_scale = scale_of(statistic[0]) if statistic else None
+        scales = tuple(_share_scale(f, scale, budget, shrink) for f in gaussian)
+        branch_scales = tuple(_share_scale(f, scale, budget, shrink) for f in branch_shares)
+        statistic_scale = _share_scale(statistic[0], scale, budget, shrink) if statistic else None
         if max(scales + branch_scales) > MAX_SCALE:  # pragma: no cover - the limit above keeps them in
             _check_scale_fits(math.inf, budget, fraction, limit)
         extra = () if statistic_scale is None else (statistic_scale,)
@@ -541,6 +537,14 @@ def calibrate_dp_sips(
         if d_out[0] <= budget.value and d_out[1] <= budget.delta:
             return calibration
     raise AssertionError(f"calibration produced {d_out}, over the budget {budget.d_out}")  # pragma: no cover
+
+
+def _share_scale(share: float, scale: float, budget: Budget, shrink: float) -> float:
+    """σ of a part with this share of the Gaussian budget: σ/√f under (ε, δ) (the parts compose to σ), the
+    smallest σ with 1/(2σ²) ≤ f·ρ·shrink under zCDP."""
+    if budget.epsilon is not None:
+        return scale / math.sqrt(share)
+    return _rho_scale(share * budget.value * shrink, budget)
 
 
 #: σ/√f_min rounds within a few ulp: the limit on the combined σ keeps a relative 2^-40 below the exact one.

@@ -20,8 +20,8 @@ from opendp_wgm.measurements.dp_sips import _user_bins, dense_branch
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 from opendp_wgm.measurements.top_k import make_peeling_top_k
 from opendp_wgm.measurements.two_stage import make_two_stage
-from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, add_up, peeling_loss
 from opendp_wgm.privacy.calibrate import calibrate_dp_sips
+from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, add_up, peeling_loss
 from opendp_wgm.privacy.sips import dp_sips_privacy_loss
 
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
