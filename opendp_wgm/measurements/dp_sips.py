@@ -31,7 +31,7 @@ from opendp_wgm.engines.polars import (
 )
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.budget import check_gaussian_measure
-from opendp_wgm.privacy.calibrate import DPSIPSCalibration, _branch_arguments, calibrate_dp_sips
+from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
 from opendp_wgm.privacy.sips import DENSE_SHARE, dp_sips_privacy_loss
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
@@ -97,7 +97,7 @@ def dp_sips_arguments(calibration: DPSIPSCalibration, **options: Any) -> dict[st
         "thresholds": calibration.thresholds,
         "output_measure": calibration.budget.measure,
         "epsilon": calibration.epsilon,
-        **_branch_arguments(calibration),
+        **calibration.branch_arguments(),
         **options,
     }
 

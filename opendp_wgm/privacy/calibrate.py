@@ -416,19 +416,19 @@ class DPSIPSCalibration(_Calibrated):
         """The privacy map of these parameters at ``d_in`` (:func:`~opendp_wgm.privacy.sips.dp_sips_privacy_loss`)."""
         return dp_sips_privacy_loss(
             d_in, scales=self.scales, thresholds=self.thresholds, max_contributions=self.max_contributions,
-            epsilon=self.epsilon, **_branch_arguments(self),
+            epsilon=self.epsilon, **self.branch_arguments(),
         )
 
-
-def _branch_arguments(calibration: DPSIPSCalibration) -> dict[str, Any]:
-    """The adaptive schedule's extra map and constructor arguments (none for a fixed schedule)."""
-    if calibration.statistic_scale is None:
-        return {}
-    return {
-        "statistic_scale": calibration.statistic_scale,
-        "branch_scales": calibration.branch_scales,
-        "branch_thresholds": calibration.branch_thresholds,
-    }
+    def branch_arguments(self) -> dict[str, Any]:
+        """The adaptive schedule's extra map and constructor arguments (``statistic_scale``, ``branch_scales``,
+        ``branch_thresholds``); empty for a fixed schedule."""
+        if self.statistic_scale is None:
+            return {}
+        return {
+            "statistic_scale": self.statistic_scale,
+            "branch_scales": self.branch_scales,
+            "branch_thresholds": self.branch_thresholds,
+        }
 
 
 #: Relative shrinks of the rounds' shares tried in turn when the composed map, whose sums are rounded up, lands
