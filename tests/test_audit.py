@@ -279,6 +279,22 @@ def test_audit_passes_on_dp_sips() -> None:
     assert first["hits_d_prime"] == 0 and first["p_d_low"] <= m.map(1)[1]
 
 
+def test_audit_passes_on_the_adaptive_dp_sips() -> None:
+    # The adaptive schedule at σ = 1, T = 3.3, Δ0 = 1, σ_s = 1: the shared items go in round 1, so the two-bin
+    # count is about (0, 0) plus noise and both branches run; the differing user's unique item passes in each
+    # round it meets w.p. Φ̄(2.3) ≈ 0.011, up to three times on the dense path: claimed δ (the larger path's)
+    # ≈ 0.032
+    m = wgm.make_dp_sips(
+        *wgm.user_items_space(), max_contributions=1, scales=[1.0, 1.0], thresholds=[3.3, 3.3],
+        statistic_scale=1.0, branch_scales=[1.0, 1.0], branch_thresholds=[3.3, 3.3],
+    )
+    report = audit(m, worst_case_pairs(1, 3.3, users=20), trials=2000, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    assert 0.025 < m.map(1)[1] < 0.04 and report.measure == "approx-zcdp"
+    first = report.table().row(0, named=True)
+    assert first["hits_d_prime"] == 0 and first["p_d_low"] <= m.map(1)[1]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mechanism", ["top-k", "hitting-set"])
 def test_audit_passes_on_dp_sips_then_peeling(mechanism: str) -> None:

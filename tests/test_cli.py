@@ -738,6 +738,24 @@ def test_discover_dp_sips_releases_rounds_and_prints_each_rounds_calibration(
     assert "budget spent  ε = 1, δ = 1e-05" in err
 
 
+def test_discover_dp_sips_default_is_adaptive_and_prints_both_branches_and_the_one_taken(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out_path = tmp_path / "released.parquet"
+    code, _, err = _run(capsys, "--demo-users", 2000, "--mechanism", "dp-sips", "-o", out_path)
+    assert code == 0, err
+    released = pl.read_parquet(out_path)
+    assert "DP-SIPS (adaptive: 2 or 3 rounds)" in err and "budget spent  ε = 1, δ = 1e-05" in err
+    assert "round 1 (0.01 of the budget): σ = 44.8502" in err and "branch count: σ = 77.6828" in err
+    assert "sparse branch: round 2 (0.99 of the budget): σ = 3.90371" in err
+    assert "dense branch:  round 2 (0.228 of the budget)" in err and "dense branch:  round 3 (0.762" in err
+    dense = released["round"].max() == 3
+    assert ("branch        dense (rounds 2 and 3)" in err) == dense
+    assert ("branch        sparse (one more round)" in err) == (not dense)
+    counts = released.group_by("round").len().sort("round")
+    assert "items per round: " + ", ".join(f"{r}: {n:,}" for r, n in counts.iter_rows()) in err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

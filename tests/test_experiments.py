@@ -47,10 +47,12 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         progress=False,
     )
     rows = result.rows
-    # 6 methods x 2 settings x 2 trials + Policy Greedy (Δ0-free) x 2 trials
-    assert rows.height == 26
-    assert set(rows["variant"]) == set(METHODS["set-union"]) >= {"wgm", "opendp_key_release", "dp_sips", "dp_sips_r2"}
-    for variant in ("dp_sips", "dp_sips_r2"):
+    # 7 methods x 2 settings x 2 trials + Policy Greedy (Δ0-free) x 2 trials
+    assert rows.height == 30
+    assert set(rows["variant"]) == set(METHODS["set-union"]) >= {
+        "wgm", "opendp_key_release", "dp_sips", "dp_sips_r2", "dp_sips_default"
+    }
+    for variant in ("dp_sips", "dp_sips_r2", "dp_sips_default"):
         sips = rows.filter(pl.col("variant") == variant)
         assert sips.height == 4 and sorted(sips["x"].to_list()) == [1, 1, 5, 5]
         assert sips["missing_mass"].is_between(0, 1).all()
@@ -67,7 +69,7 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         "set-union_runtime.png",
     }
     assert all(p.stat().st_size > 1000 for p in result.plots)
-    assert pl.read_csv(result.summary_csv).height == 13  # 6 methods x 2 + greedy
+    assert pl.read_csv(result.summary_csv).height == 15  # 7 methods x 2 + greedy
 
 
 @pytest.mark.skipif(not HAS_TOP_K, reason="top_k module not available")

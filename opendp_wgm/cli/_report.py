@@ -93,6 +93,8 @@ class _Plan:
     #: The thresholded (stage of the) mechanism whose release curve ``--dry-run`` prints, and what it releases.
     curve: WGMCalibration | DPSIPSCalibration | None = None
     released: str = "released"
+    #: summary lines read from the release itself (e.g. the branch an adaptive DP-SIPS took), or none
+    outcome: Callable[[pl.DataFrame], list[str]] | None = None
 
 
 #: Summary lines evaluating a demo release against its raw data: ``(data, released) -> lines``.
@@ -169,6 +171,7 @@ def _release_and_report(
         f"requested {_requested(budget)}, δ = {budget.delta:g}]",
         *_epsilon_equivalent(planned.measurement, spent, budget),
         *planned.calibration,
+        *(planned.outcome(released) if planned.outcome is not None else []),
         f"  input         {data.label}: {data.rows:,} rows (not private)",
     ]
     if data.null_rows:
@@ -246,14 +249,38 @@ def _wgm_line(scale: float, threshold: float, max_contributions: int, noise: str
 
 
 def _sips_lines(calibration: DPSIPSCalibration, *, noise: str, label: str, share: float = 1.0) -> list[str]:
-    """DP-SIPS's rounds, one line each: its share of the whole budget (``share`` of it goes to DP-SIPS), σ_i, T_i."""
+    """DP-SIPS's rounds, one line each: its share of the whole budget (``share`` of it goes to DP-SIPS), σ_i, T_i;
+    for the adaptive schedule also the statistic and both branches' rounds."""
+
+    def rounds(fractions: Sequence[float], scales: Sequence[float], thresholds: Sequence[float], first: int,
+               branch: str = "") -> list[str]:
+        return [
+            f"  {label if i == 1 else '':<14}{branch}round {i} ({share * fraction:.3g} of the budget): "
+            + _wgm_line(scale, threshold, calibration.max_contributions, noise)
+            for i, (fraction, scale, threshold) in enumerate(zip(fractions, scales, thresholds, strict=True),
+                                                             start=first)
+        ]
+
+    c = calibration
+    if c.statistic_scale is None:
+        return rounds(c.fractions, c.scales, c.thresholds, 1)
     return [
-        f"  {label if i == 1 else '':<14}round {i} ({share * fraction:.3g} of the budget): "
-        + _wgm_line(scale, threshold, calibration.max_contributions, noise)
-        for i, (fraction, scale, threshold) in enumerate(
-            zip(calibration.fractions, calibration.scales, calibration.thresholds, strict=True), start=1
-        )
+        *rounds(c.fractions[:1], c.scales[:1], c.thresholds[:1], 1),
+        f"  {'':<14}branch count: σ = {c.statistic_scale:.6g} (from round 1's share; not released)",
+        *rounds(c.fractions[1:], c.scales[1:], c.thresholds[1:], 2, "sparse branch: "),
+        *rounds(c.branch_fractions, c.branch_scales, c.branch_thresholds, 2, "dense branch:  "),
     ]
+
+
+def _sips_outcome(released: pl.DataFrame) -> list[str]:
+    """The branch an adaptive DP-SIPS took, read from the release's round column (a round 3: dense)."""
+    from opendp_wgm.measurements.dp_sips import ROUND
+
+    last = released.get_column(ROUND).max() if released.height else None
+    ran = "dense (rounds 2 and 3)" if isinstance(last, int) and last >= 3 else "sparse (one more round)"
+    return [f"  branch        {ran}; items per round: " + ", ".join(
+        f"{r}: {n:,}" for r, n in released.group_by(ROUND).len().sort(ROUND).iter_rows()
+    )]
 
 
 def _two_stage_lines(

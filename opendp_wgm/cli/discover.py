@@ -99,6 +99,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _print_head,
         _release_and_report,
         _sips_lines,
+        _sips_outcome,
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
@@ -114,14 +115,16 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
 
     def plan_sips() -> _Plan:
         # calibrate once: the measurement is built from this calibration, which the report also prints
-        calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio)
+        adaptive = rounds is None and ratio is None  # the constructor's default: the adaptive schedule
+        calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio, adaptive=adaptive)
         measurement = make_dp_sips(
             *user_items_space(args.user, args.item),
             **dp_sips_arguments(calibration, noise=noise, **execution.kwargs()),
         )
         lines = _sips_lines(calibration, noise=noise, label="calibration")
-        name = f"DP-SIPS ({calibration.rounds} rounds)"
-        return _Plan(name, measurement, [*lines, execution.line()], curve=calibration)
+        name = "DP-SIPS (adaptive: 2 or 3 rounds)" if adaptive else f"DP-SIPS ({calibration.rounds} rounds)"
+        outcome = _sips_outcome if adaptive else None
+        return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":

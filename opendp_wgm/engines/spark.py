@@ -636,7 +636,9 @@ def make_dp_sips_from_budget(
 
     The calibration is :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips` (as in
     :func:`opendp_wgm.make_dp_sips_from_budget`, same parameters minus ``noise``, ``item``, ``passes`` and
-    ``engine``), so the Spark and Polars measurements built from one budget have the same σ_i, T_i and map.
+    ``engine``), so the Spark and Polars measurements built from one budget and schedule have the same σ_i,
+    T_i and map. Without a schedule this runs the fixed (0.05, 0.95): the Polars constructor's adaptive default
+    is not implemented on Spark.
     """
     _assert_features()
     calibration = calibrate_dp_sips(

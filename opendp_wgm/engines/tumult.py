@@ -694,7 +694,8 @@ def create_dp_sips_measurement(
 ) -> DPSIPSMeasurement:  # fmt: skip
     """A :class:`DPSIPSMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`
     (``fractions``, ``rounds``, ``ratio`` and ``noise_delta_fraction`` as for
-    :func:`opendp_wgm.make_dp_sips_from_budget`, with its default schedule).
+    :func:`opendp_wgm.make_dp_sips_from_budget`; without a schedule the fixed (0.05, 0.95), not the Polars
+    constructor's adaptive default).
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """

@@ -41,7 +41,7 @@ refused), then summary.md / summary.csv (mean ± std over trials) and one PNG pe
 
   set-union    missing mass, ℓ∞ missing mass, cardinality, run time vs Δ0 (--l0): WGM, Policy Gaussian
                (ℓ2 descent and the reference's "L1"), Policy Greedy (fixed), OpenDP's built-in key release,
-               DP-SIPS with R = 3, r = 0.3 and with two rounds at (0.1, 0.9)
+               DP-SIPS with R = 3, r = 0.3, with two rounds at (0.1, 0.9) and its default (adaptive)
   top-k        top-k missing mass, top-k ℓ1 loss, run time vs k (--k): WGM-then-top-k (Δ0 =
                --max-contributions) and limited domain with k̄ = m·k for m in --k-bar-multipliers
   hitting-set  missed users, run time vs k (--k): WGM-then-hitting-set, non-private greedy, user peeling on

@@ -27,6 +27,7 @@ METHODS: dict[str, tuple[str, ...]] = {
         "opendp_key_release",
         "dp_sips",
         "dp_sips_r2",
+        "dp_sips_default",
     ),
     "top-k": ("wgm_top_k", "limited_domain"),
     "hitting-set": ("wgm_hitting_set", "greedy", "peeling_true_domain"),

@@ -49,6 +49,7 @@ LABELS = {
     "opendp_key_release": "OpenDP key release",
     "dp_sips": "DP-SIPS",
     "dp_sips_r2": "DP-SIPS R=2 (0.1, 0.9)",
+    "dp_sips_default": "DP-SIPS default (adaptive)",
     "wgm_top_k": "WGM-then-top-k",
     "limited_domain": "Limited domain",
     "wgm_hitting_set": "WGM-then-hitting-set",
@@ -57,11 +58,13 @@ LABELS = {
 }
 
 
-#: DP-SIPS schedules, pinned so that the rows keep their meaning if the constructor's default changes:
-#: geometric R = 3, r = 0.3 (fractions 0.065, 0.216, 0.719), and two rounds at (0.1, 0.9).
+#: DP-SIPS schedules: the fixed ones pinned so that the rows keep their meaning if the constructor's default
+#: changes (geometric R = 3, r = 0.3: fractions 0.065, 0.216, 0.719; two rounds at (0.1, 0.9)), and
+#: ``dp_sips_default``, the constructor's default (the adaptive schedule), whatever it is.
 _DP_SIPS_SCHEDULES: dict[str, dict[str, Any]] = {
     "dp_sips": {"rounds": 3, "ratio": 0.3},
     "dp_sips_r2": {"fractions": (0.1, 0.9)},
+    "dp_sips_default": {},
 }
 
 

@@ -212,7 +212,8 @@ def reproduce(
         - ``set-union``: missing mass, ℓ∞ missing mass, cardinality and run time against Δ0 (grid ``l0``) for
           the WGM, Policy Gaussian (ℓ2 descent and the reference's "L1"), Policy Greedy (fixed; Δ0-free, so
           run once per trial), OpenDP's built-in key release, and DP-SIPS (``dp_sips``: the geometric schedule,
-          R = 3, r = 0.3; ``dp_sips_r2``: two rounds with fractions (0.1, 0.9)).
+          R = 3, r = 0.3; ``dp_sips_r2``: two rounds with fractions (0.1, 0.9); ``dp_sips_default``: the
+          constructor's default, the adaptive schedule).
         - ``top-k``: top-k missing mass, top-k ℓ1 loss and run time against ``k`` for WGM-then-top-k (Δ0 =
           ``max_contributions``, budget split in halves) and limited domain with k̄ = m·k for each multiplier
           m (Δ0 = ∞, full budget).

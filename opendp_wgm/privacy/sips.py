@@ -24,7 +24,11 @@ from opendp_wgm.privacy.gaussian import (
 from opendp_wgm.privacy.threshold import _threshold_delta, check_max_contributions
 
 __all__ = [
+    "ADAPTIVE_DENSE_SHARES",
+    "ADAPTIVE_FIRST_FRACTION",
+    "ADAPTIVE_STATISTIC_FRACTION",
     "DEFAULT_FRACTIONS",
+    "DENSE_SHARE",
     "check_fractions",
     "combined_scale",
     "dp_sips_privacy_loss",
@@ -32,11 +36,28 @@ __all__ = [
     "sips_fractions",
 ]
 
-#: The default schedule: two rounds, 5% then 95% of the budget. Measured on eleven real data sets (docs/dp_sips.md)
-#: it keeps most of the multi-round gain where users hold many items (imdb_50k −0.055, fimi_retail −0.041 missing
-#: mass against the WGM) and loses at most ≈0.005 where they hold one or two (the geometric R = 3, r = 0.3 schedule
-#: of the DP-SIPS paper loses up to 0.043 there).
+#: The default *fixed* schedule (:func:`schedule` without arguments; the engines and the two-stage mechanisms'
+#: stage 1 use it): two rounds, 5% then 95% of the budget. It keeps most of the multi-round gain where users hold
+#: many items (imdb_50k −0.055, fimi_retail −0.041 missing mass against the WGM) and loses ≈0.005–0.015 where
+#: they hold one or two (docs/dp_sips.md); :func:`opendp_wgm.make_dp_sips_from_budget` defaults to the adaptive
+#: schedule instead.
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.95)
+
+#: The adaptive default of :func:`opendp_wgm.make_dp_sips_from_budget` (``docs/dp_sips.md``): round 1, a cheap
+#: probe, gets this share of the threshold δ and this share minus :data:`ADAPTIVE_STATISTIC_FRACTION` of the
+#: Gaussian budget; a noisy two-bin user count gets :data:`ADAPTIVE_STATISTIC_FRACTION` of the Gaussian budget;
+#: the rest (0.99 of both) goes to one round (sparse branch: the fixed schedule (0.01, 0.99), within a hair of
+#: the WGM) or to two rounds in the shares :data:`ADAPTIVE_DENSE_SHARES` (dense branch), chosen from round 1's
+#: release and the count.
+ADAPTIVE_FIRST_FRACTION = 0.01
+#: The Gaussian share of the adaptive default's paid statistic (a two-bin count of users, ℓ2 sensitivity 1).
+ADAPTIVE_STATISTIC_FRACTION = 0.0025
+#: How the dense branch splits the rest over its two rounds: geometric with r = 0.3, (0.3, 1)/1.3.
+ADAPTIVE_DENSE_SHARES: tuple[float, float] = (0.3 / 1.3, 1.0 / 1.3)
+#: A user still holding unreleased items is *boosted* by round 1 when round 1 released one of its items (its
+#: weight per remaining item grows); the dense branch runs when more than this share of the users still holding
+#: unreleased items is boosted.
+DENSE_SHARE = 0.25
 
 #: Tolerance on the sum of the fractions.
 _FRACTION_SUM_TOLERANCE = 1e-9
@@ -148,6 +169,9 @@ def dp_sips_privacy_loss(
     thresholds: Sequence[float],
     max_contributions: int,
     epsilon: float | None = None,
+    statistic_scale: float | None = None,
+    branch_scales: Sequence[float] | None = None,
+    branch_thresholds: Sequence[float] | None = None,
 ) -> tuple[float, float]:
     r"""DP-SIPS's privacy loss for ``d_in`` users added or removed: R adaptive WGM rounds (``docs/privacy.md`` §4).
 
@@ -165,34 +189,49 @@ def dp_sips_privacy_loss(
     :math:`a_i` the WGM's lattice slack of round i. Sums are rounded up. With one round this is
     :func:`~opendp_wgm.privacy.gaussian.wgm_privacy_loss`.
 
+    The adaptive schedule (``docs/privacy.md`` §4, "Two phases") adds a Gaussian statistic of ℓ2 sensitivity 1
+    at ``statistic_scale`` (one more Gaussian term, no threshold) and may run ``branch_*`` instead of rounds
+    2..R, chosen from round 1's release and the statistic: the map is the largest over the two paths of each
+    sum (Gaussian precision, ρ, threshold δ).
+
     Parameters
     ----------
     d_in
         Users added or removed, ≥ 0.
     scales, thresholds
-        σ_i > 0 and T_i of each round, in the order the rounds run.
+        σ_i and T_i of each round, in the order the rounds run.
     max_contributions
         Δ0, the items kept per user in every round.
     epsilon
         ε of the (ε, δ) output measure, or ``None`` for approximate zCDP.
+    statistic_scale
+        σ_s of the paid statistic, or ``None`` (none).
+    branch_scales, branch_thresholds
+        σ_i and T_i of the rounds the other branch runs after round 1, or ``None`` (no branch).
     """
     d_in = _check_d_in(d_in)
     scales, thresholds = _check_rounds(scales, thresholds)
     max_contributions = check_max_contributions(max_contributions)
-    if len(scales) == 1:  # the WGM itself, bit for bit
+    extra = () if statistic_scale is None else (_check_positive("statistic_scale", statistic_scale),)
+    paths = [(scales, thresholds)]
+    if branch_scales is not None or branch_thresholds is not None:
+        other = _check_rounds(branch_scales, branch_thresholds)
+        paths.append(((scales[0], *other[0]), (thresholds[0], *other[1])))
+    if len(scales) == 1 and len(paths) == 1 and not extra:  # the WGM itself, bit for bit
         return wgm_privacy_loss(
             d_in, scale=scales[0], threshold=thresholds[0], max_contributions=max_contributions, epsilon=epsilon
         )
     if d_in == 0:
         return 0.0, 0.0
-    threshold_delta = _up(math.fsum(
-        _threshold_delta(s, t, max_contributions, d_in) for s, t in zip(scales, thresholds, strict=True)
-    ))
+    # every path's sums, and the largest: the proof's bound for a branch chosen from the released history
+    threshold_delta = max(_up(math.fsum(
+        _threshold_delta(s, t, max_contributions, d_in) for s, t in zip(*path, strict=True)
+    )) for path in paths)
     if epsilon is None:
-        rho = _up(math.fsum(wgm_rho(d_in, s) for s in scales))
+        rho = max(_up(math.fsum(wgm_rho(d_in, s) for s in (*path[0], *extra))) for path in paths)
         return rho, min(1.0, threshold_delta)
     epsilon = _check_real("epsilon", epsilon, minimum=0.0)
-    scale = combined_scale(scales)
+    scale = min(combined_scale((*path[0], *extra)) for path in paths)
     if scale == 0.0:  # Σ 1/σ_i² overflowed: δ_N = 1
         return d_in * epsilon, 1.0
     eps_out = d_in * epsilon

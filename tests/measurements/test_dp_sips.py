@@ -14,9 +14,13 @@ import pytest
 from scipy.special import ndtr
 
 import opendp_wgm as wgm
+from opendp_wgm._spaces import _prepare_frame, _resolve_space
+from opendp_wgm.measurements import dp_sips as dp_sips_module
+from opendp_wgm.measurements.dp_sips import _user_bins, dense_branch
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 from opendp_wgm.measurements.top_k import make_peeling_top_k
 from opendp_wgm.measurements.two_stage import make_two_stage
+from opendp_wgm.privacy.calibrate import calibrate_dp_sips
 from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, add_up, peeling_loss
 from opendp_wgm.privacy.sips import dp_sips_privacy_loss
 
@@ -252,3 +256,104 @@ def test_from_budget_rejects_bad_budgets(kwargs, match) -> None:
     arguments = {"max_contributions": 10, "epsilon": 1.0, "delta": 1e-5, **kwargs}
     with pytest.raises(ValueError, match=match):
         wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **arguments)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the adaptive default: round 1, a noisy two-bin count, then the sparse or the dense branch
+# --------------------------------------------------------------------------------------------------------------
+def test_dense_branch_rule() -> None:
+    # dense when more than a quarter of the remaining users are boosted, by the noisy counts clamped at 0
+    assert dense_branch(26.0, 74.0) and dense_branch(1.0, 0.0) and dense_branch(1e6, -5.0) and dense_branch(5.0, 10.0)
+    assert not dense_branch(25.0, 75.0)  # exactly a quarter: not more
+    assert not dense_branch(0.0, 0.0) and not dense_branch(-3.0, -2.0) and not dense_branch(24.0, 76.0)
+    assert not dense_branch(-1.0, 5.0)
+
+
+def test_user_bins_count_boosted_and_other_remaining_users() -> None:
+    released = pl.DataFrame({"item": ["a", "b"]})
+    data = frame([
+        ["a", "x1"],  # 1 of 2 released: boosted
+        ["a", "b"],  # everything released: in no bin
+        [f"y{i}" for i in range(10)],  # nothing released: other
+        ["b", *(f"w{i}" for i in range(30))],  # 1 of 31 released: boosted
+        ["a", "a", "b", "b"],  # duplicates: everything released, in no bin
+        ["x1", "x1", "y1"],  # duplicates, nothing released: other
+    ])
+    space = _resolve_space(*wgm.user_items_space(), None)
+    bins = _user_bins(_prepare_frame(data, space), released, space)
+    assert bins.tolist() == [2, 2]
+
+
+def _branch_data(dense: bool) -> pl.DataFrame:
+    """40 users hold "p" and one item of their own; round 1 (T = 10) releases "p" only. Dense: each user then
+    holds one unreleased item of two (boosted). Sparse: 200 more users hold 30 items each, none released (40 of
+    240 remaining users boosted: less than a quarter)."""
+    users = [["p", f"own{u}"] for u in range(40)]
+    if not dense:
+        users += [[f"s{u}_{j}" for j in range(30)] for u in range(200)]
+    return frame(users)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_the_rule_chooses_the_branch_from_round_one_and_the_count(dense: bool) -> None:
+    # no noise to speak of: round 1 releases "p" (weight 40/√2 > 10); the branches differ in their rounds: the
+    # sparse branch releases the remaining heavy items in round 2, the dense one releases nothing in round 2
+    # (T = 1e6) and everything left with weight above 0.5 in round 3
+    m = wgm.make_dp_sips(
+        *wgm.user_items_space(), max_contributions=40, scales=[TINY, TINY], thresholds=[10.0, 0.5],
+        statistic_scale=TINY, branch_scales=[TINY, TINY], branch_thresholds=[1e6, 0.5],
+    )
+    released = m(_branch_data(dense))
+    rounds = dict(zip(released["item"].to_list(), released["round"].to_list(), strict=True))
+    assert rounds.pop("p") == 1
+    assert set(rounds.values()) == ({3} if dense else {2})
+    assert sorted(rounds) == sorted(f"own{u}" for u in range(40))  # weight 1 each; the s items 1/√30 each
+
+
+def test_the_count_is_noised_at_the_statistic_scale(monkeypatch) -> None:
+    # the two bins are noised by the WGM kernel's sampler at σ_s on the 2^-20 lattice, and only then compared
+    calls = []
+
+    def fake(bins, *, scale, threshold, noise):
+        calls.append((bins.tolist(), scale, noise))
+        return np.array([0, 1]), np.array([False, True])  # noisy: boosted 0 of 1 → sparse
+
+    monkeypatch.setattr(dp_sips_module, "noisy_above_threshold", fake)
+    m = wgm.make_dp_sips(
+        *wgm.user_items_space(), max_contributions=40, scales=[TINY, TINY], thresholds=[10.0, 0.5],
+        statistic_scale=7.5, branch_scales=[TINY, TINY], branch_thresholds=[1e6, 0.5],
+    )
+    released = m(_branch_data(dense=True))
+    assert calls == [([40 << 20, 0], 7.5, "lattice")]
+    assert released["round"].max() == 2  # the noisy count, not the true one (40 to 0), chose the sparse branch
+
+
+def test_adaptive_default_from_budget() -> None:
+    for budget in ({"epsilon": 1.0, "delta": 1e-5}, {"rho": 0.1, "delta": 1e-6}):
+        m = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, **budget)
+        cal = calibrate_dp_sips(max_contributions=100, adaptive=True, **budget)
+        assert m.map(1) == cal.loss(1) and m.check(1, tuple(budget.values()))
+        for d_in in (2, 5):
+            assert m.map(d_in) == cal.loss(d_in)
+        fixed = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, fractions=(0.01, 0.99), **budget)
+        assert fixed.map(1) == calibrate_dp_sips(max_contributions=100, fractions=(0.01, 0.99), **budget).loss(1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"statistic_scale": 1.0}, r"`branch_scales` must be given with `statistic_scale`"),
+        ({"branch_scales": [1.0], "branch_thresholds": [3.0]}, r"`statistic_scale` must be given with"),
+        ({"statistic_scale": 1.0, "branch_scales": [1.0, 2.0], "branch_thresholds": [3.0]}, r"one entry per round"),
+        ({"statistic_scale": 0.0, "branch_scales": [1.0], "branch_thresholds": [3.0]}, r"`statistic_scale` must be"),
+    ],
+)
+def test_make_dp_sips_rejects_a_half_given_branch(kwargs, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        wgm.make_dp_sips(*wgm.user_items_space(), max_contributions=3, scales=[1.0, 1.0], thresholds=[3.0, 3.0], **kwargs)
+
+
+def test_the_branch_needs_a_second_round() -> None:
+    with pytest.raises(ValueError, match=r"`rounds` must be an integer >= 2"):
+        wgm.make_dp_sips(*wgm.user_items_space(), max_contributions=3, scales=[1.0], thresholds=[3.0],
+                         statistic_scale=1.0, branch_scales=[1.0], branch_thresholds=[3.0])

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from opendp_wgm.privacy.calibrate import calibrate_dp_sips, calibrate_wgm
 from opendp_wgm.privacy.gaussian import analytic_gaussian_delta, wgm_privacy_loss, wgm_rho
 from opendp_wgm.privacy.sips import (
+    ADAPTIVE_FIRST_FRACTION,
     DEFAULT_FRACTIONS,
     check_fractions,
     combined_scale,
@@ -287,3 +288,75 @@ def test_calibration_passes_its_map(
     else:  # the whole ρ is used, and the rounds compose to the WGM's σ
         assert loss[0] == pytest.approx(value / 2, rel=1e-8)
         assert combined_scale(cal.scales) == pytest.approx(wgm.scale, rel=1e-8)
+
+
+# --- the adaptive schedule (docs/privacy.md §4, "Two phases") -------------------------------------------------
+
+ADAPTIVE_FRACTIONS = (ADAPTIVE_FIRST_FRACTION, 1.0 - ADAPTIVE_FIRST_FRACTION)
+BUDGETS = (
+    {"epsilon": 1.0, "delta": 1e-5},
+    {"epsilon": 0.3, "delta": 1e-7},
+    {"epsilon": 4.0, "delta": 1e-6},
+    {"rho": 0.1, "delta": 1e-5},
+    {"rho": 2.0, "delta": 1e-8},
+)
+
+
+def _path_loss(cal, d_in: int, dense: bool) -> tuple[float, float]:
+    """One branch's path as a fixed schedule: round 1, the statistic (a Gaussian term with no threshold) and the
+    branch's rounds."""
+    scales = (cal.scales[0], *(cal.branch_scales if dense else cal.scales[1:]))
+    thresholds = (cal.thresholds[0], *(cal.branch_thresholds if dense else cal.thresholds[1:]))
+    return dp_sips_privacy_loss(d_in, scales=scales, thresholds=thresholds, max_contributions=cal.max_contributions,
+                                epsilon=cal.epsilon, statistic_scale=cal.statistic_scale)
+
+
+@pytest.mark.parametrize("budget", BUDGETS)
+def test_adaptive_spends_what_the_fixed_two_round_schedule_spends(budget) -> None:
+    adaptive = calibrate_dp_sips(max_contributions=100, adaptive=True, **budget)
+    fixed = calibrate_dp_sips(max_contributions=100, fractions=ADAPTIVE_FRACTIONS, **budget)
+    assert adaptive.fractions == fixed.fractions == ADAPTIVE_FRACTIONS == (0.01, 0.99)
+    # the Gaussian part: round 1 + statistic + either branch compose to the fixed schedule's (the WGM's) σ
+    extra = (adaptive.statistic_scale,)
+    assert combined_scale(adaptive.scales + extra) == pytest.approx(combined_scale(fixed.scales), rel=1e-14)
+    assert combined_scale((adaptive.scales[0], *adaptive.branch_scales, *extra)) == pytest.approx(
+        combined_scale(fixed.scales), rel=1e-14)
+    if "epsilon" in budget:
+        assert adaptive.scale == fixed.scale == calibrate_wgm(max_contributions=100, **budget).scale
+        assert adaptive.noise_delta == pytest.approx(fixed.noise_delta, rel=1e-12)
+    # the threshold part: round 1 and each branch share out the fixed schedule's (0.01, 0.99) of δ_T
+    assert adaptive.round_deltas == pytest.approx(fixed.round_deltas, rel=1e-12)
+    assert math.fsum(adaptive.branch_round_deltas) == pytest.approx(adaptive.round_deltas[1], rel=1e-12)
+    assert adaptive.scales[1:] == fixed.scales[1:] and adaptive.thresholds[1:] == fixed.thresholds[1:]
+    # the map: the larger of the two paths' sums, within the budget (which the fixed schedule's also meets)
+    for d_in in (1, 2, 3):
+        loss = adaptive.loss(d_in)
+        sparse, dense = _path_loss(adaptive, d_in, False), _path_loss(adaptive, d_in, True)
+        assert loss[0] == max(sparse[0], dense[0]) and loss[1] >= max(sparse[1], dense[1])
+    value = budget.get("epsilon", budget.get("rho"))
+    assert adaptive.loss(1)[0] <= value and adaptive.loss(1)[1] <= budget["delta"]
+    assert fixed.loss(1)[1] <= budget["delta"]
+    assert adaptive.loss(1)[1] == pytest.approx(fixed.loss(1)[1], rel=1e-3)  # both spend the budget's δ
+
+
+def test_adaptive_map_is_the_largest_path_sum() -> None:
+    # a branch that spends more than the main path raises the map to the branch's sums (the proof's bound)
+    main = dp_sips_privacy_loss(1, scales=[8.0, 4.0], thresholds=[45.0, 24.0], max_contributions=100,
+                                statistic_scale=50.0)
+    cheap = dp_sips_privacy_loss(1, scales=[8.0, 4.0], thresholds=[45.0, 24.0], max_contributions=100,
+                                 statistic_scale=50.0, branch_scales=[10.0, 5.0], branch_thresholds=[200.0, 200.0])
+    costly = dp_sips_privacy_loss(1, scales=[8.0, 4.0], thresholds=[45.0, 24.0], max_contributions=100,
+                                  statistic_scale=50.0, branch_scales=[3.0], branch_thresholds=[10.0])
+    alone = dp_sips_privacy_loss(1, scales=[8.0, 3.0], thresholds=[45.0, 10.0], max_contributions=100,
+                                 statistic_scale=50.0)
+    assert cheap == main and costly == alone and costly[0] > main[0] and costly[1] > main[1]
+    # the statistic is one more Gaussian term: ρ grows by 1/(2σ_s²), no threshold δ
+    plain = dp_sips_privacy_loss(1, scales=[8.0, 4.0], thresholds=[45.0, 24.0], max_contributions=100)
+    assert main[0] == pytest.approx(plain[0] + 1 / (2 * 50.0**2), rel=1e-12) and main[1] == plain[1]
+
+
+def test_adaptive_rejects_an_explicit_schedule() -> None:
+    for kwargs in ({"fractions": (0.5, 0.5)}, {"rounds": 2}, {"ratio": 0.3}):
+        name = next(iter(kwargs))
+        with pytest.raises(ValueError, match=f"`{name}` must be None when `adaptive` is True"):
+            calibrate_dp_sips(max_contributions=10, epsilon=1.0, delta=1e-5, adaptive=True, **kwargs)
