@@ -23,6 +23,7 @@ from scipy.special import ndtr
 import opendp_wgm as wgm
 from opendp_wgm._spaces import _Space
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
+from opendp_wgm.privacy.sips import DEFAULT_FRACTIONS
 
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
@@ -359,7 +360,10 @@ def test_dp_sips_map_is_the_polars_map(ws) -> None:
             assert m.map(d_in) == reference.map(d_in)
     for budget in ({"epsilon": 1.0, "delta": 1e-5}, {"rho": 0.1, "delta": 1e-6}):
         m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), max_contributions=100, **budget)
-        reference = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), max_contributions=100, **budget)
+        # without a schedule the engines run the fixed DEFAULT_FRACTIONS (Polars' default is adaptive)
+        reference = wgm.make_dp_sips_from_budget(
+            *wgm.user_items_space(), max_contributions=100, fractions=DEFAULT_FRACTIONS, **budget
+        )
         assert m.check(1, tuple(budget.values())) and m.map(2) == reference.map(2)
     for schedule in ({"fractions": [0.1, 0.9]}, {"rounds": 3}, {"ratio": 0.5}):
         budget = dict(max_contributions=10, epsilon=1.0, delta=1e-5, **schedule)
