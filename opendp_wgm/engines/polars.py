@@ -69,18 +69,27 @@ def bounded_lists_plan(
     under ``seeds`` (fresh ones when ``None``), so a user's kept subset is a uniform random subset of its
     distinct items and depends on no other user's rows (the stability argument conditions on the seed). The
     hash reads values only (a Categorical is hashed as its string, not its code, which depends on other rows).
-    Duplicates share a key, so after sorting they are adjacent and ``unique`` drops them; ``head`` then keeps at
-    most ``max_contributions`` distinct items whatever the hash collisions.
+
+    The plan sorts the rows by user (free when they already are: Polars checks before sorting), so that
+    the per-user ``group_by`` slices contiguous runs instead of hashing every row, and builds each user's list
+    of distinct items. A user with at most ``max_contributions`` of them keeps them all: no key is needed. Only
+    the longer lists are exploded, keyed and cut to the ``max_contributions`` items of smallest key: the same
+    kept subset as sorting every list by the key (``docs/engines.md``, *Performance*).
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
     key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
-    return (
-        lf.with_columns(_key=key)
+    lists = lf.sort(user).group_by(user).agg(pl.col(item).unique()).cache()
+    size = pl.col(item).list.len()
+    longer = (
+        lists.filter(size > max_contributions)
+        .explode(item)
+        .with_columns(_key=key)
         .group_by(user)
-        .agg(pl.col(item).sort_by("_key").unique(maintain_order=True).head(max_contributions))
+        .agg(pl.col(item).bottom_k_by("_key", max_contributions))
     )
+    return pl.concat([lists.filter(size <= max_contributions), longer])
 
 
 def bound_plan(
