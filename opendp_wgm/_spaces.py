@@ -207,6 +207,19 @@ def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
     return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
 
 
+def _flag_sorted_users(frame: pl.DataFrame, user: str) -> pl.DataFrame:
+    """``frame`` with its user column flagged sorted when it is sorted (checked: one pass over the column, no
+    copy), so that the per-user ``group_by`` of the release slices contiguous runs instead of hashing every row.
+
+    Only integer and String columns without nulls are checked (their sorted flag means what ``is_sorted``
+    checks); the flag is never set unchecked: a wrong one would split a user into several groups.
+    """
+    column = frame.get_column(user)
+    if not (column.dtype.is_integer() or column.dtype == pl.String) or column.null_count() or not column.is_sorted():
+        return frame
+    return frame.with_columns(column.set_sorted())
+
+
 def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.LazyFrame:
     """The user key and the item of ``frame`` as a lazy plan, rows with a null user key or item dropped.
 
@@ -230,6 +243,8 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
         msg = f"column(s) {missing} not found in the data (columns: {list(schema.names())})"
         raise ValueError(msg)
     key = pl.col(space.user) if space.identifier is None else space.identifier.alias(space.user)
+    if isinstance(frame, pl.DataFrame) and space.identifier is None:
+        frame = _flag_sorted_users(frame, space.user)
     lf = frame.lazy().select(key, pl.col(space.item))
     user_dtype = lf.collect_schema()[space.user]
     return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()

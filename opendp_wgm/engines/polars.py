@@ -70,17 +70,19 @@ def bounded_lists_plan(
     distinct items and depends on no other user's rows (the stability argument conditions on the seed). The
     hash reads values only (a Categorical is hashed as its string, not its code, which depends on other rows).
 
-    The plan sorts the rows by user (free when they already are: Polars checks before sorting), so that
-    the per-user ``group_by`` slices contiguous runs instead of hashing every row, and builds each user's list
-    of distinct items. A user with at most ``max_contributions`` of them keeps them all: no key is needed. Only
-    the longer lists are exploded, keyed and cut to the ``max_contributions`` items of smallest key: the same
-    kept subset as sorting every list by the key (``docs/engines.md``, *Performance*).
+    The plan builds each user's list of distinct items in one ``group_by`` (which slices contiguous runs when
+    the user column is flagged sorted: :func:`opendp_wgm._spaces._prepare_frame` flags an in-memory frame whose
+    users are sorted). A user with at most ``max_contributions`` distinct items keeps them all: no key is
+    needed. Only the longer lists are exploded, keyed and cut to the ``max_contributions`` items of smallest
+    key: the same kept subset as sorting every list by the key (``docs/engines.md``, *Speed and memory of the
+    per-user step*).
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
     key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
-    lists = lf.sort(user).group_by(user).agg(pl.col(item).unique()).cache()
+    # cached: both branches below read the lists, which Polars would otherwise build twice
+    lists = lf.group_by(user).agg(pl.col(item).unique()).cache()
     size = pl.col(item).list.len()
     longer = (
         lists.filter(size > max_contributions)
@@ -106,20 +108,22 @@ def bound_plan(
 def lattice_histogram_plan(lists: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
     """Per-item sums of the lattice weights ``floor(2^k / sqrt(t))`` (column :data:`WEIGHT_LAT`, Int64).
 
-    ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items.
+    ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items. The
+    weights (at most 2^k = 2^20) are exploded as Int32, a quarter less memory than Int64 rows, and summed in
+    Int64.
     """
     weights = lattice_weights(max_contributions)
     kept = pl.col(space.item).list.len().cast(pl.Int64)
     weight = kept.replace_strict(
         old=pl.int_range(1, max_contributions + 1, eager=True),
-        new=pl.Series(weights),
-        return_dtype=pl.Int64,
+        new=pl.Series(weights, dtype=pl.Int32),
+        return_dtype=pl.Int32,
     )
     return (
         lists.with_columns(**{WEIGHT_LAT: weight})
         .explode(space.item)
         .group_by(space.item)
-        .agg(pl.col(WEIGHT_LAT).sum())
+        .agg(pl.col(WEIGHT_LAT).cast(pl.Int64).sum())
     )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from opendp_wgm._spaces import _prepare_frame, _Space, _value_key
+from opendp_wgm._spaces import _flag_sorted_users, _prepare_frame, _Space, _value_key
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.privacy.threshold import lattice_weights
 
@@ -115,3 +115,20 @@ def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  #
     for passes in (1, 2):
         histogram = kernel.lattice_histogram(lists_of, SPACE, MAX_CONTRIBUTIONS, passes=passes, engine="streaming")
         assert dict(histogram.collect().iter_rows()) == expected
+
+
+def test_only_checked_sorted_users_are_flagged() -> None:
+    """The sorted flag (group_by slices runs) is set only on a user column that is sorted: a wrong flag would
+    split a user into several groups, each bounded to Δ0."""
+    sorted_users = pl.DataFrame({"user": [1, 1, 2, 5, 5], "item": [3, 1, 2, 2, 3]})
+    assert _flag_sorted_users(sorted_users, "user").get_column("user").flags["SORTED_ASC"]
+    assert _flag_sorted_users(sorted_users.with_columns(pl.format("u{}", "user")), "user")["user"].flags["SORTED_ASC"]
+    for unsorted in (
+        pl.DataFrame({"user": [1, 2, 1], "item": [1, 1, 2]}),
+        pl.DataFrame({"user": [3, 2, 1], "item": [1, 1, 2]}),  # descending is not ascending
+        pl.DataFrame({"user": [1, None, 2], "item": [1, 1, 2]}),
+        pl.DataFrame({"user": ["b", "a"], "item": [1, 1]}, schema_overrides={"user": pl.Categorical}),
+    ):
+        assert not any(_flag_sorted_users(unsorted, "user").get_column("user").flags.values())
+    lists = kernel.bounded_lists_plan(_prepare_frame(pl.DataFrame({"user": [2, 1, 2], "item": [1, 1, 2]}), SPACE), SPACE, 1, SEEDS)
+    assert sorted(lists.collect()["user"].to_list()) == [1, 2]  # user 2's rows are one group, bounded once
