@@ -55,7 +55,7 @@ import opendp_wgm._spaces as spaces
 import opendp_wgm.transformations as transformations
 
 # Private plan pieces of the library, imported so that the stage breakdown times exactly the code m(df) runs.
-from opendp_wgm._spaces import _Space, _value_key
+from opendp_wgm._spaces import _prepare_frame, _Space, _value_key
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, lattice_histogram_plan, release_above_threshold
 from opendp_wgm.privacy.threshold import LATTICE_BITS
@@ -283,7 +283,7 @@ def stage_breakdown(df: pl.DataFrame, user: str, item: str, calibration: wgm.WGM
     space = _Space(user, item, None, lazyframe_domain=False)
     times: dict[str, float] = {}
     times["bound (dedup + subsample)"], lists = timed(
-        lambda: bounded_lists_plan(df.lazy().select(user, item).drop_nulls(), space, MAX_CONTRIBUTIONS).collect()
+        lambda: bounded_lists_plan(_prepare_frame(df, space), space, MAX_CONTRIBUTIONS).collect()
     )
     times["histogram"], histogram = timed(
         lambda: lattice_histogram_plan(lists.lazy(), space, MAX_CONTRIBUTIONS).collect()
@@ -500,8 +500,9 @@ def report(
         add(f"| {r.name} | " + " | ".join(cells) + f" | {fmt_s(total)} | {fmt_s(r.wgm_s)} | {fmt_s(r.groupby_s)} |")
     add("")
     add(
-        "bound = `group_by(user)`, each user's items sorted by a secret-keyed hash of (user, item), "
-        "deduplicated, first Δ0 kept; histogram = lattice weight of the list length → explode → "
+        "bound = `group_by(user)` of each user's distinct items (slicing runs when the in-memory frame's users "
+        "are sorted), and for the users with more than Δ0 of them the Δ0 of smallest secret-keyed hash of "
+        "(user, item); histogram = lattice weight of the list length → explode → "
         "`group_by(item).sum()`; noise + threshold = lattice discrete Gaussian on every histogram item, "
         "filter, sort."
     )
