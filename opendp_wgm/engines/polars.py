@@ -86,6 +86,7 @@ def bounded_lists_plan(
     size = pl.col(item).list.len()
     longer = (
         lists.filter(size > max_contributions)
+        .sort(user)  # one row per user: cheap; the exploded rows then stay flagged sorted, and group_by slices
         .explode(item)
         .with_columns(_key=key)
         .group_by(user)
