@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import opendp.prelude as dp
 import polars as pl
 from numpy.typing import NDArray
 from opendp.domains import _lazyframe_from_domain
+
+from opendp_wgm._validation import _check_item
 
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
@@ -77,6 +79,11 @@ class _Space:
     when that is a column of the input; otherwise it is the metric's identifier expression, evaluated into
     column ``user`` (its Polars output name). ``item_dtype`` is the item's dtype when the input domain states
     it (OpenDP's ``dp.lazyframe_domain``), for checks at construction.
+
+    A composite key (``composite``: two or more key columns) is carried as ONE item column: ``item`` is then
+    the name :func:`_item_column` gives it (the keys joined by commas) and the prepared frame holds the Struct
+    of the key columns there, so the kernel runs unchanged; every release unnests it back into the key
+    columns (:func:`_released`). :attr:`keys` lists the key columns in both cases.
     """
 
     user: str
@@ -85,12 +92,39 @@ class _Space:
     lazyframe_domain: bool
     identifier: pl.Expr | None = field(default=None, compare=False)
     item_dtype: pl.DataType | None = field(default=None, compare=False)
+    composite: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The key columns of the input (and of every release): the item column, or a composite key's."""
+        return self.composite or (self.item,)
 
     @property
     def columns(self) -> list[str]:
-        """The input columns a frame needs: the identifier's roots and the item."""
+        """The input columns a frame needs: the identifier's roots and the key columns."""
         roots = [self.user] if self.identifier is None else self.identifier.meta.root_names()
-        return list(dict.fromkeys([*roots, self.item]))
+        return list(dict.fromkeys([*roots, *self.keys]))
+
+
+def _item_column(item: str | tuple[str, ...]) -> str:
+    """The item column of a prepared frame: the item's own name, or a composite key's names joined by commas."""
+    return item if isinstance(item, str) else ",".join(item)
+
+
+_Frame = TypeVar("_Frame", pl.DataFrame, pl.LazyFrame)
+
+
+def _released(frame: _Frame, space: _Space) -> _Frame:
+    """A release with the input's key columns: a composite key's Struct unnested in place, fields in key order."""
+    return frame.unnest(space.item) if space.composite else frame
+
+
+def _release_keys(frame: pl.DataFrame, keys: tuple[str, ...]) -> pl.Series:
+    """The keys of a release (:func:`_released`) as one Series: the item column, or a Struct of a composite
+    key's columns named like :func:`_item_column` (the inverse of the unnesting)."""
+    if len(keys) == 1:
+        return frame.get_column(keys[0])
+    return frame.select(pl.struct(keys).alias(_item_column(keys))).to_series()
 
 
 #: Only :func:`opendp_wgm.make_bound_user_items` holds it: a :class:`BoundedUserItems` is built there only.
@@ -119,7 +153,7 @@ def _user_key(identifier: pl.Expr, item: str) -> tuple[str, pl.Expr | None]:
     return user, (None if identifier.meta.is_column() else identifier)
 
 
-def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str | None = None) -> _Space:
+def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str | Sequence[str] | None = None) -> _Space:
     """Check a constructor's input space and read the column names off it.
 
     Accepts :func:`user_items_space` (``item`` must then be ``None`` or agree) and OpenDP's
@@ -134,6 +168,7 @@ def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str |
 
     from opendp_wgm.domains import UserItemsDescriptor  # deferred: domains builds on this module
 
+    checked = None if item is None else _check_item(item)
     descriptor = getattr(input_domain, "descriptor", None)
     if isinstance(descriptor, UserItemsDescriptor):
         if descriptor.user not in roots or (identifier.meta.is_column() and roots != [descriptor.user]):
@@ -142,11 +177,14 @@ def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str |
                 f"{descriptor.user!r}"
             )
             raise ValueError(msg)
-        if item is not None and item != descriptor.item:
+        if checked is not None and checked != descriptor.item:
             msg = f"`item` ({item!r}) disagrees with `input_domain`'s item column ({descriptor.item!r})"
             raise ValueError(msg)
-        user, expression = _user_key(identifier, descriptor.item)
-        return _Space(user, descriptor.item, descriptor.max_contributions, False, expression)
+        user, expression = _user_key(identifier, _item_column(descriptor.item))
+        composite = () if isinstance(descriptor.item, str) else descriptor.item
+        return _Space(
+            user, _item_column(descriptor.item), descriptor.max_contributions, False, expression, composite=composite
+        )
 
     if isinstance(input_domain, dp.LazyFrameDomain):
         columns = list(input_domain.columns)
@@ -155,26 +193,30 @@ def _resolve_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str |
             names = ", ".join(map(repr, absent))
             msg = f"user column {names} not found in `input_domain` (columns: {columns})"
             raise ValueError(msg)
-        if item is None:
+        if checked is None:
             others = [c for c in columns if c not in roots]
             if len(others) != 1:
                 msg = f"pass `item=` to name the item column among {others}"
                 raise ValueError(msg)
-            item = others[0]
-        elif item not in columns:
-            msg = f"item column {item!r} not found in `input_domain` (columns: {columns})"
-            raise ValueError(msg)
-        if identifier.meta.is_column() and item == roots[0]:
+            checked = others[0]
+        keys = (checked,) if isinstance(checked, str) else checked
+        for key in keys:
+            if key not in columns:
+                msg = f"item column {key!r} not found in `input_domain` (columns: {columns})"
+                raise ValueError(msg)
+        if identifier.meta.is_column() and roots[0] in keys:
             msg = f"`item` must differ from the user column ({roots[0]!r})"
             raise ValueError(msg)
-        user, expression = _user_key(identifier, item)
-        space = _Space(user, item, None, True, expression)
+        column = _item_column(checked)
+        composite = () if isinstance(checked, str) else checked
+        user, expression = _user_key(identifier, column)
+        space = _Space(user, column, None, True, expression, composite=composite)
         try:  # the preparation on an empty frame of the domain's schema: Polars checks every dtype
             prepared = _prepare_frame(_lazyframe_from_domain(input_domain), space).head(0).collect()
         except pl.exceptions.PolarsError as err:
             msg = f"`input_metric`'s identifier {identifier} cannot be evaluated on `input_domain`: {err}"
             raise ValueError(msg) from err
-        return _Space(user, item, None, True, expression, prepared.schema[item])
+        return _Space(user, column, None, True, expression, prepared.schema[column], composite)
 
     msg = (
         "`input_domain` must come from opendp_wgm.user_items_space() or be a dp.lazyframe_domain "
@@ -220,23 +262,70 @@ def _flag_sorted_users(frame: pl.DataFrame, user: str) -> pl.DataFrame:
     return frame.with_columns(column.set_sorted())
 
 
+def _foreign_kind(frame: object) -> str | None:
+    """``"pandas"`` for a pandas DataFrame, ``"arrow"`` for a pyarrow Table or RecordBatch, else ``None``; by
+    the class's module, so that neither library is imported to ask."""
+    kind = type(frame).__module__.split(".")[0]
+    name = type(frame).__name__
+    if kind == "pandas" and name == "DataFrame":
+        return "pandas"
+    if kind == "pyarrow" and name in ("Table", "RecordBatch"):
+        return "arrow"
+    return None
+
+
+def _as_polars(frame: object) -> pl.DataFrame | pl.LazyFrame:
+    """``frame`` as a Polars frame: Polars frames as they are; a pandas DataFrame (``pl.from_pandas``) or a
+    pyarrow Table / RecordBatch (``pl.from_arrow``) converted at the boundary, in memory; anything else is a
+    ``TypeError``. A converted column keeps its values (pandas' ``object`` strings become String)."""
+    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+        return frame
+    kind = _foreign_kind(frame)
+    foreign: Any = frame  # pandas and pyarrow are optional: their types are not imported
+    if kind == "pandas":
+        return pl.from_pandas(foreign)
+    if kind == "arrow":
+        converted = pl.from_arrow(foreign)
+        assert isinstance(converted, pl.DataFrame)  # a Table or RecordBatch converts to a DataFrame
+        return converted
+    msg = (
+        "`frame` must be a polars DataFrame or LazyFrame, a pandas DataFrame or a pyarrow Table "
+        f"(found {type(frame).__module__}.{type(frame).__name__})"
+    )
+    raise TypeError(msg)
+
+
+def _frame_columns(frame: object) -> list[str] | None:
+    """The column names of a frame :func:`_as_polars` accepts (without converting it), else ``None``."""
+    if isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
+        return frame.collect_schema().names()
+    kind = _foreign_kind(frame)
+    foreign: Any = frame
+    if kind == "pandas":
+        return [str(c) for c in foreign.columns]
+    if kind == "arrow":
+        return list(foreign.schema.names)
+    return None
+
+
 def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.LazyFrame:
     """The user key and the item of ``frame`` as a lazy plan, rows with a null user key or item dropped.
 
-    The user key is the identifier's value (a column, or the expression evaluated row by row), in a
+    ``frame`` may also be a pandas DataFrame or a pyarrow Table, converted by :func:`_as_polars`. The user key is
+    the identifier's value (a column, or the expression evaluated row by row), in a
     value-only representation (Categorical as String), so every later step groups, hashes and orders by the
-    privacy unit. Dropping rows is a row-wise filter: it never makes two users' data depend on each other, so
-    it is stable with the same ``d_in``. Missing columns raise here; the message depends only on the schema.
+    privacy unit. A composite key becomes one Struct column of its key columns (named ``space.item``); a row
+    with a null in any key column is dropped, as a row with a null item is. Dropping rows is a row-wise filter:
+    it never makes two users' data depend on each other, so it is stable with the same ``d_in``. Missing
+    columns raise here; the message depends only on the schema.
     """
     if isinstance(frame, _PreparedFrame):
-        if (frame.space.user, frame.space.item) != (space.user, space.item):
+        if (frame.space.user, frame.space.keys) != (space.user, space.keys):
             found = (frame.space.user, frame.space.item)
             msg = f"`frame` must be prepared for columns {(space.user, space.item)} (found {found})"
             raise ValueError(msg)
         return frame.lf
-    if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
-        msg = f"`frame` must be a polars DataFrame or LazyFrame (found {type(frame).__name__})"
-        raise TypeError(msg)
+    frame = _as_polars(frame)
     schema = frame.collect_schema()
     missing = [c for c in space.columns if c not in schema]
     if missing:
@@ -245,18 +334,37 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space) -> pl.Lazy
     key = pl.col(space.user) if space.identifier is None else space.identifier.alias(space.user)
     if isinstance(frame, pl.DataFrame) and space.identifier is None:
         frame = _flag_sorted_users(frame, space.user)
-    lf = frame.lazy().select(key, pl.col(space.item))
+    lf = frame.lazy()
+    if space.composite:  # a Struct is never null itself: drop the rows with a null field first
+        lf = lf.filter(pl.all_horizontal(pl.col(space.composite).is_not_null()))
+        lf = lf.select(key, pl.struct(space.composite).alias(space.item))
+    else:
+        lf = lf.select(key, pl.col(space.item))
     user_dtype = lf.collect_schema()[space.user]
     return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls()
 
 
-def _check_candidates(candidates: Sequence[Any] | pl.Series | NDArray[Any]) -> pl.Series:
-    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output)."""
+def _null_items(items: pl.Series) -> int:
+    """The number of null items: null values, and Structs (composite keys) with a null field."""
+    nulls = items.null_count()
+    if isinstance(items.dtype, pl.Struct) and items.len():
+        nulls += int(items.struct.unnest().select(pl.any_horizontal(pl.all().is_null()).sum()).item())
+    return nulls
+
+
+def _check_candidates(candidates: Sequence[Any] | pl.Series | pl.DataFrame | NDArray[Any]) -> pl.Series:
+    """The public candidate list as a Series: distinct, no nulls (order is kept: it indexes the output).
+
+    A ``pl.DataFrame`` (a composite key's candidates, one column per key column) becomes a Struct Series of its
+    columns (a one-column frame, that column); a Struct candidate must have no null field either.
+    """
+    if isinstance(candidates, pl.DataFrame):
+        candidates = candidates.to_series() if candidates.width == 1 else candidates.to_struct()
     if isinstance(candidates, (str, bytes)) or not hasattr(candidates, "__len__"):
         msg = f"`candidates` must be a sequence of items (found {type(candidates).__name__})"
         raise TypeError(msg)
     series = candidates.rename("candidate") if isinstance(candidates, pl.Series) else pl.Series("candidate", candidates)
-    if series.null_count():
+    if _null_items(series):
         msg = "`candidates` must not contain nulls"
         raise ValueError(msg)
     if series.is_duplicated().any():
@@ -271,5 +379,12 @@ def _check_candidates_for(candidates: pl.Series, space: _Space) -> pl.Series:
     (:func:`opendp_wgm.engines.polars.cast_candidates`)."""
     from opendp_wgm.engines.polars import cast_candidates  # deferred: the kernel builds on this module
 
+    if space.composite:
+        fields = candidates.dtype.fields if isinstance(candidates.dtype, pl.Struct) else None
+        if fields is None or sorted(f.name for f in fields) != sorted(space.composite):
+            found = [f.name for f in fields] if fields is not None else candidates.dtype
+            msg = f"`candidates` must be a DataFrame with the key columns {list(space.composite)} (found {found})"
+            raise TypeError(msg)
+        candidates = candidates.struct.unnest().select(space.composite).to_struct(candidates.name)
     dtype = space.item_dtype
     return candidates if dtype is None else cast_candidates(candidates, dtype).rename(candidates.name)

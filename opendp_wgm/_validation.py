@@ -86,12 +86,45 @@ def _check_column(name: str, value: Any) -> str:
     return value
 
 
+def _check_item(value: Any) -> str | tuple[str, ...]:
+    """The item column, or the columns of a composite key: a non-empty name, or a sequence of distinct
+    non-empty names (a one-name sequence is that name; two or more are returned as a tuple)."""
+    if isinstance(value, str):
+        return _check_column("item", value)
+    if isinstance(value, (bytes, dict)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"`item` must be a non-empty column name or a list of them (found {value!r})")
+    names = tuple(_check_column("item", name) for name in value)
+    if not names:
+        raise ValueError(f"`item` must name at least one column (found {value!r})")
+    if len(set(names)) < len(names):
+        raise ValueError(f"`item` must name distinct columns (found {value!r})")
+    return names[0] if len(names) == 1 else names
+
+
 def _check_columns(user: Any, item: Any) -> tuple[str, str]:
     """The user and item columns: two different non-empty column names."""
     user, item = _check_column("user", user), _check_column("item", item)
     if user == item:
         raise ValueError(f"`user` and `item` must be different columns (found both {user!r})")
     return user, item
+
+
+def _check_key_columns(user: Any, item: Any) -> tuple[str, str | tuple[str, ...]]:
+    """The user column and the item's (:func:`_check_item`: one column or a composite key), the user column
+    not among the item's."""
+    keys = _check_item(item)
+    if isinstance(keys, str):
+        return _check_columns(user, keys)
+    user = _check_column("user", user)
+    if user in keys:
+        raise ValueError(f"`user` and `item` must be different columns (found {user!r} in both)")
+    return user, keys
+
+
+def _check_one_item(item: Any, where: str) -> None:
+    """``item`` is not a composite key (two or more columns), which is not supported ``where``."""
+    if isinstance(item, (list, tuple)) and len(item) > 1:
+        raise ValueError(f"`item` must be one column {where} (found the composite key {list(item)!r})")
 
 
 def _check_absent(name: str, value: Any, *, unless: str) -> None:

@@ -185,6 +185,46 @@ def _read_delimited(
     return frame.lazy()
 
 
+def _with_item_names(
+    lf: pl.LazyFrame,
+    names_file: Path,
+    *,
+    id_column: str | int,
+    name_column: str | int,
+    separator: str = "\t",
+    quote_char: str | None = None,
+    encoding: str = "utf-8",
+) -> pl.LazyFrame:
+    """Replace the integer ``item`` of ``lf`` by its name read from ``names_file`` (a delimited file with a
+    header when the columns are names, without one when they are 0-based positions).
+
+    Names stay one-to-one with the ids, so every statistic is unchanged: a name that several ids share
+    (MovieLens lists a few films twice) gets its id appended, ``"Emma (1996) [#838]"``, and an id the file
+    does not name keeps its number as text.
+    """
+    opener = gzip.open if _is_gzip(names_file) else open
+    with opener(names_file, "rb") as handle:
+        text = handle.read().decode(encoding)
+    header = isinstance(id_column, str)
+    table = pl.read_csv(
+        text.encode(), separator=separator, quote_char=quote_char, has_header=header, infer_schema=False
+    )
+    ids = pl.col(id_column) if isinstance(id_column, str) else pl.nth(id_column)
+    names = pl.col(name_column) if isinstance(name_column, str) else pl.nth(name_column)
+    table = table.select(ids.cast(pl.Int64).alias("_id"), names.alias("_name"))
+    table = table.with_columns(
+        pl.when(pl.col("_name").is_duplicated())
+        .then(pl.format("{} [#{}]", "_name", "_id"))
+        .otherwise(pl.col("_name"))
+        .alias("_name")
+    )
+    return (
+        lf.join(table.lazy(), left_on="item", right_on="_id", how="left", maintain_order="left")
+        .with_columns(pl.col("_name").fill_null(pl.col("item").cast(pl.String)).alias("item"))
+        .drop("_name")
+    )
+
+
 def _tokens(text: pl.Expr) -> pl.Expr:
     """Lower-case ``text`` and extract the README's tokens as a list per row."""
     return text.str.to_lowercase().str.extract_all(TOKEN_PATTERN)
@@ -211,6 +251,7 @@ def load_steam_200k(
     unique: bool = True,
     include_play: bool = False,
     original_ids: bool = False,
+    item_names: bool = False,
 ) -> pl.DataFrame:
     """Load Steam 200k (Kaggle tamber/steam-video-games, CaseRecommender re-indexing): user → purchased games.
 
@@ -229,6 +270,9 @@ def load_steam_200k(
         Map ``user`` to the original Steam user id (``Real_ID``, ``Int64``) and ``item`` to the game title
         (``String``) with ``user_info.dat.gz`` and ``item_info.dat.gz``; by default the re-indexed integer ids
         are returned (one-to-one with the originals, so every statistic is the same).
+    item_names
+        Map ``item`` to the game title (``String``) with ``item_info.dat.gz``, keeping the re-indexed user ids
+        (the titles are one-to-one with the game ids). ``original_ids`` implies it.
 
     Returns
     -------
@@ -251,6 +295,9 @@ def load_steam_200k(
             .join(item_map.lazy(), left_on="item", right_on="Game_ID", how="left", maintain_order="left")
             .select(pl.col("real_id").alias("user"), pl.col("Game Name").alias("item"))
         )
+    elif item_names:
+        items = _resolve(purchase.parent, "steam_200k", ("item_info.dat.gz", "item_info.dat"))
+        lf = _with_item_names(lf, items, id_column="Game_ID", name_column="Game Name")
     return _finish(lf, unique=unique)
 
 
@@ -313,7 +360,7 @@ def load_amazon_magazine_subscriptions(path: PathLike, *, unique: bool = True) -
     return _finish(lf, unique=unique)
 
 
-def load_movielens_100k(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+def load_movielens_100k(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load MovieLens 100K: user → rated movies (ratings of any value).
 
     Reads ``u.data.gz`` (tab-separated, no header: user id, item id, rating, timestamp).
@@ -324,17 +371,25 @@ def load_movielens_100k(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
         The ``movielens_100k`` directory, or ``u.data[.gz]`` itself.
     unique
         Drop duplicate (user, item) rows (there are none).
+    item_names
+        Return movie titles (``String``) from ``u.item`` instead of the integer ids (one-to-one: a title
+        several ids share gets its id appended, ``"Title [#id]"``).
 
     Returns
     -------
     polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``. 943 users, 1,682 items, 100,000 pairs.
+        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` title with ``item_names``).
+        943 users, 1,682 items, 100,000 pairs.
     """
     file = _resolve(path, "movielens_100k", ("u.data.gz", "u.data"))
-    return _finish(_read_delimited(file, user=0, item=1), unique=unique)
+    lf = _read_delimited(file, user=0, item=1)
+    if item_names:  # u.item: pipe-separated, no header, Latin-1
+        names = _resolve(file.parent, "movielens_100k", ("u.item.gz", "u.item"))
+        lf = _with_item_names(lf, names, id_column=0, name_column=1, separator="|", encoding="latin-1")
+    return _finish(lf, unique=unique)
 
 
-def load_movielens_latest_small(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+def load_movielens_latest_small(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load MovieLens Latest Small (ml-latest-small): user → rated movies.
 
     Reads ``ratings.csv.gz`` (header ``userId,movieId,rating,timestamp``).
@@ -345,18 +400,25 @@ def load_movielens_latest_small(path: PathLike, *, unique: bool = True) -> pl.Da
         The ``movielens_latest_small`` directory, or ``ratings.csv[.gz]`` itself.
     unique
         Drop duplicate (user, item) rows (there are none).
+    item_names
+        Return movie titles (``String``) from ``movies.csv.gz`` instead of the integer ids (one-to-one: a
+        title several ids share gets its id appended, ``"Title [#id]"``).
 
     Returns
     -------
     polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``. 610 users, 9,724 items, 100,836 pairs.
+        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` title with ``item_names``).
+        610 users, 9,724 items, 100,836 pairs.
     """
     file = _resolve(path, "movielens_latest_small", ("ratings.csv.gz", "ratings.csv"))
     lf = _read_delimited(file, user="userId", item="movieId", separator=",", quote_char='"')
+    if item_names:
+        names = _resolve(file.parent, "movielens_latest_small", ("movies.csv.gz", "movies.csv"))
+        lf = _with_item_names(lf, names, id_column="movieId", name_column="title", separator=",", quote_char='"')
     return _finish(lf, unique=unique)
 
 
-def load_lastfm_hetrec2011(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+def load_lastfm_hetrec2011(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load Last.fm HetRec 2011: user → top-50 listened artists.
 
     Reads ``user_artists.dat.gz`` (tab-separated, header ``userID, artistID, weight``, CRLF line ends).
@@ -367,14 +429,22 @@ def load_lastfm_hetrec2011(path: PathLike, *, unique: bool = True) -> pl.DataFra
         The ``lastfm_hetrec2011`` directory, or ``user_artists.dat[.gz]`` itself.
     unique
         Drop duplicate (user, item) rows (there are none).
+    item_names
+        Return artist names (``String``) from ``artists.dat.gz`` instead of the integer ids (one-to-one: a
+        name several ids share gets its id appended, ``"Name [#id]"``).
 
     Returns
     -------
     polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``. 1,892 users, 17,632 items, 92,834 pairs.
+        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` name with ``item_names``).
+        1,892 users, 17,632 items, 92,834 pairs.
     """
     file = _resolve(path, "lastfm_hetrec2011", ("user_artists.dat.gz", "user_artists.dat"))
-    return _finish(_read_delimited(file, user="userID", item="artistID"), unique=unique)
+    lf = _read_delimited(file, user="userID", item="artistID")
+    if item_names:
+        names = _resolve(file.parent, "lastfm_hetrec2011", ("artists.dat.gz", "artists.dat"))
+        lf = _with_item_names(lf, names, id_column="id", name_column="name")
+    return _finish(lf, unique=unique)
 
 
 def load_fimi_retail(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
@@ -496,17 +566,27 @@ def load_bookcrossing_caserec(path: PathLike, *, unique: bool = True) -> pl.Data
     return _load_caserec(path, "bookcrossing_caserec", "book_history.dat", "user", "item", unique=unique)
 
 
-def load_anime_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
+def load_anime_caserec(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load the Anime recommendations sample (CaseRecommender, 5k users): user → watched anime.
 
-    Reads ``anime_history.dat.gz`` (tab-separated, header ``User_ID, Anime_ID, Feedback``).
+    Reads ``anime_history.dat.gz`` (tab-separated, header ``User_ID, Anime_ID, Feedback``); with
+    ``item_names``, the anime titles (``String``) from ``anime_info.dat.gz`` instead of the integer ids
+    (one-to-one: a title several ids share gets its id appended, ``"Title [#id]"``).
 
     Returns
     -------
     polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``. 5,000 users, 7,390 items, 520,609 pairs.
+        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` title with ``item_names``).
+        5,000 users, 7,390 items, 520,609 pairs.
     """
-    return _load_caserec(path, "anime_caserec", "anime_history.dat", "User_ID", "Anime_ID", unique=unique)
+    if not item_names:
+        return _load_caserec(path, "anime_caserec", "anime_history.dat", "User_ID", "Anime_ID", unique=unique)
+    file = _resolve(path, "anime_caserec", ("anime_history.dat.gz", "anime_history.dat"))
+    names = _resolve(file.parent, "anime_caserec", ("anime_info.dat.gz", "anime_info.dat"))
+    lf = _with_item_names(
+        _read_delimited(file, user="User_ID", item="Anime_ID"), names, id_column="anime_ids", name_column="name"
+    )
+    return _finish(lf, unique=unique)
 
 
 def load_retailrocket_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:

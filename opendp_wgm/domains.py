@@ -15,15 +15,15 @@ constructor evaluates into the user key before bounding, weighting or counting
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _Space
-from opendp_wgm._validation import _check_columns
+from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _frame_columns, _item_column, _released, _Space
+from opendp_wgm._validation import _check_key_columns
 
 __all__ = ["BoundedUserItems", "UserItemsDescriptor", "user_items_domain", "user_items_space"]
 
@@ -34,28 +34,33 @@ class UserItemsDescriptor:
     Attributes
     ----------
     user, item
-        Column names of the user identifier and of the item.
+        Column names of the user identifier and of the item: one column, or a tuple of two or more for a
+        composite key (a list is stored as a tuple, a one-name list as that name).
     max_contributions
         ``None`` for raw data; otherwise every user holds at most this many *distinct* items and no
         (user, item) pair is repeated (the output of :func:`opendp_wgm.make_bound_user_items`).
     """
 
     user: str = "user"
-    item: str = "item"
+    item: str | tuple[str, ...] = "item"
     max_contributions: int | None = None
 
     def __post_init__(self) -> None:
-        _check_columns(self.user, self.item)
+        object.__setattr__(self, "item", _check_key_columns(self.user, self.item)[1])
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The key columns: ``(item,)``, or a composite key's columns."""
+        return (self.item,) if isinstance(self.item, str) else self.item
 
 
 def _is_member(descriptor: UserItemsDescriptor) -> Callable[[object], bool]:
     def member(frame: object) -> bool:
         if isinstance(frame, BoundedUserItems):  # the bound step's output: checked when it was built
-            return descriptor.max_contributions is not None and frame.names == (descriptor.user, descriptor.item)
-        if not isinstance(frame, (pl.DataFrame, pl.LazyFrame)):
-            return False
-        schema = frame.collect_schema()
-        return descriptor.user in schema and descriptor.item in schema
+            names = (descriptor.user, _item_column(descriptor.item))
+            return descriptor.max_contributions is not None and frame.names == names
+        columns = _frame_columns(frame)  # Polars, pandas or Arrow (converted when the release prepares it)
+        return columns is not None and all(column in columns for column in (descriptor.user, *descriptor.keys))
 
     return member
 
@@ -68,7 +73,7 @@ def user_items_domain(descriptor: UserItemsDescriptor) -> dp.Domain:
     return dp.user_domain(name, _is_member(descriptor), descriptor=descriptor)
 
 
-def user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain, dp.Metric]:
+def user_items_space(user: str = "user", item: str | Sequence[str] = "item") -> tuple[dp.Domain, dp.Metric]:
     r"""The input space of raw (user, item) data with user-level add/remove neighbours.
 
     Parameters
@@ -76,12 +81,16 @@ def user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain,
     user
         Name of the column identifying the privacy unit.
     item
-        Name of the item column (any hashable Polars dtype).
+        Name of the item column (any hashable Polars dtype), or a list of two or more distinct columns for a
+        composite key (``["country", "query"]``): the items are then the distinct tuples of those columns,
+        and every release has those columns in place of one item column (``docs/api.md``, composite keys).
+        A row with a null in any key column is dropped, as a row with a null item is.
 
     Returns
     -------
     tuple[opendp.mod.Domain, opendp.mod.Metric]
-        A domain whose members are ``pl.DataFrame`` / ``pl.LazyFrame`` objects with both columns, and
+        A domain whose members are ``pl.DataFrame`` / ``pl.LazyFrame`` objects with both columns (a pandas
+        ``DataFrame`` or a pyarrow ``Table`` with both columns is converted when a measurement reads it), and
         ``dp.symmetric_id_distance(pl.col(user))``: the distance between two frames is the number of user
         ids present in only one of them (users added or removed); a user present in both must have the
         same rows, so changing one user's rows is a removal plus an addition, distance 2.
@@ -99,7 +108,7 @@ def user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain,
     >>> metric
     SymmetricIdDistance { identifier: col("user") }
     """
-    descriptor = UserItemsDescriptor(user=user, item=item)
+    descriptor = UserItemsDescriptor(user=user, item=item)  # type: ignore[arg-type]  # checked: a list becomes a tuple
     return user_items_domain(descriptor), dp.symmetric_id_distance(pl.col(user))
 
 
@@ -130,7 +139,7 @@ class BoundedUserItems:
 
     @property
     def names(self) -> tuple[str, str]:
-        """The user-key and item column names."""
+        """The user-key and item column names (a composite key's item column is its Struct's)."""
         return self.space.user, self.space.item
 
     def lists(self, users: pl.Expr | None = None) -> pl.LazyFrame:
@@ -143,8 +152,9 @@ class BoundedUserItems:
         return bounded_lists_plan(lf, self.space, self.max_contributions, self.seeds)
 
     def lazy(self) -> pl.LazyFrame:
-        """The distinct (user, item) rows, at most Δ0 per user, as a lazy plan."""
-        return self.lists().explode(self.space.item)
+        """The distinct (user, item) rows, at most Δ0 per user, as a lazy plan (a composite key's columns
+        unnested)."""
+        return _released(self.lists().explode(self.space.item), self.space)
 
     def collect(self, **options: Any) -> pl.DataFrame:
         """The distinct (user, item) rows, at most Δ0 per user (``options`` go to ``LazyFrame.collect``)."""

@@ -17,6 +17,11 @@ items (a list, a set, a NumPy array). Released items that are not in the data co
 (integers of different widths, integers against floats, ``String`` against ``Categorical``/``Enum``);
 strings are never compared with numbers.
 
+``item`` may name several columns (``item=["country", "query"]``, a composite key, as in
+:func:`opendp_wgm.user_items_space`): the items are then the distinct tuples of those columns, and ``released``
+is a ``DataFrame`` with those columns (a release), a Struct ``Series`` of them, or an iterable of tuples in
+the columns' order.
+
 Every function reads the data once, in Polars, with no Python loop over rows, users or items, and never
 modifies its inputs. To evaluate many releases against one data set, summarise it once with
 :meth:`Truth.of` and pass the :class:`Truth` as ``data``: the data is then not read again.
@@ -24,14 +29,15 @@ modifies its inputs. To evaluate many releases against one data set, summarise i
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import polars as pl
 
-from opendp_wgm._validation import _check_choice, _check_columns, _check_int
+from opendp_wgm._spaces import _item_column, _null_items, _release_keys
+from opendp_wgm._validation import _check_choice, _check_int, _check_item, _check_key_columns
 
 __all__ = [
     "Truth",
@@ -72,7 +78,8 @@ class Truth:
         :math:`N`, the number of distinct users.
     user, item : str
         The column names; a metric given a ``Truth`` must be called with these (the defaults match
-        ``Truth.of``'s).
+        ``Truth.of``'s). A composite key's ``item`` is the tuple of its columns; ``pairs`` and ``counts`` then
+        hold one Struct column of them, named :attr:`column`.
     """
 
     pairs: pl.DataFrame
@@ -80,10 +87,18 @@ class Truth:
     total_mass: int
     n_users: int
     user: str
-    item: str
+    item: str | tuple[str, ...]
+
+    @property
+    def column(self) -> str:
+        """The item column of ``pairs`` and ``counts``: ``item``, or a composite key's Struct (its columns
+        joined by commas)."""
+        return _item_column(self.item)
 
     @classmethod
-    def of(cls, data: pl.DataFrame | pl.LazyFrame, *, user: str = "user", item: str = "item") -> Truth:
+    def of(
+        cls, data: pl.DataFrame | pl.LazyFrame, *, user: str = "user", item: str | Sequence[str] = "item"
+    ) -> Truth:
         """Validate ``data`` and summarise it (one collect).
 
         Raises
@@ -100,7 +115,8 @@ class Truth:
         >>> truth.total_mass, truth.n_users, missing_mass(truth, ["a"])
         (3, 2, 0.3333333333333333)
         """
-        user, item = _check_columns(user, item)
+        user, item = _check_key_columns(user, item)
+        keys, column = ((item,) if isinstance(item, str) else item), _item_column(item)
         if isinstance(data, pl.DataFrame):
             lf = data.lazy()
         elif isinstance(data, pl.LazyFrame):
@@ -109,44 +125,49 @@ class Truth:
             msg = f"`data` must be a polars DataFrame or LazyFrame (found {type(data).__name__})"
             raise TypeError(msg)
         columns = lf.collect_schema().names()
-        for column in (user, item):
-            if column not in columns:
-                msg = f"column {column!r} not found in data (columns: {columns})"
+        for name in (user, *keys):
+            if name not in columns:
+                msg = f"column {name!r} not found in data (columns: {columns})"
                 raise ValueError(msg)
         # Nulls and emptiness survive `unique`, so one pass over the distinct pairs validates everything.
-        pairs = lf.select(user, item).unique().collect()
+        pairs = lf.select(user, *keys).unique().collect()
         if pairs.height == 0:
             msg = "data is empty: metrics need at least one (user, item) row"
             raise ValueError(msg)
-        for column in (user, item):
-            if pairs.get_column(column).null_count() > 0:
-                msg = f"column {column!r} contains null values: every row must name a user and an item"
+        for name in (user, *keys):
+            if pairs.get_column(name).null_count() > 0:
+                msg = f"column {name!r} contains null values: every row must name a user and an item"
                 raise ValueError(msg)
-        counts = pairs.group_by(item).agg(pl.len().alias(_COUNT))
+        pairs = pairs.select(user, _release_keys(pairs, keys))
+        counts = pairs.group_by(column).agg(pl.len().alias(_COUNT))
         n_users = pairs.get_column(user).n_unique()
         return cls(pairs=pairs, counts=counts, total_mass=pairs.height, n_users=n_users, user=user, item=item)
 
 
-def _summarise(data: Any, user: str, item: str) -> Truth:
+def _summarise(data: Any, user: str, item: str | Sequence[str]) -> Truth:
     """``data``'s :class:`Truth`: itself if it is one (with matching column names), else computed."""
     if not isinstance(data, Truth):
         return Truth.of(data, user=user, item=item)
-    for name, given, own in (("user", user, data.user), ("item", item, data.item)):
+    for name, given, own in (("user", user, data.user), ("item", _check_item(item), data.item)):
         if given != own:
             msg = f"`{name}` must be the Truth's {name} column {own!r} (found {given!r})"
             raise ValueError(msg)
     return data
 
 
-def _released_series(released: Any, item: str) -> pl.Series:
-    """Normalise ``released`` to a Polars Series, in output order, duplicates kept, no nulls."""
+def _released_series(released: Any, item: str | Sequence[str]) -> pl.Series:
+    """Normalise ``released`` to a Polars Series, in output order, duplicates kept, no nulls (a composite key's:
+    a Struct Series of its columns, named like the :class:`Truth`'s column)."""
+    item = _check_item(item)
+    keys = (item,) if isinstance(item, str) else item
     if isinstance(released, pl.LazyFrame):
         released = released.collect()
     if isinstance(released, pl.DataFrame):
-        if item not in released.columns:
-            msg = f"column {item!r} not found in `released` (columns: {released.columns})"
-            raise ValueError(msg)
-        series = released.get_column(item)
+        for name in keys:
+            if name not in released.columns:
+                msg = f"column {name!r} not found in `released` (columns: {released.columns})"
+                raise ValueError(msg)
+        series = _release_keys(released, keys)
     elif isinstance(released, pl.Series):
         series = released
     elif isinstance(released, (str, bytes)):
@@ -154,12 +175,15 @@ def _released_series(released: Any, item: str) -> pl.Series:
             f"`released` must be a collection of items, not a single {type(released).__name__} ({released!r})"
         )
         raise TypeError(msg)
-    elif isinstance(released, np.ndarray):
+    elif isinstance(released, np.ndarray) and isinstance(item, str):
         series = pl.Series(item, released)
     elif isinstance(released, Iterable):
         values = list(released)
         try:
-            series = pl.Series(item, values)
+            if isinstance(item, tuple):  # tuples, in the key columns' order
+                series = pl.DataFrame(values, schema=list(item), orient="row").to_struct()
+            else:
+                series = pl.Series(item, values)
         except (TypeError, pl.exceptions.PolarsError) as err:
             msg = f"`released` holds items that do not form one column ({err})"
             raise TypeError(msg) from err
@@ -169,10 +193,10 @@ def _released_series(released: Any, item: str) -> pl.Series:
             f" (found {type(released).__name__})"
         )
         raise TypeError(msg)
-    if series.null_count() > 0:
+    if _null_items(series) > 0:
         msg = "`released` contains null items"
         raise ValueError(msg)
-    return series.rename(item)
+    return series.rename(_item_column(item))
 
 
 def _is_text(dtype: pl.DataType) -> bool:
@@ -243,7 +267,7 @@ def _check_at_most_k(released: pl.Series, k: int) -> int:
 # set union
 # --------------------------------------------------------------------------------------------------------
 def captured_mass(
-    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str = "item"
+    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str | Sequence[str] = "item"
 ) -> float:
     r"""Fraction of the total mass held by released items (the paper's plotted set-union utility).
 
@@ -258,7 +282,7 @@ def captured_mass(
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
 
     Returns
     -------
@@ -282,13 +306,13 @@ def captured_mass(
     0.6
     """
     summary = _summarise(data, user, item)
-    marked = _mark_released(summary, _released_series(released, item), item)
+    marked = _mark_released(summary, _released_series(released, item), summary.column)
     captured = marked.filter("in_s").get_column(_COUNT).sum()
     return captured / summary.total_mass
 
 
 def missing_mass(
-    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str = "item"
+    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str | Sequence[str] = "item"
 ) -> float:
     r"""The ℓ1 missing mass: fraction of the total mass held by items that were *not* released.
 
@@ -307,7 +331,7 @@ def missing_mass(
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
         Items not in the data count 0; duplicates count once.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
 
     Returns
     -------
@@ -331,7 +355,7 @@ def missing_mass(
     0.4
     """
     summary = _summarise(data, user, item)
-    marked = _mark_released(summary, _released_series(released, item), item)
+    marked = _mark_released(summary, _released_series(released, item), summary.column)
     missed = marked.filter(~pl.col("in_s")).get_column(_COUNT).sum()
     return missed / summary.total_mass
 
@@ -341,7 +365,7 @@ def linf_missing_mass(
     released: Any,
     *,
     user: str = "user",
-    item: str = "item",
+    item: str | Sequence[str] = "item",
     normalize: bool = False,
 ) -> float:
     r"""The ℓ∞ missing mass: the largest user count among items that were not released.
@@ -361,7 +385,7 @@ def linf_missing_mass(
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
     normalize
         Divide by the number of distinct users :math:`N`.
 
@@ -385,12 +409,12 @@ def linf_missing_mass(
     0.3333333333333333
     """
     summary = _summarise(data, user, item)
-    marked = _mark_released(summary, _released_series(released, item), item)
+    marked = _mark_released(summary, _released_series(released, item), summary.column)
     worst = float(marked.filter(~pl.col("in_s")).select(pl.col(_COUNT).max().fill_null(0)).item())
     return worst / summary.n_users if normalize else worst
 
 
-def cardinality(released: Any, *, item: str = "item") -> int:
+def cardinality(released: Any, *, item: str | Sequence[str] = "item") -> int:
     r"""Number of distinct released items, :math:`|S|`.
 
     .. math::
@@ -425,7 +449,7 @@ def top_k_missing_mass(
     k: int,
     *,
     user: str = "user",
-    item: str = "item",
+    item: str | Sequence[str] = "item",
 ) -> float:
     r"""Mass of the true top-k items that a released set of at most k items fails to capture.
 
@@ -445,7 +469,7 @@ def top_k_missing_mass(
     k
         Integer >= 1.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
 
     Returns
     -------
@@ -469,7 +493,7 @@ def top_k_missing_mass(
     _check_at_most_k(series, k)
     summary = _summarise(data, user, item)
     best = summary.counts.get_column(_COUNT).top_k(k).sum()
-    marked = _mark_released(summary, series, item)
+    marked = _mark_released(summary, series, summary.column)
     captured = marked.filter("in_s").get_column(_COUNT).sum()
     return (best - captured) / summary.total_mass
 
@@ -480,7 +504,7 @@ def top_k_l1_loss(
     k: int,
     *,
     user: str = "user",
-    item: str = "item",
+    item: str | Sequence[str] = "item",
     order: Literal["sorted", "output"] = "sorted",
 ) -> float:
     r"""ℓ1 distance between the true top-k counts and the counts of the released items (raw, not normalised).
@@ -507,7 +531,7 @@ def top_k_l1_loss(
     k
         Integer >= 1. If it exceeds the number of distinct items, the true counts are padded with zeros.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
     order : {'sorted', 'output'}
         How released items are matched to ranks (see above).
 
@@ -539,7 +563,7 @@ def top_k_l1_loss(
     top = summary.counts.get_column(_COUNT).top_k(k).sort(descending=True).to_numpy()
     best[: top.size] = top
     got = np.zeros(k, dtype=np.int64)
-    found = _released_counts(summary, series, item)
+    found = _released_counts(summary, series, summary.column)
     if order == "sorted":
         found = found.sort(descending=True)
     got[: found.len()] = found.to_numpy()
@@ -549,11 +573,14 @@ def top_k_l1_loss(
 # --------------------------------------------------------------------------------------------------------
 # hitting set
 # --------------------------------------------------------------------------------------------------------
-def _missed_and_total(data: Any, released: Any, user: str, item: str, n_users: int | None) -> tuple[int, int]:
+def _missed_and_total(
+    data: Any, released: Any, user: str, item: str | Sequence[str], n_users: int | None
+) -> tuple[int, int]:
     summary = _summarise(data, user, item)
     series = _released_series(released, item).unique()
-    aligned, common = _aligned(series, summary.pairs.schema[item])
-    key = pl.col(item) if common is None else pl.col(item).cast(common)
+    column = summary.column
+    aligned, common = _aligned(series, summary.pairs.schema[column])
+    key = pl.col(column) if common is None else pl.col(column).cast(common)
     hit = summary.pairs.filter(key.is_in(aligned.implode())).get_column(user).n_unique()
     total = summary.n_users
     if n_users is not None:
@@ -570,7 +597,7 @@ def missed_users(
     released: Any,
     *,
     user: str = "user",
-    item: str = "item",
+    item: str | Sequence[str] = "item",
     n_users: int | None = None,
 ) -> int:
     r"""Number of users holding none of the released items (the k-hitting-set loss).
@@ -586,7 +613,7 @@ def missed_users(
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
     n_users
         The number of users :math:`N`, when it exceeds the number of distinct users in ``data``. A user
         enters the table only through a row naming an item (rows with a null item are rejected), so users
@@ -620,7 +647,7 @@ def coverage(
     released: Any,
     *,
     user: str = "user",
-    item: str = "item",
+    item: str | Sequence[str] = "item",
     n_users: int | None = None,
 ) -> float:
     r"""Fraction of users holding at least one released item.
@@ -636,7 +663,7 @@ def coverage(
     released
         The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
     user, item
-        Names of the user-id and item columns.
+        Names of the user-id and item columns (``item``: a list of columns for a composite key).
     n_users
         Total number of users :math:`N`, as in :func:`missed_users`.
 

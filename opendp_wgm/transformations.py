@@ -67,7 +67,7 @@ def make_bound_user_items(
     input_metric: dp.Metric,
     *,
     max_contributions: int,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Transformation:
     r"""Keep a uniform random subset of at most Δ0 distinct items per user.
 
@@ -79,7 +79,8 @@ def make_bound_user_items(
     max_contributions
         Δ0 ≥ 1, the most distinct items a user keeps.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``).
 
     Returns
     -------
@@ -100,7 +101,7 @@ def make_bound_user_items(
     _assert_features()
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
     space = _resolve_space(input_domain, input_metric, item)
-    descriptor = UserItemsDescriptor(space.user, space.item, max_contributions)
+    descriptor = UserItemsDescriptor(space.user, space.composite or space.item, max_contributions)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> BoundedUserItems:
         # the seed is drawn per call; the rows are computed when read (by the histogram, or .lazy()/.collect())
@@ -119,11 +120,15 @@ def make_bound_user_items(
 
 @dataclass(frozen=True)
 class WeightedHistogramDescriptor:
-    """A frame of per-item weight sums: columns ``item`` and ``weight`` (Float64, on the lattice 2^-k Z)."""
+    """A frame of per-item weight sums: columns ``item`` and ``weight`` (Float64, on the lattice 2^-k Z).
+
+    With a composite key (``composite``: its key columns), ``item`` is the Struct of the key columns (named by
+    the keys joined by commas), which :func:`opendp_wgm.make_noisy_threshold` unnests in its release."""
 
     item: str
     max_contributions: int
     lattice_bits: int = LATTICE_BITS
+    composite: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,7 +189,8 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
             raise ValueError(msg)
         if frame.max_contributions <= max_contributions:
             return frame.lists
-        lf, seeds = frame.lazy(), fresh_seeds()  # bounded to a larger Δ0: bound again, on its (prepared) rows
+        # bounded to a larger Δ0: bound again, on its prepared rows (a composite key still as one Struct)
+        lf, seeds = frame.lists().explode(space.item), fresh_seeds()
     else:
         lf, seeds = _prepare_frame(frame, space), fresh_seeds()  # type: ignore[arg-type]
 
@@ -215,7 +221,8 @@ def make_weighted_histogram(
     opendp.mod.Transformation
         Maps a bounded input (a :class:`~opendp_wgm.domains.BoundedUserItems`, or any frame with the two
         columns) to a ``pl.LazyFrame`` with the item column and ``weight`` (Float64, exact multiples of
-        :math:`2^{-20}`), one row per item some user keeps. The output metric is :func:`user_distance` (Δ0):
+        :math:`2^{-20}`), one row per item some user keeps (a composite key as one Struct column, named by its
+        key columns joined by commas). The output metric is :func:`user_distance` (Δ0):
         a distance in users, ``d_out = d_in``.
 
     Notes
@@ -247,7 +254,7 @@ def make_weighted_histogram(
     output_domain = dp.user_domain(
         f"WeightedHistogramDomain(item={space.item!r}, max_contributions={max_contributions})",
         lambda frame: isinstance(frame, (pl.DataFrame, pl.LazyFrame)),
-        descriptor=WeightedHistogramDescriptor(space.item, max_contributions),
+        descriptor=WeightedHistogramDescriptor(space.item, max_contributions, composite=space.composite),
     )
 
     def function(frame: object) -> pl.LazyFrame:
@@ -269,8 +276,8 @@ def make_candidate_counts(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    candidates: Sequence[Any] | pl.Series | NDArray[Any],
-    item: str | None = None,
+    candidates: Sequence[Any] | pl.Series | pl.DataFrame | NDArray[Any],
+    item: str | Sequence[str] | None = None,
 ) -> dp.Transformation:
     r"""Count the distinct users holding each item of a public candidate list.
 
@@ -282,9 +289,11 @@ def make_candidate_counts(
     candidates
         The public candidate items (distinct, no nulls), e.g. the items released by a WGM. They are cast to
         the item column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else when the
-        transformation runs); a cast that changes a candidate or merges two raises an error.
+        transformation runs); a cast that changes a candidate or merges two raises an error. With a composite
+        key, a ``pl.DataFrame`` with the key columns (one row per candidate), or a Struct Series of them.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key.
 
     Returns
     -------

@@ -183,7 +183,7 @@ ERROR_CASES = {
     "max contributions zero": (["--max-contributions", "0"], "argument --max-contributions: must be an integer >= 1 (found 0)"),
     "epsilon and rho": (["--epsilon", "1", "--rho", "1"], "argument --rho: not allowed with argument --epsilon"),
     "fraction with rho": (["--rho", "1", "--noise-delta-fraction", "0.3"], "--noise-delta-fraction applies only"),
-    "output suffix": (["{csv}", "--user", "uid", "--item", "thing", "-o", "{tmp}/out.json"], "unsupported output type"),
+    "output suffix": (["{csv}", "--user", "uid", "--item", "thing", "-o", "{tmp}/out.xlsx"], "unsupported output type"),
     "seed with path": (["{csv}", "--seed", "1"], "--seed applies only to the demo"),
     "bad separator": (["{csv}", "--separator", ";;"], "--separator must be a single"),
     "passes zero": (["--passes", "0"], "argument --passes: must be an integer >= 1 (found 0)"),
@@ -433,7 +433,7 @@ NEW_ERROR_CASES = {
                                "argument --engine: invalid choice: 'Streaming'"),
     "hitting-set missing column": (["hitting-set", "{csv}", "--k", "2", "--item", "nope", "--user", "uid"],
                                    "column 'nope' not found"),
-    "top-k output suffix": (["top-k", "{csv}", "--k", "2", "--user", "uid", "--item", "thing", "-o", "{tmp}/o.json"],
+    "top-k output suffix": (["top-k", "{csv}", "--k", "2", "--user", "uid", "--item", "thing", "-o", "{tmp}/o.xlsx"],
                             "unsupported output type"),
 }
 

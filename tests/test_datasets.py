@@ -235,3 +235,48 @@ def test_missing_path(name: str, tmp_path: Path) -> None:
 
 def test_public_names() -> None:
     assert set(datasets.__all__) >= {"DATASETS", "load", "synthetic_zipf"} | {f"load_{n}" for n in DATASETS}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# item names instead of integer ids
+# ---------------------------------------------------------------------------------------------------------
+NAMED = {
+    "steam_200k": "The Elder Scrolls V Skyrim",
+    "lastfm_hetrec2011": "Duran Duran",
+    "movielens_100k": "Kolya (1996)",
+    "movielens_latest_small": "Toy Story (1995)",
+    "anime_caserec": "Elfen Lied",
+}
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_item_names_are_one_to_one_with_the_ids(shared_data: Path, name: str) -> None:
+    by_id = load(name, shared_data)
+    named = load(name, shared_data, item_names=True)
+    assert named.schema == pl.Schema({"user": by_id.schema["user"], "item": pl.String})
+    assert named.get_column("user").equals(by_id.get_column("user"))  # same rows, in the same order
+    pairs = pl.DataFrame({"id": by_id.get_column("item"), "name": named.get_column("item")}).unique()
+    assert pairs.height == by_id.get_column("item").n_unique() == named.get_column("item").n_unique()
+    assert NAMED[name] in named.get_column("item").to_list()
+    assert named.get_column("item").null_count() == 0
+
+
+def test_movielens_titles_listed_twice_keep_their_ids(shared_data: Path) -> None:
+    named = load("movielens_100k", shared_data, item_names=True).get_column("item")
+    twice = named.filter(named.str.contains(r" \[#\d+\]$")).unique().to_list()
+    assert "Body Snatchers (1993) [#573]" in twice and "Body Snatchers (1993) [#670]" in twice
+
+
+def test_steam_item_names_keep_the_user_ids(shared_data: Path) -> None:
+    named = load_steam_200k(shared_data / "steam_200k", item_names=True)
+    assert named.row(0) == (load_steam_200k(shared_data / "steam_200k").row(0)[0], "The Elder Scrolls V Skyrim")
+
+
+def test_item_names_of_a_small_copy(tmp_path: Path) -> None:
+    """Two ids share a name (each gets its id appended), one id has no name (it keeps its number as text)."""
+    folder = tmp_path / "lastfm_hetrec2011"
+    folder.mkdir()
+    (folder / "user_artists.dat").write_text("userID\tartistID\tweight\n1\t10\t5\n1\t11\t3\n2\t12\t1\n2\t13\t1\n")
+    (folder / "artists.dat").write_text("id\tname\turl\tpictureURL\n10\tAbba\tu\tp\n11\tTwin\tu\tp\n12\tTwin\tu\tp\n")
+    named = load("lastfm_hetrec2011", tmp_path, item_names=True)
+    assert named.rows() == [(1, "Abba"), (1, "Twin [#11]"), (2, "Twin [#12]"), (2, "13")]

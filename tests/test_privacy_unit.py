@@ -158,6 +158,53 @@ def test_categorical_kept_subset_does_not_depend_on_other_users(path: str, monke
     assert kept(other) == kept(alone)
 
 
+def composite_categorical_frame(users: dict[str, list[tuple[str, str]]]) -> pl.DataFrame:
+    """:func:`categorical_frame` with a composite key: (country, query), both Categorical, own categories."""
+    dtype = pl.Categorical(pl.Categories.random())
+    rows = [(user, *pair) for user, pairs in users.items() for pair in pairs]
+    return pl.DataFrame(rows, schema={"user": dtype, "country": dtype, "query": dtype}, orient="row")
+
+
+@pytest.mark.parametrize("path", ["bound", "policy"])
+def test_composite_categorical_kept_subset_does_not_depend_on_other_users(path: str, monkeypatch) -> None:
+    """The bounding hash reads a composite key's Struct by value: its Categorical fields as strings."""
+    monkeypatch.setattr(secrets, "randbits", lambda bits: 0x5EED)  # one fixed seed for every run
+    mine = [(f"c{i % 3}", f"q{i}") for i in range(12)]
+    alone = composite_categorical_frame({"u0": mine})
+    other = composite_categorical_frame({"u1": [(f"n{i}", f"m{i}") for i in range(6)], "u0": mine})
+    space = wgm.user_items_space("user", ["country", "query"])
+
+    def kept(frame: pl.DataFrame) -> set[tuple[str, str]]:
+        if path == "bound":
+            rows = wgm.make_bound_user_items(*space, max_contributions=3)(frame).collect()
+            rows = rows.filter(pl.col("user") == "u0").select(pl.col("country", "query").cast(pl.String))
+            return set(rows.iter_rows())
+        data = bl._csr(frame, _resolve_space(*space), max_contributions=3, key_order=False, priority_order=False)
+        offsets = zip(data.offsets[:-1], data.offsets[1:], strict=True)
+        decoded = [data.decode(data.codes[a:b]).struct.unnest().select(pl.all().cast(pl.String)) for a, b in offsets]
+        (subset,) = [set(rows.iter_rows()) for rows in decoded if set(rows.iter_rows()) <= set(mine)]
+        return subset
+
+    assert len(kept(alone)) == 3
+    assert kept(other) == kept(alone)
+
+
+def test_composite_key_bounds_a_user_across_all_key_columns() -> None:
+    """User 0 holds six (country, query) pairs over three countries and three queries: Δ0 = 2 keeps two pairs
+    in all (not two per country or per query), and its weights have ℓ2 ≤ 1 together."""
+    pairs = [("fr", "a"), ("fr", "b"), ("de", "a"), ("de", "c"), ("us", "b"), ("us", "c")]
+    frame = pl.DataFrame({"user": [0] * 6 + [1], "country": [c for c, _ in pairs] + ["fr"], "query": [q for _, q in pairs] + ["a"]})
+    space = wgm.user_items_space("user", ["country", "query"])
+    bound = wgm.make_bound_user_items(*space, max_contributions=2)
+    rows = bound(frame).collect()
+    assert rows.filter(pl.col("user") == 0).height == 2 and rows.filter(pl.col("user") == 1).height == 1
+    assert set(rows.filter(pl.col("user") == 0).select("country", "query").iter_rows()) <= set(pairs)
+    histogram = wgm.make_weighted_histogram(bound.output_domain, bound.output_metric)
+    weights = (bound >> histogram)(frame.filter(pl.col("user") == 0)).collect()["weight"].to_list()
+    assert len(weights) == 2 and math.fsum(w * w for w in weights) <= 1.0
+    assert (bound >> histogram).map(1) == 1
+
+
 # ---------------------------------------------------------------------------------------------------------
 # 1.3 the weighted histogram enforces the bound it is promised
 # ---------------------------------------------------------------------------------------------------------

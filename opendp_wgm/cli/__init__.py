@@ -6,6 +6,8 @@ r"""The ``opendp-wgm`` command: differentially private domain discovery from the
     opendp-wgm discover                      # built-in synthetic Zipf demo
     opendp-wgm top-k data.csv --k 10         # WGM, then peeling (or --mechanism limited-domain)
     opendp-wgm hitting-set data.csv --k 10   # WGM, then user peeling
+    opendp-wgm discover --uri sqlite:///events.db --query "select user, item from events" -o -   # CSV on stdout
+    opendp-wgm discover --dry-run --plot curve.png   # σ, T and the release curve; no data read
 
 The command owns its process, so it enables OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features
 once its arguments are parsed (the library itself only asserts them). Each command is one module of this
@@ -77,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _silence(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null, so that the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture): nothing to flush
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``opendp-wgm`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
 
@@ -99,3 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=stderr)
         return 130
+    except BrokenPipeError:  # stdout piped into a reader that stopped early (`... -o - | head`): not an error
+        _silence(stdout)
+        return 141  # 128 + SIGPIPE, as a shell reports it

@@ -29,6 +29,10 @@ _SHOW_ROWS = 10
 _DEFAULT_SPLIT = 0.5
 #: Limited-domain top-k's default k̄, in multiples of k.
 _K_BAR_PER_K = 5
+#: ``--output -``: the release goes to stdout.
+_STDOUT = "-"
+#: ``--format``: how the release is written (gzip by the output's ``.gz`` suffix).
+_OUTPUT_FORMATS = ("csv", "tsv", "parquet", "json", "ndjson")
 
 
 def _positive_int(text: str) -> int:
@@ -39,6 +43,16 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1 (found {value})")
     return value
+
+
+def _item_columns(text: str) -> str | tuple[str, ...]:
+    """``--item``: one column, or ``COL,COL,...``, the columns of a composite key (distinct, non-empty)."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"must be COL or COL,COL,... with non-empty names (found {text!r})")
+    if len(set(names)) < len(names):
+        raise argparse.ArgumentTypeError(f"must name distinct columns (found {text!r})")
+    return names[0] if len(names) == 1 else names
 
 
 def _real_in(maximum: float) -> Callable[[str], float]:
@@ -94,11 +108,31 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         nargs="?",
         type=Path,
-        help="input table, one row per (user, item): CSV (.csv, .tsv, .csv.gz, .tsv.gz) or Parquet "
-        "(.parquet, .pq), read lazily. Without PATH: a synthetic Zipf demo.",
+        help="input table, one row per (user, item): CSV (.csv, .tsv, .csv.gz, .tsv.gz), NDJSON (.ndjson, "
+        ".jsonl, .ndjson.gz, .jsonl.gz) or Parquet (.parquet, .pq), read lazily (.gz decompressed in memory). "
+        "Without PATH or --uri: a synthetic Zipf demo.",
+    )
+    group.add_argument(
+        "--uri",
+        metavar="URI",
+        help="read from a SQL database instead of PATH, with --query: e.g. sqlite:///events.db or "
+        "postgresql://user:password@host:5432/db (Polars' read_database_uri with ConnectorX: "
+        "pip install 'opendp-wgm[sql]'); the result is read into memory",
+    )
+    group.add_argument(
+        "--query",
+        metavar="SQL",
+        help='with --uri: the query whose rows are (user, item), e.g. "select user, item from events"',
     )
     group.add_argument("--user", default="user", metavar="COL", help="user-id column (default: %(default)s)")
-    group.add_argument("--item", default="item", metavar="COL", help="item column (default: %(default)s)")
+    group.add_argument(
+        "--item",
+        default="item",
+        type=_item_columns,
+        metavar="COL[,COL...]",
+        help="item column, or comma-separated columns of a composite key, e.g. country,query: the items are their "
+        "distinct tuples, and the output has those columns (default: %(default)s)",
+    )
     group.add_argument(
         "--separator",
         metavar="SEP",
@@ -112,7 +146,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "The user and item columns of a CSV are read as String by default, so that ids such as 007 and 7 "
         "stay distinct; e.g. --schema user=Int64 to read user ids as integers.",
     )
-    demo = parser.add_argument_group("demo (no PATH only)")
+    demo = parser.add_argument_group("demo (without PATH or --uri)")
     demo.add_argument(
         "--demo-users",
         type=_positive_int,
@@ -197,11 +231,31 @@ def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None
         "-o",
         type=Path,
         metavar="FILE",
-        help=f"write the release ({columns}) to FILE: .csv, .tsv, .parquet or .pq, never an input file; "
-        "written to a temporary file beside it and renamed, so FILE is complete or untouched. "
-        f"Without it the first {_SHOW_ROWS} released rows are printed to stdout.",
+        help=f"write the release ({columns}) to FILE: .csv, .tsv, .json (one array), .ndjson/.jsonl, "
+        ".parquet or .pq, text formats optionally gzip'd (.csv.gz, ...); never an input file; written to a "
+        "temporary file beside it and renamed, so FILE is complete or untouched. '-': all of it as CSV to "
+        f"stdout (the summary stays on stderr). Without --output the first {_SHOW_ROWS} released rows are "
+        "printed to stdout as a table.",
+    )
+    group.add_argument(
+        "--format",
+        choices=_OUTPUT_FORMATS,
+        help="the format of --output, whatever its suffix (default: by the suffix; CSV for -)",
     )
     group.add_argument("--force", action="store_true", help="overwrite FILE if it exists (default: refuse)")
+    group.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="calibrate and print σ, T and the release curve (the probability that an item held by c users is "
+        "released, and the c at which it reaches 50%% and 95%%), then stop: no data is read, nothing released",
+    )
+    group.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="with --dry-run: also draw the release curve to this PNG file (needs matplotlib; an existing file "
+        "only with --force)",
+    )
 
 
 def _add_k_argument(parser: argparse._ActionsContainer, help: str) -> None:

@@ -1,11 +1,14 @@
-"""Reading the input (CSV/TSV/Parquet scans, ``--schema``, checks before the release) and writing the output
-safely (never onto an input, ``--force``, writable before the release, temporary file then rename), and the
-Ctrl-C handler that exits with status 130."""
+"""Reading the input (CSV/TSV, NDJSON and Parquet scans, ``--schema``, SQL databases through ``--uri`` and
+``--query``, checks before the release) and writing the output safely (never onto an input, ``--force``,
+writable before the release, temporary file then rename; or to stdout), and the Ctrl-C handler that exits with
+status 130."""
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -13,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import polars as pl
 
@@ -20,13 +24,23 @@ from opendp_wgm.cli._args import (
     _DEFAULT_DEMO_USERS,
     _DEMO_EXPONENT,
     _DEMO_ITEMS_PER_USER,
+    _OUTPUT_FORMATS,
+    _STDOUT,
 )
 from opendp_wgm.cli._errors import PROG, CLIError, _library_errors, _one_line
 
-#: Input suffixes (lower case) and how they are read. ``scan_csv`` also decompresses ``.gz``.
+#: Input suffixes (lower case) and how they are read. ``scan_csv`` and ``scan_ndjson`` also decompress ``.gz``
+#: (in memory: a gzip stream cannot be scanned lazily).
 _CSV_SUFFIXES = {".csv": ",", ".tsv": "\t", ".csv.gz": ",", ".tsv.gz": "\t"}
+_NDJSON_SUFFIXES = (".ndjson", ".jsonl", ".ndjson.gz", ".jsonl.gz")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-_OUTPUT_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq")
+#: Output suffixes and their format; a text format may end in ``.gz`` as well (gzip-compressed).
+_OUTPUT_SUFFIXES = {
+    ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".ndjson": "ndjson",
+    ".jsonl": "ndjson",
+}
+#: The extra that installs the database driver of ``--uri`` (ConnectorX, through ``pl.read_database_uri``).
+_SQL_EXTRA = "pip install 'opendp-wgm[sql]' (or pip install connectorx)"
 
 
 @dataclass(frozen=True)
@@ -54,13 +68,13 @@ def _scan(path: Path, separator: str | None, schema: dict[str, type[pl.DataType]
     if suffix in _CSV_SUFFIXES:
         sep = _CSV_SUFFIXES[suffix] if separator is None else separator
         return pl.scan_csv(path, separator=sep, schema_overrides=schema)
-    if suffix not in _PARQUET_SUFFIXES:
-        known = ", ".join([*_CSV_SUFFIXES, *_PARQUET_SUFFIXES])
+    if suffix not in (*_NDJSON_SUFFIXES, *_PARQUET_SUFFIXES):
+        known = ", ".join([*_CSV_SUFFIXES, *_NDJSON_SUFFIXES, *_PARQUET_SUFFIXES])
         raise CLIError(f"cannot read {str(path)!r}: unsupported file type {suffix or '(no suffix)'!r} (use {known})")
     for option, value in (("--separator", separator), ("--schema", schema)):
         if value:
             raise CLIError(f"{option} applies only to CSV input, not to {path}")
-    return pl.scan_parquet(path)
+    return pl.scan_ndjson(path) if suffix in _NDJSON_SUFFIXES else pl.scan_parquet(path)
 
 
 def _check_separator(separator: str | None) -> str | None:
@@ -72,59 +86,135 @@ def _check_separator(separator: str | None) -> str | None:
     return separator
 
 
+def _redacted(uri: str) -> str:
+    """``uri`` without its password (``postgresql://me:secret@host/db`` → ``postgresql://me:***@host/db``)."""
+    return re.sub(r"^([^:/]+://[^:/@]*):[^@]*@", r"\1:***@", uri)
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of an ``sqlite://`` URI (``sqlite:///abs/path.db``, ``sqlite://relative.db``)."""
+    scheme, sep, rest = uri.partition("://")
+    return Path(rest.split("?", 1)[0]) if sep and scheme.lower() == "sqlite" and rest else None
+
+
+def _input_files(args: argparse.Namespace) -> list[Path]:
+    """The files the command reads (PATH, or the SQLite database of --uri): --output must be none of them."""
+    if args.path is not None:
+        return [args.path]
+    file = None if args.uri is None else _sqlite_file(args.uri)
+    return [] if file is None else [file]
+
+
+def _read_database(uri: str, query: str) -> pl.LazyFrame:
+    """The rows of ``query`` on the database at ``uri``, with ``pl.read_database_uri`` (ConnectorX).
+
+    The result is read into memory (a database cursor is not a lazy scan); the query should select the user
+    and item columns only. An ``sqlite://`` file must exist (ConnectorX would create an empty one).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("connectorx") is None:
+        raise CLIError(f"--uri needs the ConnectorX database driver, which is not installed: {_SQL_EXTRA}")
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not scheme or not rest:
+        raise CLIError(f"--uri must be a database URI such as sqlite:///path/to.db (found {_redacted(uri)!r})")
+    file = _sqlite_file(uri)
+    if file is not None and not file.is_file():
+        raise CLIError(f"--uri {_redacted(uri)!r}: SQLite database file {str(file)!r} not found")
+    try:
+        return pl.read_database_uri(query, uri).lazy()
+    except Exception as err:  # ConnectorX raises RuntimeError/ValueError/panics with the database's message
+        message = _one_line(err).replace(uri, _redacted(uri))  # a driver may quote the URI, password included
+        raise CLIError(f"cannot read --query from {_redacted(uri)!r}: {message}") from err
+
+
+def _check_frame(
+    lf: pl.LazyFrame,
+    label: str,
+    user: str,
+    item: str | tuple[str, ...],
+    schema: dict[str, type[pl.DataType]] | None,
+) -> tuple[pl.LazyFrame, int, int]:
+    """Check the columns of ``lf`` and their dtypes, and count its rows (and rows with a null user or item).
+
+    A composite key's columns (``item``, a tuple) are each checked as an item column is; a null in any of them
+    drops the row.
+    """
+    keys = (item,) if isinstance(item, str) else item
+    if user in keys:
+        raise CLIError(f"--user and --item must name different columns (both are {user!r})")
+    try:
+        columns = lf.collect_schema()
+    except pl.exceptions.NoDataError:
+        raise CLIError(f"{label} has no rows") from None
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise CLIError(f"cannot read {label!r}: {_one_line(err)}") from err
+    missing = [c for c in (user, *keys) if c not in columns]
+    if missing:
+        names = ("column " if len(missing) == 1 else "columns ") + " and ".join(repr(c) for c in missing)
+        raise CLIError(f"{names} not found in {label}; its columns are {columns.names()} (choose with --user/--item)")
+    unknown = [c for c in schema or {} if c not in columns]
+    if unknown:
+        raise CLIError(f"--schema names column(s) {unknown} not in {label}; its columns are {columns.names()}")
+    for option, column in (("--user", user), *(("--item", key) for key in keys)):
+        if columns[column] == pl.Null:
+            raise CLIError(f"{option} column {column!r} of {label} must have values (found dtype Null: all null)")
+    try:
+        null_row = pl.any_horizontal(pl.col(user, *keys).is_null())
+        counts = lf.select(rows=pl.len(), null_rows=null_row.sum()).collect()
+    except (pl.exceptions.PolarsError, OSError) as err:
+        hint = " (check --schema)" if schema else ""
+        raise CLIError(f"cannot read {label!r}: {_one_line(err)}{hint}") from err
+    rows, null_rows = int(counts["rows"][0]), int(counts["null_rows"][0])
+    if rows == 0:
+        raise CLIError(f"{label} has no rows")
+    if null_rows == rows:
+        raise CLIError(f"{label} has no row with both a user and an item (all {rows:,} rows have a null)")
+    return lf.select(user, *keys), rows, null_rows
+
+
 def _open_checked(
-    path: Path, separator: str | None, user: str, item: str, schema: dict[str, type[pl.DataType]] | None
+    path: Path,
+    separator: str | None,
+    user: str,
+    item: str | tuple[str, ...],
+    schema: dict[str, type[pl.DataType]] | None,
 ) -> tuple[pl.LazyFrame, int, int]:
     """Scan ``path``, check its columns and their dtypes, and count its rows (and rows with a null user or item).
 
     A CSV's user and item columns are read as String unless ``schema`` says otherwise: guessing their types
     would merge ids such as ``007`` and ``7`` (two items into one; two users into one "user" holding several
     people's rows under one person's bound). The count parses both columns in full, so a value
-    that does not fit a ``schema`` dtype fails here, before any measurement is invoked.
+    that does not fit a ``schema`` dtype fails here, before any measurement is invoked. A composite key's
+    columns (``item``, a tuple) are each read and checked as an item column is; a null in any of them drops
+    the row.
     """
-    if user == item:
-        raise CLIError(f"--user and --item must name different columns (both are {user!r})")
+    keys = (item,) if isinstance(item, str) else item
     overrides = dict(schema or {})
     if _suffix(path) in _CSV_SUFFIXES:
-        overrides = {user: pl.String, item: pl.String} | overrides
-    lf = _scan(path, separator, overrides)
-    try:
-        columns = lf.collect_schema()
-    except pl.exceptions.NoDataError:
-        raise CLIError(f"{path} has no rows") from None
-    except (pl.exceptions.PolarsError, OSError) as err:
-        raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}") from err
-    missing = [c for c in (user, item) if c not in columns]
-    if missing:
-        names = ("column " if len(missing) == 1 else "columns ") + " and ".join(repr(c) for c in missing)
-        raise CLIError(f"{names} not found in {path}; its columns are {columns.names()} (choose with --user/--item)")
-    unknown = [c for c in schema or {} if c not in columns]
-    if unknown:
-        raise CLIError(f"--schema names column(s) {unknown} not in {path}; its columns are {columns.names()}")
-    for option, column in (("--user", user), ("--item", item)):
-        if columns[column] == pl.Null:
-            raise CLIError(f"{option} column {column!r} of {path} must have values (found dtype Null: all null)")
-    try:
-        counts = lf.select(rows=pl.len(), null_rows=(pl.col(user).is_null() | pl.col(item).is_null()).sum()).collect()
-    except (pl.exceptions.PolarsError, OSError) as err:
-        hint = " (check --schema)" if schema else ""
-        raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}{hint}") from err
-    rows, null_rows = int(counts["rows"][0]), int(counts["null_rows"][0])
-    if rows == 0:
-        raise CLIError(f"{path} has no rows")
-    if null_rows == rows:
-        raise CLIError(f"{path} has no row with both a user and an item (all {rows:,} rows have a null)")
-    return lf.select(user, item), rows, null_rows
+        overrides = dict.fromkeys((user, *keys), pl.String) | overrides
+    return _check_frame(_scan(path, separator, overrides), str(path), user, item, schema)
 
 
 def _read_input(args: argparse.Namespace) -> _Input:
-    """Open PATH lazily (or draw the demo), check its columns, their dtypes and its rows (not a release)."""
+    """Open PATH lazily, or run --query on --uri (or draw the demo), check its columns, their dtypes and its
+    rows (not a release)."""
     user, item = args.user, args.item
+    if user == item:
+        raise CLIError(f"--user and --item must name different columns (both are {user!r})")
+    if args.uri is not None:
+        if args.schema is not None or args.separator is not None:
+            raise CLIError("--schema and --separator apply only to CSV input, not to --uri (the database has types)")
+        label = f"--query on {_redacted(args.uri)}"
+        lf, rows, null_rows = _check_frame(_read_database(args.uri, args.query), label, user, item, None)
+        return _Input(lf, label, rows, null_rows, demo=False)
     if args.path is None:
         from opendp_wgm.datasets import synthetic_zipf
 
         if args.schema is not None:
             raise CLIError("--schema applies only to CSV input, not to the demo")
+        if not isinstance(item, str):
+            raise CLIError(f"--item must name one column for the demo (found {','.join(item)!r})")
         n_users = _DEFAULT_DEMO_USERS if args.demo_users is None else args.demo_users
         with _library_errors():
             frame = synthetic_zipf(
@@ -134,35 +224,112 @@ def _read_input(args: argparse.Namespace) -> _Input:
         return _Input(frame, label, frame.height, 0, demo=True)
 
     path: Path = args.path
-    for option in ("demo_users", "seed"):
-        if getattr(args, option) is not None:
-            raise CLIError(f"--{option.replace('_', '-')} applies only to the demo (without PATH)")
     if not path.exists():
         raise CLIError(f"input file not found: {str(path)!r}")
     if path.is_dir():
-        raise CLIError(f"input {str(path)!r} is a directory, expected a CSV or Parquet file")
+        raise CLIError(f"input {str(path)!r} is a directory, expected a CSV, NDJSON or Parquet file")
     lf, rows, null_rows = _open_checked(path, _check_separator(args.separator), user, item, args.schema)
     return _Input(lf, str(path), rows, null_rows, demo=False)
 
 
+def _check_source(args: argparse.Namespace) -> None:
+    """The data options agree (before any work): PATH or --uri with --query, demo options only for the demo."""
+    if args.uri is not None and args.path is not None:
+        raise CLIError("give PATH or --uri, not both")
+    if (args.uri is None) != (args.query is None):
+        raise CLIError("--uri and --query go together: --uri names the database, --query selects the rows")
+    if args.uri is not None or args.path is not None:
+        for option in ("demo_users", "seed"):
+            if getattr(args, option) is not None:
+                raise CLIError(f"--{option.replace('_', '-')} applies only to the demo (without PATH or --uri)")
+
+
+def _output_format(path: Path | None, format_: str | None) -> tuple[str, bool]:
+    """The format of the release and whether it is gzip-compressed: ``--format``, else the suffix of ``path``
+    (a trailing ``.gz`` compresses a text format); stdout (``path`` None) is CSV unless ``--format`` says."""
+    if path is None:
+        if format_ == "parquet":
+            raise CLIError("--output - writes text: --format parquet needs a file")
+        return format_ or "csv", False
+    suffixes = [s.lower() for s in path.suffixes]
+    compressed = bool(suffixes) and suffixes[-1] == ".gz"
+    suffix = suffixes[-2] if compressed and len(suffixes) >= 2 else (suffixes[-1] if suffixes else "")
+    found = _OUTPUT_SUFFIXES.get(suffix)
+    if format_ is None and found is None:
+        known = ", ".join([*_OUTPUT_SUFFIXES, ".csv.gz", ".tsv.gz", ".json.gz", ".ndjson.gz"])
+        raise CLIError(
+            f"cannot write {str(path)!r}: unsupported output type {_suffix(path) or '(no suffix)'!r} "
+            f"(use {known}, or --format {{{','.join(_OUTPUT_FORMATS)}}})"
+        )
+    chosen = format_ or found
+    assert chosen is not None
+    if compressed and chosen == "parquet":
+        raise CLIError(f"cannot write {str(path)!r}: Parquet is compressed inside; drop the .gz")
+    return chosen, compressed
+
+
+def _serialise(released: pl.DataFrame, format_: str, file: Path | None = None) -> str | None:
+    """Write ``released`` in ``format_`` to ``file``, or return it as text when ``file`` is None."""
+    if format_ == "parquet":
+        assert file is not None  # refused for stdout by _output_format
+        released.write_parquet(file)
+        return None
+    if format_ in ("csv", "tsv"):
+        return released.write_csv(file, separator="\t" if format_ == "tsv" else ",")
+    if format_ == "json":
+        if file is None:
+            return released.write_json()
+        released.write_json(file)
+        return None
+    return released.write_ndjson(file)
+
+
 @dataclass(frozen=True)
 class _Output:
-    """Where the release goes: ``path``, through ``temp``, a file created beside it before the release.
+    """Where the release goes: ``path``, through ``temp``, a file created beside it before the release; or
+    stdout (``path`` and ``temp`` None).
 
     Creating ``temp`` early proves that the directory is writable before any budget is spent; the release is
     written to ``temp`` and renamed onto ``path`` (atomic on one file system), so ``path`` is either complete
     or untouched, and :meth:`discard` removes ``temp`` on any failure.
     """
 
-    path: Path
-    temp: Path
+    path: Path | None
+    temp: Path | None
+    format: str
+    compressed: bool
 
-    def commit(self, released: pl.DataFrame) -> None:
+    @property
+    def name(self) -> str:
+        return "stdout" if self.path is None else str(self.path)
+
+    def check_schema(self, schema: pl.Schema) -> None:
+        """Refuse, before the release, a CSV/TSV output of nested columns (which CSV cannot hold)."""
+        nested = [name for name, dtype in schema.items() if dtype.is_nested()]
+        if nested and self.format in ("csv", "tsv"):
+            raise CLIError(
+                f"cannot write column(s) {nested} ({schema[nested[0]]}) to {self.name} as {self.format.upper()}: "
+                "use --format json or ndjson, or a .parquet file"
+            )
+
+    def commit(self, released: pl.DataFrame, stdout: TextIO) -> None:
+        if self.path is None or self.temp is None:
+            try:
+                text = _serialise(released, self.format)
+            except pl.exceptions.PolarsError as err:
+                raise CLIError(f"cannot write the release to stdout: {_one_line(err)}") from err
+            assert text is not None
+            stdout.write(text if text.endswith("\n") or not text else text + "\n")
+            stdout.flush()
+            return
         try:
-            if _suffix(self.path) in _PARQUET_SUFFIXES:
-                released.write_parquet(self.temp)
+            if self.compressed:
+                text = _serialise(released, self.format)
+                assert text is not None
+                with gzip.open(self.temp, "wb") as handle:
+                    handle.write(text.encode())
             else:
-                released.write_csv(self.temp, separator="\t" if _suffix(self.path) == ".tsv" else ",")
+                _serialise(released, self.format, self.temp)
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(self.temp, 0o666 & ~umask)  # the mode of a plain new file, not the temporary's 0600
@@ -171,7 +338,8 @@ class _Output:
             raise CLIError(f"cannot write {str(self.path)!r}: {_one_line(err)}") from err
 
     def discard(self) -> None:
-        self.temp.unlink(missing_ok=True)
+        if self.temp is not None:
+            self.temp.unlink(missing_ok=True)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -184,20 +352,23 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _prepare_output(path: Path | None, inputs: Sequence[Path], *, force: bool) -> _Output | None:
+def _prepare_output(
+    path: Path | None, inputs: Sequence[Path], *, force: bool, format_: str | None = None
+) -> _Output | None:
     """Check, before any work, that the release can be written to ``path`` without losing data.
 
-    Refuses an input file (even with ``--force``), an existing file without ``--force``, a directory, an
-    unknown suffix, and a missing or unwritable directory; then creates the temporary file beside ``path``.
+    ``path`` ``-`` is stdout (CSV unless ``format_``). Otherwise refuses an input file (even with ``--force``),
+    an existing file without ``--force``, a directory, an unknown suffix (unless ``format_``), and a missing
+    or unwritable directory; then creates the temporary file beside ``path``.
     """
     if path is None:
+        if format_ is not None:
+            raise CLIError("--format applies to --output (a file, or - for stdout)")
         return None
+    if str(path) == _STDOUT:
+        return _Output(None, None, *_output_format(None, format_))
     path = path.expanduser()
-    if _suffix(path) not in _OUTPUT_SUFFIXES:
-        raise CLIError(
-            f"cannot write {str(path)!r}: unsupported output type {path.suffix or '(no suffix)'!r} "
-            f"(use {', '.join(_OUTPUT_SUFFIXES)})"
-        )
+    format_, compressed = _output_format(path, format_)
     for source in inputs:
         if _same_file(path, source):
             msg = f"--output {str(path)!r} is the input file: choose another path (the input is never overwritten)"
@@ -213,7 +384,7 @@ def _prepare_output(path: Path | None, inputs: Sequence[Path], *, force: bool) -
         if not os.access(parent, os.W_OK | os.X_OK):
             raise PermissionError(f"directory {str(parent)!r} is not writable")
         with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as temp:
-            return _Output(path, Path(temp.name))
+            return _Output(path, Path(temp.name), format_, compressed)
     except OSError as err:
         raise CLIError(f"cannot write {str(path)!r}: {_one_line(err)}") from err
 

@@ -14,7 +14,7 @@ import polars as pl
 
 from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
 from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
-from opendp_wgm.cli._io import _exit_on_interrupt, _prepare_output, _read_input
+from opendp_wgm.cli._io import _check_source, _exit_on_interrupt, _input_files, _prepare_output, _read_input
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -90,6 +90,9 @@ class _Plan:
     mechanism: str
     measurement: dp.Measurement
     calibration: list[str]
+    #: The thresholded (stage of the) mechanism whose release curve ``--dry-run`` prints, and what it releases.
+    curve: WGMCalibration | DPSIPSCalibration | None = None
+    released: str = "released"
 
 
 #: Summary lines evaluating a demo release against its raw data: ``(data, released) -> lines``.
@@ -116,8 +119,13 @@ def _release_and_report(
     """
     import opendp.prelude as dp
 
-    output = _prepare_output(args.output, [] if args.path is None else [args.path], force=args.force)
-    demo = args.path is None
+    _check_source(args)
+    if args.dry_run:
+        return _dry_run(args, stdout=stdout, budget=budget, plan=plan)
+    if args.plot is not None:
+        raise CLIError("--plot applies only with --dry-run")
+    output = _prepare_output(args.output, _input_files(args), force=args.force, format_=args.format)
+    demo = args.path is None and args.uri is None
     names = ["calibrating", "reading", "releasing"]
     names += ["writing"] if output is not None else []
     names += ["evaluating"] if demo else []
@@ -128,6 +136,8 @@ def _release_and_report(
                 planned = plan()
             with stages.stage("reading"):
                 data = _read_input(args)
+                if output is not None:
+                    output.check_schema(data.frame.collect_schema())
             with stages.stage("releasing"):
                 try:
                     released = planned.measurement(data.frame)
@@ -136,7 +146,7 @@ def _release_and_report(
                 spent = planned.measurement.map(1)
             if output is not None:
                 with stages.stage("writing"):
-                    output.commit(released)
+                    output.commit(released, stdout)
         evaluation: list[str] = []
         if demo:  # evaluation against the raw data: for the demo only, never a release
             with stages.stage("evaluating"):
@@ -157,6 +167,7 @@ def _release_and_report(
         f"{PROG} {args.command}: {planned.mechanism} released {released.height:,} items",
         f"  budget spent  {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "
         f"requested {_requested(budget)}, δ = {budget.delta:g}]",
+        *_epsilon_equivalent(planned.measurement, spent, budget),
         *planned.calibration,
         f"  input         {data.label}: {data.rows:,} rows (not private)",
     ]
@@ -164,10 +175,65 @@ def _release_and_report(
         lines.append(f"                {data.null_rows:,} rows with a null user or item were dropped")
     lines += evaluation
     if args.output is not None:
-        lines.append(f"  output        {args.output}")
+        lines.append(f"  output        {'stdout' if output is not None and output.path is None else args.output}")
     timing = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in stages.times.items())
     lines.append(f"  run time      {stages.total:.2f} s ({timing})")
     print("\n".join(lines), file=stderr)
+    return 0
+
+
+def _epsilon_equivalent(measurement: dp.Measurement, spent: tuple[float, float], budget: _Budget) -> list[str]:
+    """Under ``--rho``: the (ε, δ)-DP the release also satisfies, with OpenDP's conversion of approximate zCDP
+    (``make_zCDP_to_approxDP``, then ``make_fix_delta``) at δ = the release's own δ plus ``--delta`` for the
+    conversion (under ``--rho`` all of ``--delta`` pays the threshold, so the conversion needs its own)."""
+    import opendp.prelude as dp
+
+    if budget.rho is None:
+        return []
+    total = spent[1] + budget.delta
+    try:
+        epsilon, delta = dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(measurement), total).map(1)
+    except dp.OpenDPException as err:  # the release is done: report, never fail, on a conversion OpenDP refuses
+        return [f"  ε equivalent  not available ({_last_line(err)})"]
+    return [
+        f"  ε equivalent  ε = {epsilon:.6g} at δ = {delta:.6g} (the release's δ + --delta {budget.delta:g} for "
+        "OpenDP's zCDP → (ε, δ) conversion)"
+    ]
+
+
+def _dry_run(
+    args: argparse.Namespace, *, stdout: TextIO, budget: _Budget, plan: Callable[[], _Plan]
+) -> int:
+    """Calibrate and print σ, T, the budget and the release curve (and ``--plot`` it); read nothing, release
+    nothing."""
+    from opendp_wgm.cli._curve import _curve_lines, _plot_curve
+    from opendp_wgm.privacy.budget import describe_measure
+
+    for option in ("output", "format"):
+        if getattr(args, option) is not None:
+            raise CLIError(f"--{option} does not apply with --dry-run (nothing is released)")
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        raise CLIError(f"--plot writes a PNG file: its name must end in .png (found {str(args.plot)!r})")
+    if args.plot is not None and args.plot.exists() and not args.force:
+        raise CLIError(f"--plot {str(args.plot)!r} already exists (add --force to overwrite it)")
+    with _library_errors():
+        planned = plan()
+    if planned.curve is None:
+        raise CLIError(f"--dry-run prints the release curve of a thresholded mechanism: {planned.mechanism} has none")
+    spent = planned.measurement.map(1)
+    measure, first = describe_measure(planned.measurement.output_measure)
+    lines = [
+        f"{PROG} {args.command} --dry-run: {planned.mechanism} calibrated; no data read, nothing released",
+        f"  budget        {first} = {spent[0]:.6g}, δ = {spent[1]:.6g} per user  [{measure}; "
+        f"requested {_requested(budget)}, δ = {budget.delta:g}]",
+        *_epsilon_equivalent(planned.measurement, spent, budget),
+        *planned.calibration,
+        *_curve_lines(planned.curve, planned.released),
+    ]
+    if args.plot is not None:
+        _plot_curve(planned.curve, args.plot, planned.released)
+        lines.append(f"  plot          {args.plot}")
+    print("\n".join(lines), file=stdout)
     return 0
 
 

@@ -52,6 +52,9 @@ examples:
   opendp-wgm discover words.csv.gz --rho 0.1 --delta 1e-6 --max-contributions 50
   opendp-wgm discover events.parquet --passes 8 -o released.parquet    # input larger than memory
   opendp-wgm discover ratings.parquet --user u --item x --mechanism dp-sips --rounds 3 --ratio 0.3
+  opendp-wgm discover events.ndjson.gz -o - > released.csv            # CSV on stdout, summary on stderr
+  opendp-wgm discover --uri sqlite:///events.db --query "select user, item from events" -o released.json
+  opendp-wgm discover --dry-run --epsilon 0.5 --plot curve.png        # σ, T and the release curve only
 """
 
 
@@ -117,7 +120,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             **dp_sips_arguments(calibration, noise=noise, **execution.kwargs()),
         )
         lines = _sips_lines(calibration, noise=noise, label="calibration")
-        return _Plan(f"DP-SIPS ({calibration.rounds} rounds)", measurement, [*lines, execution.line()])
+        name = f"DP-SIPS ({calibration.rounds} rounds)"
+        return _Plan(name, measurement, [*lines, execution.line()], curve=calibration)
 
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":
@@ -127,7 +131,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             *user_items_space(args.user, args.item), **wgm_arguments(calibration, noise=noise, **execution.kwargs())
         )
         line = _wgm_line(calibration.scale, calibration.threshold, calibration.max_contributions, noise)
-        return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()])
+        return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()], curve=calibration)
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         distinct = data.get_column(args.item).n_unique()

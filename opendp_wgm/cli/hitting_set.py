@@ -121,7 +121,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             losses=(cal.wgm_loss, cal.peel_loss),
         )
         name = "WGM-then-peeling" if cal.sips is None else "DP-SIPS-then-peeling"
-        return _Plan(name, measurement, [*lines, execution.line()])
+        return _Plan(
+            name, measurement, [*lines, execution.line()], curve=cal.stage_1, released="a stage-1 candidate"
+        )
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         columns = {"user": args.user, "item": args.item}

@@ -160,8 +160,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
                 output_measure=measure,
                 epsilon=first.epsilon,
             )
-        stage_2 = make_peeling_top_k(
-            *space,
+        stage_2 = make_peeling_top_k(  # for its map only, which depends on k alone (not on the key columns)
+            *user_items_space(),
             candidates=list(range(cal.k)),
             k=cal.k,
             scale=cal.peel_scale,
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             losses=(stage_1.map(1), stage_2.map(1)),
         )
         name = "DP-SIPS-then-top-k" if isinstance(first, DPSIPSCalibration) else "WGM-then-top-k"
-        return _Plan(name, measurement, [*lines, execution.line()])
+        return _Plan(name, measurement, [*lines, execution.line()], curve=first, released="a stage-1 candidate")
 
     def plan_limited_domain() -> _Plan:
         k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar

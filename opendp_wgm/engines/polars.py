@@ -9,7 +9,8 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   :math:`\lfloor 2^{20}/\sqrt t\rfloor`, in one plan or over disjoint user buckets (``passes``);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
-- :func:`candidate_counts`: distinct-user counts of a public candidate list (stage 2 of top-k).
+- :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
+  list and its distinct-user counts (stage 2 of top-k and of user peeling).
 
 The names are public within the engines package (the Spark engine implements the same steps); they are not part
 of the package's top-level API.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -30,12 +32,17 @@ from opendp_wgm._validation import _Engine
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
 
+if TYPE_CHECKING:
+    from polars._typing import PolarsDataType
+
 __all__ = [
     "WEIGHT_LAT",
     "bound_plan",
     "bounded_lists_plan",
     "candidate_counts",
+    "candidate_pairs",
     "cast_candidates",
+    "collect_once",
     "fresh_seeds",
     "lattice_histogram",
     "lattice_histogram_plan",
@@ -54,6 +61,24 @@ ListsOf = Callable[[pl.Expr | None], pl.LazyFrame]
 def fresh_seeds() -> tuple[int, ...]:
     """A fresh secret 256-bit hash seed (four 64-bit words), drawn per release."""
     return tuple(secrets.randbits(64) for _ in range(4))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the prepared frame, read by several steps
+
+
+def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> pl.LazyFrame:
+    """A prepared frame that several steps of one release read (two stages, DP-SIPS rounds), collected once
+    when its histograms run in one in-memory pass, as it was.
+
+    The collected frame is the same rows as the plan (a deterministic function of the input), so every step
+    computes what it computed on the plan, without scanning, parsing and preparing the input again. With
+    ``passes > 1`` or the streaming engine the plan is returned unchanged: those bound the memory of inputs
+    larger than memory, and each step re-scans the input instead (``docs/engines.md``).
+    """
+    if passes == 1 and engine != "streaming":
+        return lf.collect().lazy()
+    return lf
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -207,9 +232,27 @@ def cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
 
     A lossy cast would let two candidates name one item (floats 1.2 and 1.7 on an Int64 column both become 1,
     and that item would be released at two ranks) or compare a candidate with an item it is not ("07" and 7).
-    Text and numbers never match each other. Raises before any data is read or any noise drawn.
+    Text and numbers never match each other. A composite key's candidates (Struct) are cast field by field,
+    by name. Raises before any data is read or any noise drawn.
     """
+    cast = _cast_exactly(candidates, dtype)
+    if cast.is_duplicated().any():
+        examples = candidates.filter(cast.is_duplicated()).head(4).to_list()
+        msg = f"`candidates` must stay distinct in the item column's type {dtype} (found {examples})"
+        raise ValueError(msg)
+    return cast
+
+
+def _cast_exactly(candidates: pl.Series, dtype: PolarsDataType) -> pl.Series:
+    """:func:`cast_candidates` without the distinctness check (a Struct's fields need not be distinct)."""
     source = candidates.dtype
+    if isinstance(dtype, pl.Struct) and isinstance(source, pl.Struct):
+        names, given = [f.name for f in dtype.fields], [f.name for f in source.fields]
+        if sorted(names) != sorted(given):
+            msg = f"`candidates` must have the key columns {names} (found {given})"
+            raise TypeError(msg)
+        fields = candidates.struct.unnest()
+        return pl.DataFrame([_cast_exactly(fields[f.name], f.dtype) for f in dtype.fields]).to_struct(candidates.name)
     text_source, text_target = isinstance(source, _TEXT_DTYPES), isinstance(dtype, _TEXT_DTYPES)
     if source != pl.Null and candidates.len() and (text_source != text_target):
         msg = f"`candidates` must have the item column's type {dtype} (found {source})"
@@ -225,11 +268,66 @@ def cast_candidates(candidates: pl.Series, dtype: pl.DataType) -> pl.Series:
         examples = candidates.filter(changed).head(3).to_list()
         msg = f"`candidates` must be exactly representable in the item column's type {dtype} (found {examples})"
         raise ValueError(msg)
-    if cast.is_duplicated().any():
-        examples = candidates.filter(cast.is_duplicated()).head(4).to_list()
-        msg = f"`candidates` must stay distinct in the item column's type {dtype} (found {examples})"
-        raise ValueError(msg)
     return cast
+
+
+#: Columns of :func:`candidate_pairs`' plan (private names: they never reach a release).
+_POSITION, _USER_CODE, _PAIR = "__opendp_wgm_position__", "__opendp_wgm_user__", "__opendp_wgm_pair__"
+
+
+def _dense_user_code(user: str, dtype: pl.DataType) -> pl.Expr | None:
+    """The user key as dense ``UInt32`` codes (one per distinct value, exactly), or ``None`` for other dtypes.
+
+    Text goes through a fresh, call-local category map (no global string cache grows), integers through a dense
+    rank. The codes only name users inside one count: they depend on the other rows, so they never reach a
+    hash, a bound or a release. Other dtypes (floats, structs, ...) keep the group-by on the value itself.
+    """
+    if dtype == pl.String:
+        return pl.col(user).cast(pl.Categorical(pl.Categories.random())).to_physical()
+    if dtype.is_integer():
+        return pl.col(user).rank("dense")
+    return None
+
+
+def candidate_pairs(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool = False
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The distinct (user, candidate) pairs of a prepared frame: a user code and a candidate position per pair.
+
+    ``items`` are the candidates, already in the data's item dtype (:func:`cast_candidates`); rows of other
+    items are dropped first (the filter reaches a file scan). Users are coded densely. Both stage-2 counts read
+    these pairs: distinct-user counts (:func:`candidate_counts`) and the coverage state of user peeling.
+
+    With ``contiguous`` each user's pairs are adjacent (the CSR of :mod:`opendp_wgm.measurements._user_items`
+    needs it): one group-by on the user key's value gives that directly. Without it, a string or integer user
+    key is coded once and the pairs deduplicated as one ``UInt64`` column (on imdb_50k's 3,000 most frequent
+    items: 1.1 s against 3.9 s for a per-candidate ``n_unique`` at a load of ~10; within noise at a load of 20,
+    ``docs/engines.md``); any other key takes the group-by.
+    """
+    user, item = space.user, space.item
+    schema = lf.collect_schema()
+    # the filter reaches a file scan; then one lookup in the candidates (a join after the filter measured 2x
+    # slower on 7e6 string rows)
+    position = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
+    rows = lf.filter(pl.col(item).is_in(items.implode())).with_columns(
+        pl.col(item).replace_strict(items, position).alias(_POSITION)
+    )
+    code = None if contiguous else _dense_user_code(user, schema[user])
+    if code is None:
+        # one hash pass over the users: dedup per user and dense user codes, each user's pairs contiguous
+        coded = (
+            rows.group_by(user)
+            .agg(pl.col(_POSITION).unique())
+            .with_row_index(_USER_CODE)
+            .explode(_POSITION)
+            .select(_USER_CODE, _POSITION)
+            .collect()
+        )
+        users, positions = coded.get_column(_USER_CODE), coded.get_column(_POSITION)
+        return users.to_numpy().astype(np.int64), positions.to_numpy().astype(np.int64)
+    pair = (code.cast(pl.UInt64) * 2**32 + pl.col(_POSITION).cast(pl.UInt64)).alias(_PAIR)
+    keys_of = rows.select(pair).unique().collect().get_column(_PAIR).to_numpy()
+    return (keys_of >> np.uint64(32)).astype(np.int64), (keys_of & np.uint64(2**32 - 1)).astype(np.int64)
 
 
 def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:
@@ -237,13 +335,7 @@ def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> 
     absent items)."""
     if candidates.len() == 0:
         return np.zeros(0, dtype=np.int64)
-    item_dtype = lf.collect_schema()[space.item]
     # cast the public list to the data's dtype (never the data to the list's), exactly
-    keys = pl.LazyFrame({space.item: cast_candidates(candidates, item_dtype)}).with_row_index("_position")
-    wanted = pl.col(space.item).is_in(keys.collect()[space.item].implode())
-    # filter first (pushed into a file scan), then distinct users per item: n_unique per group holds a hash set
-    # per candidate, where a frame-wide unique() of the (user, item) rows took 4x the memory (3e7 rows: 5.6 GiB
-    # against 1.4 GiB) and 3x the time
-    counts = lf.filter(wanted).group_by(space.item).agg(pl.col(space.user).n_unique().alias("len"))
-    joined = keys.join(counts, on=space.item, how="left").sort("_position")
-    return joined.select(pl.col("len").fill_null(0).cast(pl.Int64)).collect().to_series().to_numpy()
+    items = cast_candidates(candidates, lf.collect_schema()[space.item])
+    _, positions = candidate_pairs(lf, space, items)
+    return np.bincount(positions, minlength=items.len()).astype(np.int64)

@@ -39,7 +39,7 @@ import polars as pl
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
-from opendp_wgm._validation import _check_columns
+from opendp_wgm._validation import _check_columns, _check_one_item
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
 from opendp_wgm.measurements.dp_sips import ROUND
@@ -51,18 +51,20 @@ from opendp_wgm.measurements.top_k import WGM_TOP_K_SAMPLER as _WGM_TOP_K_SAMPLE
 from opendp_wgm.measurements.top_k import check_method as _check_method
 from opendp_wgm.measurements.top_k import make_peeling_top_k
 from opendp_wgm.measurements.top_k import top_k_of_counts as _top_k_of_counts
-from opendp_wgm.measurements.two_stage import Preparation
+from opendp_wgm.measurements.two_stage import Peeling, Preparation
+from opendp_wgm.measurements.two_stage import make_dp_sips_then_peeling as _make_dp_sips_then_peeling
 from opendp_wgm.measurements.two_stage import make_wgm_then_peeling as _make_wgm_then_peeling
 from opendp_wgm.measurements.two_stage import two_stage_arguments as _two_stage_arguments
 from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
 from opendp_wgm.measurements.wgm import wgm_arguments as _wgm_arguments
 from opendp_wgm.privacy.calibrate import (
+    Stage1Mechanism,
     calibrate_dp_sips,
     calibrate_wgm,
     calibrate_wgm_hitting_set,
     calibrate_wgm_top_k,
 )
-from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
+from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, Accounting
 from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -136,6 +138,7 @@ class SparkUserItemsDescriptor:
     item: str = "item"
 
     def __post_init__(self) -> None:
+        _check_one_item(self.item, "on the Spark engine (composite keys are Polars-only)")
         _check_columns(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
 
 
@@ -650,10 +653,10 @@ def make_dp_sips_from_budget(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# two-stage mechanisms: the combinator of measurements.two_stage, with stage 1 the Spark WGM above and stage 2
-# a Spark peeling whose Polars twin (make_peeling_top_k / make_user_peeling) validates the parameters and owns
-# the map; the candidates' exact statistics are computed by Spark, and the selection runs on the driver with the
-# Polars engine's code.
+# two-stage mechanisms: the combinators of measurements.two_stage, with stage 1 the Spark WGM or DP-SIPS above
+# and stage 2 a Spark peeling whose Polars twin (make_peeling_top_k / make_user_peeling) validates the parameters
+# and owns the map; the candidates' exact statistics are computed by Spark, and the selection runs on the driver
+# with the Polars engine's code.
 
 
 def _candidate_pairs(
@@ -740,17 +743,23 @@ def _spark_peeling(
 def _make_two_stage(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
-    peeling: Callable[..., dp.Measurement],
-    accounting: Any,
+    peeling: Peeling,
+    accounting: Accounting,
     parameters: dict[str, Any],
+    stage_1: Stage1Mechanism = "wgm",
 ) -> dp.Measurement:
-    """WGM-then-peeling on Spark: the combinator of the Polars engine (``measurements.two_stage``) with the Spark
-    WGM as stage 1 (built once) and ``peeling`` as stage 2, on the checked Spark frame (checked once)."""
+    """Stage 1, then peeling, on Spark: the Polars engine's combinator (``measurements.two_stage``:
+    ``make_wgm_then_peeling``, or ``make_dp_sips_then_peeling`` with ``stage_1="dp-sips"``, whose ``parameters``
+    it takes) with the Spark WGM or DP-SIPS as stage 1 (built once) and ``peeling`` as stage 2, on the checked
+    Spark frame (checked once)."""
     _assert_features()
     _pyspark()
     space = _resolve_spark_space(input_domain, input_metric)
     preparation = Preparation(input_domain, input_metric, lambda frame: _check_frame(frame, space), space.item)
-    return _make_wgm_then_peeling(
+    then_peeling, make_stage_1 = (
+        (_make_dp_sips_then_peeling, make_dp_sips) if stage_1 == "dp-sips" else (_make_wgm_then_peeling, make_wgm)
+    )
+    return then_peeling(
         input_domain,
         input_metric,
         **parameters,
@@ -760,9 +769,46 @@ def _make_two_stage(
         engine="auto",
         peeling=peeling,
         accounting=accounting,
-        make_stage_1=make_wgm,
+        make_stage_1=make_stage_1,
         preparation=preparation,
     )
+
+
+def _top_k_peeling(method: Any) -> Peeling:
+    """Top-k's stage 2 on Spark with the checked selection ``method``: the Polars ``make_peeling_top_k`` checks
+    the parameters and owns the map, :func:`_top_k_stage_2` releases."""
+    method = _check_method(method)
+    stage_2 = functools.partial(_top_k_stage_2, method=method)
+    return functools.partial(_spark_peeling(make_peeling_top_k, stage_2), method=method)
+
+
+#: The hitting set's stage 2 on Spark: the Polars ``make_user_peeling`` checks and owns the map.
+_HITTING_SET_PEELING = _spark_peeling(make_user_peeling, _hitting_set_stage_2)
+
+
+def _make_dp_sips_two_stage(
+    input_domain: dp.Domain, input_metric: dp.Metric, peeling: Peeling, accounting: Accounting, **parameters: Any
+) -> dp.Measurement:
+    """DP-SIPS, then ``peeling``, on Spark from the explicit parameters of the Polars ``make_dp_sips_then_peeling``
+    (``k``, ``max_contributions``, ``sips_scales``, ``sips_thresholds``, ``peel_scale``; ``output_measure``,
+    ``sips_epsilon``, ``peel_delta`` default to None), which checks them and owns the map."""
+    _assert_features()
+    parameters = {"output_measure": None, "sips_epsilon": None, "peel_delta": None, **parameters}
+    return _make_two_stage(input_domain, input_metric, peeling, accounting, parameters, "dp-sips")
+
+
+def _make_dp_sips_top_k(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, method: str = "auto", **parameters: Any
+) -> dp.Measurement:
+    """DP-SIPS-then-top-k on Spark (:func:`_make_dp_sips_two_stage`'s parameters and ``method``): what
+    ``make_wgm_top_k_from_budget(stage_1="dp-sips")`` builds from its calibration."""
+    return _make_dp_sips_two_stage(input_domain, input_metric, _top_k_peeling(method), TOP_K, **parameters)
+
+
+def _make_dp_sips_hitting_set(input_domain: dp.Domain, input_metric: dp.Metric, **parameters: Any) -> dp.Measurement:
+    """DP-SIPS-then-user-peeling on Spark (:func:`_make_dp_sips_two_stage`'s parameters): what
+    ``make_wgm_hitting_set_from_budget(stage_1="dp-sips")`` builds from its calibration."""
+    return _make_dp_sips_two_stage(input_domain, input_metric, _HITTING_SET_PEELING, USER_PEELING, **parameters)
 
 
 def make_wgm_top_k(
@@ -804,10 +850,7 @@ def make_wgm_top_k(
         peel_delta=peel_delta,
     )
     _assert_features()
-    method = _check_method(method)
-    stage_2 = functools.partial(_top_k_stage_2, method=method)
-    peeling = functools.partial(_spark_peeling(make_peeling_top_k, stage_2), method=method)
-    return _make_two_stage(input_domain, input_metric, peeling, TOP_K, parameters)
+    return _make_two_stage(input_domain, input_metric, _top_k_peeling(method), TOP_K, parameters)
 
 
 def make_wgm_top_k_from_budget(
@@ -821,13 +864,24 @@ def make_wgm_top_k_from_budget(
     rho: float | None = None,
     split: float = 0.5,
     method: str = "auto",
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> dp.Measurement:
-    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.calibrate_wgm_top_k` (as on Polars)."""
+    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.calibrate_wgm_top_k` (as on Polars).
+
+    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default) stage 1 is
+    :func:`make_dp_sips` at the σ_i, T_i that :func:`opendp_wgm.calibrate_wgm_top_k` gives stage 1's share, as
+    in the Polars :func:`opendp_wgm.make_wgm_top_k_from_budget`: the same parameters, checks, release columns and
+    map. Stage 2 reads the candidates every round released.
+    """
     _assert_features()
     calibration = calibrate_wgm_top_k(
-        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split
-    )
-    return make_wgm_top_k(input_domain, input_metric, **_two_stage_arguments(calibration, method=method))
+        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
+        stage_1=stage_1, rounds=rounds, ratio=ratio,
+    )  # fmt: skip
+    make = _make_dp_sips_top_k if calibration.sips is not None else make_wgm_top_k
+    return make(input_domain, input_metric, **_two_stage_arguments(calibration, method=method))
 
 
 def make_wgm_hitting_set(
@@ -868,8 +922,7 @@ def make_wgm_hitting_set(
         peel_delta=peel_delta,
     )
     _assert_features()
-    stage_2 = _spark_peeling(make_user_peeling, _hitting_set_stage_2)
-    return _make_two_stage(input_domain, input_metric, stage_2, USER_PEELING, parameters)
+    return _make_two_stage(input_domain, input_metric, _HITTING_SET_PEELING, USER_PEELING, parameters)
 
 
 def make_wgm_hitting_set_from_budget(
@@ -883,8 +936,17 @@ def make_wgm_hitting_set_from_budget(
     rho: float | None = None,
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
+    stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None,
+    ratio: float | None = None,
 ) -> dp.Measurement:
-    """:func:`make_wgm_hitting_set` calibrated by :func:`opendp_wgm.calibrate_wgm_hitting_set` (as on Polars)."""
+    """:func:`make_wgm_hitting_set` calibrated by :func:`opendp_wgm.calibrate_wgm_hitting_set` (as on Polars).
+
+    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default) stage 1 is
+    :func:`make_dp_sips` at the σ_i, T_i that :func:`opendp_wgm.calibrate_wgm_hitting_set` gives stage 1's
+    share, as in the Polars :func:`opendp_wgm.make_wgm_hitting_set_from_budget`: the same parameters, checks,
+    release columns and map.
+    """
     _assert_features()
     calibration = calibrate_wgm_hitting_set(
         k=k,
@@ -894,8 +956,12 @@ def make_wgm_hitting_set_from_budget(
         rho=rho,
         split=split,
         noise_delta_fraction=noise_delta_fraction,
+        stage_1=stage_1,
+        rounds=rounds,
+        ratio=ratio,
     )
-    return make_wgm_hitting_set(input_domain, input_metric, **_two_stage_arguments(calibration))
+    make = _make_dp_sips_hitting_set if calibration.sips is not None else make_wgm_hitting_set
+    return make(input_domain, input_metric, **_two_stage_arguments(calibration))
 
 
 then_wgm = _to_then(make_wgm)

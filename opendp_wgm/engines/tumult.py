@@ -5,8 +5,10 @@ Core needs ``numpy < 2`` and ``pandas < 2``, see ``docs/engines.md``). Importing
 ``tmlt.core``, which changes process-wide settings of its own (typeguard's collection checks, a pandas alias,
 two warning filters); importing :mod:`opendp_wgm` alone does not.
 
-:class:`WGMMeasurement` (and, for the two-stage mechanisms, :class:`WGMTopKMeasurement` and
-:class:`WGMHittingSetMeasurement`) is a ``tmlt.core.measurements.base.Measurement`` whose
+:class:`WGMMeasurement` (and :class:`DPSIPSMeasurement`; for the two-stage mechanisms
+:class:`WGMTopKMeasurement`, :class:`WGMHittingSetMeasurement` and, with DP-SIPS as stage 1,
+:class:`DPSIPSTopKMeasurement`, :class:`DPSIPSHittingSetMeasurement`) is a
+``tmlt.core.measurements.base.Measurement`` whose
 
 - input domain is a ``SparkDataFrameDomain`` holding a user column and an item column,
 - input metric is ``IfGroupedBy([user], SymmetricDifference())``: the distance counts the users whose rows
@@ -38,11 +40,16 @@ from typing import Any
 from opendp_wgm._validation import (
     _check_column,
     _check_columns,
+    _check_one_item,
     _check_positive,
     _check_probability,
     _check_real,
 )
+from opendp_wgm.measurements.two_stage import two_stage_arguments
 from opendp_wgm.privacy.calibrate import (
+    HittingSetCalibration,
+    Stage1Mechanism,
+    WGMTopKCalibration,
     calibrate_dp_sips,
     calibrate_wgm,
     calibrate_wgm_hitting_set,
@@ -53,7 +60,9 @@ from opendp_wgm.privacy.threshold import check_max_contributions
 
 __all__ = [
     "INSTALL_HINT",
+    "DPSIPSHittingSetMeasurement",
     "DPSIPSMeasurement",
+    "DPSIPSTopKMeasurement",
     "WGMHittingSetMeasurement",
     "WGMMeasurement",
     "WGMTopKMeasurement",
@@ -123,6 +132,7 @@ def _check_output_measure(output_measure: Any) -> Any:
 
 
 def _check_domain(input_domain: Any, user: Any, item: Any) -> None:
+    _check_one_item(item, "on the Tumult engine (composite keys are Polars-only)")
     if not isinstance(input_domain, SparkDataFrameDomain):
         raise TypeError(f"`input_domain` must be a tmlt.core SparkDataFrameDomain (found {input_domain!r})")
     for name, column in (("user", user), ("item", item)):
@@ -146,9 +156,10 @@ def _users(distance: ExactNumber) -> int:
     return users
 
 
-def _epsilon_down(epsilon: Any) -> float:
-    """ε > 0 as a float, rounded down (a smaller ε reports, or calibrates to, a larger δ)."""
-    return _check_positive("epsilon", _to_float("epsilon", epsilon, round_up=False))
+def _epsilon_down(epsilon: Any, name: str = "epsilon") -> float:
+    """ε > 0 (the parameter ``name``) as a float, rounded down (a smaller ε reports, or calibrates to, a larger
+    δ)."""
+    return _check_positive(name, _to_float(name, epsilon, round_up=False))
 
 
 def _delta_down(delta: Any) -> float:
@@ -472,55 +483,146 @@ class WGMHittingSetMeasurement(_SparkTwoStage):
         )  # fmt: skip
 
 
+def _stage_1_parameters(cal: WGMTopKCalibration | HittingSetCalibration) -> dict[str, Any]:
+    """Stage 1's and the peeling's explicit parameters from an (ε, δ) two-stage calibration: ``k``,
+    ``max_contributions``, ``peel_scale``, ``peel_delta``, and ``wgm_scale``, ``wgm_threshold``, ``wgm_epsilon``
+    (a WGM stage 1) or ``sips_scales``, ``sips_thresholds``, ``sips_epsilon`` (DP-SIPS): those of the Polars
+    constructor's (``two_stage_arguments``), less its output measure (always ``ApproxDP()`` here)."""
+    arguments = two_stage_arguments(cal)
+    del arguments["output_measure"]
+    return arguments
+
+
 def create_wgm_top_k_measurement(
     input_domain: Any, user: str, item: str, *, k: int, epsilon: Any, delta: Any, max_contributions: int,
-    split: float = 0.5, method: str = "auto",
-) -> WGMTopKMeasurement:  # fmt: skip
-    """A :class:`WGMTopKMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_top_k`.
+    split: float = 0.5, method: str = "auto", stage_1: Stage1Mechanism = "wgm", rounds: int | None = None,
+    ratio: float | None = None,
+) -> WGMTopKMeasurement | DPSIPSTopKMeasurement:  # fmt: skip
+    """A :class:`WGMTopKMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_top_k`; with
+    ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default), a
+    :class:`DPSIPSTopKMeasurement`, as :func:`opendp_wgm.make_wgm_top_k_from_budget` does.
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """
     _require_tmlt()
     cal = calibrate_wgm_top_k(
-        k=k,
-        max_contributions=max_contributions,
-        epsilon=_epsilon_down(epsilon),
-        delta=_delta_down(delta),
-        split=split,
-    )
-    assert cal.wgm is not None  # a WGM stage 1 (the default)
-    assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
-    return WGMTopKMeasurement(
-        input_domain, user, item, k=cal.k, max_contributions=cal.max_contributions, wgm_scale=cal.wgm.scale,
-        wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
-        peel_delta=cal.peel_delta, method=method,
+        k=k, max_contributions=max_contributions, epsilon=_epsilon_down(epsilon), delta=_delta_down(delta),
+        split=split, stage_1=stage_1, rounds=rounds, ratio=ratio,
     )  # fmt: skip
+    measurement = DPSIPSTopKMeasurement if cal.sips is not None else WGMTopKMeasurement
+    return measurement(input_domain, user, item, **_stage_1_parameters(cal), method=method)
 
 
 def create_wgm_hitting_set_measurement(
     input_domain: Any, user: str, item: str, *, k: int, epsilon: Any, delta: Any, max_contributions: int,
-    split: float = 0.5, noise_delta_fraction: float = 0.5,
-) -> WGMHittingSetMeasurement:  # fmt: skip
-    """A :class:`WGMHittingSetMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_hitting_set`.
+    split: float = 0.5, noise_delta_fraction: float = 0.5, stage_1: Stage1Mechanism = "wgm",
+    rounds: int | None = None, ratio: float | None = None,
+) -> WGMHittingSetMeasurement | DPSIPSHittingSetMeasurement:  # fmt: skip
+    """A :class:`WGMHittingSetMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_hitting_set`;
+    with ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default), a
+    :class:`DPSIPSHittingSetMeasurement`, as :func:`opendp_wgm.make_wgm_hitting_set_from_budget` does.
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """
     _require_tmlt()
     cal = calibrate_wgm_hitting_set(
-        k=k,
-        max_contributions=max_contributions,
-        epsilon=_epsilon_down(epsilon),
-        delta=_delta_down(delta),
-        split=split,
-        noise_delta_fraction=noise_delta_fraction,
-    )
-    assert cal.wgm is not None  # a WGM stage 1 (the default)
-    assert cal.wgm.epsilon is not None  # an (ε, δ) calibration reports the WGM's ε
-    return WGMHittingSetMeasurement(
-        input_domain, user, item, k=cal.k, max_contributions=cal.wgm.max_contributions, wgm_scale=cal.wgm.scale,
-        wgm_threshold=cal.wgm.threshold, peel_scale=cal.peel_scale, wgm_epsilon=cal.wgm.epsilon,
-        peel_delta=cal.peel_delta,
+        k=k, max_contributions=max_contributions, epsilon=_epsilon_down(epsilon), delta=_delta_down(delta),
+        split=split, noise_delta_fraction=noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio,
     )  # fmt: skip
+    measurement = DPSIPSHittingSetMeasurement if cal.sips is not None else WGMHittingSetMeasurement
+    return measurement(input_domain, user, item, **_stage_1_parameters(cal))
+
+
+class DPSIPSTopKMeasurement(_SparkTwoStage):
+    r"""Private top-k over an unknown domain with DP-SIPS candidates, then peeling, as a Tumult Core measurement.
+
+    :class:`WGMTopKMeasurement` with DP-SIPS (R rounds at σ_i, T_i, each on the items not yet released) as
+    stage 1: runs the Spark measurement that :func:`opendp_wgm.spark.make_wgm_top_k_from_budget` builds with
+    ``stage_1="dp-sips"`` (its (ε, δ) form) on these parameters, and reports its map: adaptive composition of
+    DP-SIPS's (ε, δ) (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`) and the peeling's
+    (``docs/top_k.md``), at :math:`\lfloor d_{in}\rfloor` users, as exact rationals. Input metric
+    ``IfGroupedBy([user], SymmetricDifference())``, output measure ``ApproxDP()``; the release is a Spark
+    DataFrame of (item, rank). Needs OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features.
+
+    Parameters
+    ----------
+    input_domain, user, item, k, max_contributions, peel_scale, peel_delta, method, output_measure
+        As for :class:`WGMTopKMeasurement`.
+    sips_scales, sips_thresholds
+        σ_i and T_i of each DP-SIPS round (weight units), as ``scales`` and ``thresholds`` of
+        :class:`DPSIPSMeasurement`.
+    sips_epsilon
+        The ε at which DP-SIPS reports its δ (a float or an exact Tumult number > 0, rounded down).
+    """
+
+    def __init__(
+        self,
+        input_domain: Any,
+        user: str,
+        item: str,
+        *,
+        k: int,
+        max_contributions: int,
+        sips_scales: Any,
+        sips_thresholds: Any,
+        peel_scale: float,
+        sips_epsilon: Any,
+        peel_delta: float,
+        method: str = "auto",
+        output_measure: Any = None,
+    ) -> None:
+        from opendp_wgm.engines.spark import _make_dp_sips_top_k
+
+        _require_tmlt()
+        super().__init__(
+            _make_dp_sips_top_k, input_domain, user, item, output_measure,
+            k=k, max_contributions=max_contributions, sips_scales=sips_scales, sips_thresholds=sips_thresholds,
+            peel_scale=peel_scale, sips_epsilon=_epsilon_down(sips_epsilon, "sips_epsilon"), peel_delta=peel_delta,
+            method=method,
+        )  # fmt: skip
+
+
+class DPSIPSHittingSetMeasurement(_SparkTwoStage):
+    r"""Private k-hitting set over an unknown domain with DP-SIPS candidates, then user peeling, for Tumult Core.
+
+    :class:`WGMHittingSetMeasurement` with DP-SIPS as stage 1: runs the Spark measurement that
+    :func:`opendp_wgm.spark.make_wgm_hitting_set_from_budget` builds with ``stage_1="dp-sips"`` (its (ε, δ) form)
+    on these parameters, and reports its map at :math:`\lfloor d_{in}\rfloor` users as exact rationals
+    (``docs/hitting_set.md``). Input metric ``IfGroupedBy([user], SymmetricDifference())``, output measure
+    ``ApproxDP()``; the release is a Spark DataFrame of (item, rank). Needs OpenDP's ``"contrib"`` and
+    ``"honest-but-curious"`` features.
+
+    Parameters
+    ----------
+    input_domain, user, item, k, max_contributions, peel_scale, peel_delta, output_measure
+        As for :class:`WGMHittingSetMeasurement`.
+    sips_scales, sips_thresholds, sips_epsilon
+        As for :class:`DPSIPSTopKMeasurement`.
+    """
+
+    def __init__(
+        self,
+        input_domain: Any,
+        user: str,
+        item: str,
+        *,
+        k: int,
+        max_contributions: int,
+        sips_scales: Any,
+        sips_thresholds: Any,
+        peel_scale: float,
+        sips_epsilon: Any,
+        peel_delta: float,
+        output_measure: Any = None,
+    ) -> None:
+        from opendp_wgm.engines.spark import _make_dp_sips_hitting_set
+
+        _require_tmlt()
+        super().__init__(
+            _make_dp_sips_hitting_set, input_domain, user, item, output_measure,
+            k=k, max_contributions=max_contributions, sips_scales=sips_scales, sips_thresholds=sips_thresholds,
+            peel_scale=peel_scale, sips_epsilon=_epsilon_down(sips_epsilon, "sips_epsilon"), peel_delta=peel_delta,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------

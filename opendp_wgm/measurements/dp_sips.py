@@ -18,9 +18,15 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
-from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, lattice_histogram, release_above_threshold
+from opendp_wgm.engines.polars import (
+    bounded_lists_plan,
+    collect_once,
+    fresh_seeds,
+    lattice_histogram,
+    release_above_threshold,
+)
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
@@ -81,7 +87,7 @@ def make_dp_sips(
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -113,8 +119,9 @@ def make_dp_sips(
 
     Notes
     -----
-    Release: the input is prepared once (user key evaluated, nulls dropped); round i keeps the rows whose item
-    no earlier round released (an anti-join, lazily), bounds every user to Δ0 of those items under a fresh
+    Release: the input is prepared once (user key evaluated, nulls dropped) and, with one pass in memory,
+    collected once, so no round scans or parses the input again; round i keeps the rows whose item
+    no earlier round released (a filter, lazily), bounds every user to Δ0 of those items under a fresh
     seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise of scale σ_i and releases
     the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
 
@@ -168,16 +175,19 @@ def make_dp_sips(
         return release_above_threshold(histogram, item, scale=scale, threshold=threshold, noise=noise)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        prepared = _prepare_frame(frame, space)  # once: every round reads this plan
+        # prepared once (and collected once, in one in-memory pass): every round reads it, without a re-scan
+        prepared = collect_once(_prepare_frame(frame, space), passes=passes, engine=engine)
         rounds: list[pl.DataFrame] = []
         remaining = prepared
         for number, (scale, threshold) in enumerate(zip(scales, thresholds, strict=True), start=1):
             released = one_round(remaining, scale, threshold)
             rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
-            if number < len(scales):  # drop every item released so far (a small frame), lazily
-                done = pl.concat([r.select(item) for r in rounds]).lazy()
-                remaining = prepared.join(done, on=item, how="anti")
-        return pl.concat(rounds).sort(item)
+            if number < len(scales):  # drop every item released so far (a small list), lazily
+                # a filter, not an anti-join: the same rows (the prepared items have no nulls), in their order,
+                # without a hash join of every row (~2x faster on 7e6 string rows)
+                done = pl.concat([r.get_column(item) for r in rounds])
+                remaining = prepared.filter(~pl.col(item).is_in(done.implode()))
+        return _released(pl.concat(rounds).sort(item), space)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         return dp_sips_privacy_loss(
@@ -204,7 +214,7 @@ def make_dp_sips_from_budget(
     ratio: float | None = None,
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:

@@ -35,11 +35,12 @@ from opendp_wgm._spaces import (
     _check_candidates,
     _check_candidates_for,
     _prepare_frame,
+    _released,
     _resolve_space,
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import cast_candidates
+from opendp_wgm.engines.polars import candidate_pairs, cast_candidates
 from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
     make_dp_sips_then_peeling,
@@ -72,9 +73,6 @@ __all__ = [
     "then_wgm_hitting_set",
     "then_wgm_hitting_set_from_budget",
 ]
-
-_CODE = "__opendp_wgm_code__"
-_USER_CODE = "__opendp_wgm_user__"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -126,9 +124,10 @@ def coverage(
 
     Returns the state and the items in code order (a Series of the data's item dtype). Pairs whose item is
     not a candidate are dropped (they can never be picked), then (user, item) duplicates; users are coded
-    densely (group-by order) and each user's pairs are contiguous.
+    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_pairs`). The
+    layout carries nothing: every count the rounds read is a function of the set of pairs.
     """
-    user, item = space.user, space.item
+    item = space.item
     item_dtype = lf.collect_schema()[item]
     if candidates is None:
         items = lf.select(item).unique().sort(item).collect().get_column(item)
@@ -137,21 +136,8 @@ def coverage(
         items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
         return _Coverage(user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
-    keys = pl.LazyFrame({item: items}).with_row_index(_CODE)
-    # one hash pass over the users: dedup per user and dense user codes, each user's pairs contiguous
-    # (a frame-wide `unique()` on (user, code) is ~5x slower on 7e6 string pairs)
-    pairs = (
-        lf.join(keys, on=item, how="inner")
-        .group_by(user)
-        .agg(pl.col(_CODE).unique())
-        .with_row_index(_USER_CODE)
-        .explode(_CODE)
-        .select(_USER_CODE, _CODE)
-        .collect()
-    )
-    user_codes = pairs.get_column(_USER_CODE).to_numpy()
-    item_codes = pairs.get_column(_CODE).to_numpy()
-    return _Coverage(user_item_csr(user_codes, item_codes, items.len(), item_index=True)), items
+    users, codes = candidate_pairs(lf, space, items, contiguous=True)
+    return _Coverage(user_item_csr(users, codes, items.len(), item_index=True)), items
 
 
 def peel(
@@ -204,7 +190,7 @@ def make_user_peeling(
     scale: float,
     output_measure: dp.Measure | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Pick up to ``k`` public candidates that together cover many users (private greedy, user peeling).
 
@@ -236,7 +222,8 @@ def make_user_peeling(
         guarantee is converted to (ε, δ), as the paper's reference code does; 0 gives basic
         composition.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -296,7 +283,7 @@ def make_user_peeling(
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return peel(_prepare_frame(frame, space), space, series, k, scale)
+        return _released(peel(_prepare_frame(frame, space), space, series, k, scale), space)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
@@ -313,7 +300,7 @@ def make_user_peeling_from_budget(
     epsilon: float | None = None,
     rho: float | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""User peeling calibrated to a per-user budget (see :func:`calibrate_user_peeling`).
 
@@ -364,7 +351,7 @@ def make_wgm_hitting_set(
     wgm_epsilon: float | None = None,
     peel_delta: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -396,11 +383,13 @@ def make_wgm_hitting_set(
     noise
         The WGM's sampler, ``"lattice"`` (default) or ``"opendp"``.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
-        Stage 2 is one more pass, which keeps every distinct (user, candidate) pair in memory.
+        At one in-memory pass the prepared input is collected once and stage 2 reads it; otherwise stage 2 is one
+        more pass. It keeps every distinct (user, candidate) pair in memory.
     engine : {'auto', 'in-memory', 'streaming'}
         Polars engine that collects each stage-1 pass (``engine`` of :func:`opendp_wgm.make_wgm`).
 
@@ -467,7 +456,7 @@ def make_wgm_hitting_set_from_budget(
     split: float = 0.5,
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
     stage_1: Stage1Mechanism = "wgm",

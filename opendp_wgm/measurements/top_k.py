@@ -31,6 +31,7 @@ from opendp_wgm._spaces import (
     _check_candidates,
     _check_candidates_for,
     _prepare_frame,
+    _released,
     _resolve_space,
     _Space,
 )
@@ -120,7 +121,7 @@ def make_peeling_top_k(
     output_measure: dp.Measure | None = None,
     delta: float | None = None,
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Private top-k over a public candidate list: exact user counts, then exponential-mechanism peeling.
 
@@ -152,7 +153,8 @@ def make_peeling_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact sampler (:func:`opendp_wgm.samplers.noisy_top_k`); all draw the same distribution.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -194,7 +196,8 @@ def make_peeling_top_k(
 
     # candidate counts (monotone ℓ∞ stability d_in -> d_in) then an exact private top-k of the count vector
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
+        released = _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
+        return _released(released, space)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta_value)
@@ -220,7 +223,7 @@ def make_wgm_top_k(
     peel_delta: float | None = None,
     noise: NoiseMethod = "lattice",
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -253,11 +256,13 @@ def make_wgm_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact selection sampler.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
-        Stage 2 is one more pass, over the candidates' rows only (the filter reaches a file scan).
+        At one in-memory pass the prepared input is collected once and stage 2 reads it; otherwise stage 2 is one
+        more pass, over the candidates' rows only (the filter reaches a file scan).
     engine : {'auto', 'in-memory', 'streaming'}
         Polars engine that collects each stage-1 pass (``engine`` of :func:`opendp_wgm.make_wgm`).
 
@@ -327,7 +332,7 @@ def make_wgm_top_k_from_budget(
     split: float = 0.5,
     noise: NoiseMethod = "lattice",
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
     stage_1: Stage1Mechanism = "wgm",

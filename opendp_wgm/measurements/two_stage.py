@@ -1,14 +1,15 @@
 r"""Two-stage mechanisms: a key release discovers candidates, a known-domain mechanism selects among them.
 
-:func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM today) with
+:func:`make_two_stage` composes, adaptively, any measurement that releases keys (stage 1: the WGM or DP-SIPS) with
 any constructor of a known-domain measurement on the released candidates (stage 2: peeling top-k, user
 peeling). Only stage 2's frame is released. The privacy map is the sum of stage 1's map and stage 2's *charged*
 map, a map that holds for every candidate list (peeling charges ``k`` rounds whatever the number of candidates),
-rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once: both stages read
-the same prepared frame.
+rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once (and collected once at
+one in-memory pass): both stages read the same prepared frame.
 
 :func:`make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
-:func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins).
+:func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins), :func:`make_dp_sips_then_peeling` the same with
+DP-SIPS as stage 1 (``stage_1="dp-sips"`` of the ``_from_budget`` constructors, on every engine).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _resolve_space, _Space
+from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _release_keys, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
+from opendp_wgm.engines.polars import collect_once
 from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
 from opendp_wgm.privacy.budget import MeasureKind, check_two_stage_measure, measure_of
@@ -50,28 +52,39 @@ class Preparation:
     """How a two-stage release prepares its input once for both stages.
 
     ``function`` maps an input to the prepared data, a member of ``domain`` under ``metric`` (stable:
-    ``d_out = d_in`` users), on which both stages are built; ``item`` names the key column of stage 1's release.
+    ``d_out = d_in`` users), on which both stages are built; ``item`` names the key column of stage 1's release
+    (``keys``, when given, its key columns: a composite key's, which become one Struct candidate Series).
     """
 
     domain: dp.Domain
     metric: dp.Metric
     function: Callable[[Any], Any]
     item: str
+    keys: tuple[str, ...] = ()
 
 
-def _polars_preparation(input_domain: dp.Domain, input_metric: dp.Metric, item: str | None) -> Preparation:
+def _polars_preparation(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    item: str | Sequence[str] | None,
+    *,
+    passes: int = 1,
+    engine: Engine = "auto",
+) -> Preparation:
     """A Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated, nulls
     dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item): both
     stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
-    them as a Python object (no copy through OpenDP's FFI)."""
+    them as a Python object (no copy through OpenDP's FFI). With stage 1's ``passes`` and ``engine`` at one
+    in-memory pass it is collected once (:func:`~opendp_wgm.engines.polars.collect_once`): stage 2 reads the
+    frame stage 1 read, not the input again; otherwise it stays a plan that each stage scans."""
     space = _resolve_space(input_domain, input_metric, item)
-    prepared = _Space(space.user, space.item, None, lazyframe_domain=False)
+    prepared = _Space(space.user, space.item, None, lazyframe_domain=False, composite=space.composite)
 
     def function(frame: Any) -> _PreparedFrame:
-        return _PreparedFrame(_prepare_frame(frame, space), prepared)
+        return _PreparedFrame(collect_once(_prepare_frame(frame, space), passes=passes, engine=engine), prepared)
 
-    domain = user_items_domain(UserItemsDescriptor(space.user, space.item))
-    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
+    domain = user_items_domain(UserItemsDescriptor(space.user, space.composite or space.item))
+    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item, space.keys)
 
 
 def _add_losses(first: Any, second: Any, accounting: Accounting) -> Any:
@@ -90,7 +103,7 @@ def make_two_stage(
     stage_2: Stage2,
     stage_2_map: Callable[[int], Any],
     accounting: Accounting,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     preparation: Preparation | None = None,
 ) -> dp.Measurement:
     r"""Stage 1 releases keys; stage 2, built on them, releases the output (adaptive composition).
@@ -111,10 +124,12 @@ def make_two_stage(
     accounting
         How the two maps add and round up (the stage-2 module's :class:`~opendp_wgm.privacy.peeling.Accounting`).
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     preparation
         The input's preparation, run once per release; both stages are built on its space and read its result.
-        Default: a Polars frame's (:func:`_polars_preparation`). An engine passes its own.
+        Default: a Polars frame's, collected once (:func:`_polars_preparation` at one in-memory pass). An engine
+        passes its own.
 
     Returns
     -------
@@ -136,7 +151,7 @@ def make_two_stage(
 
     def function(frame: Any) -> pl.DataFrame:
         data = preparation.function(frame)
-        candidates = first(data).get_column(preparation.item)  # stage 1: the released keys only
+        candidates = _release_keys(first(data), preparation.keys or (preparation.item,))  # stage 1: the keys only
         second = stage_2(domain, metric, candidates)
         if second.output_measure != output_measure:
             msg = f"`stage_2` must measure privacy in {output_measure} (found {second.output_measure})"
@@ -190,7 +205,7 @@ def make_wgm_then_peeling(
     wgm_epsilon: float | None,
     peel_delta: float | None,
     noise: NoiseMethod,
-    item: str | None,
+    item: str | Sequence[str] | None,
     passes: int,
     engine: Engine,
     peeling: Peeling,
@@ -203,8 +218,9 @@ def make_wgm_then_peeling(
 
     The caller asserts the features and checks its own parameters first; this checks the shared ones, in
     signature order and composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``:
-    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; stage 2
-    is one more pass, and keeps only the candidates' rows.
+    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; at one
+    in-memory pass the prepared input is collected once and stage 2 reads it, otherwise stage 2 is one more pass;
+    it keeps only the candidates' rows.
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)
@@ -219,6 +235,8 @@ def make_wgm_then_peeling(
     options: dict[str, Any] = {}  # an engine's WGM has its own execution options
     if make_stage_1 is None:
         make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}
+    if preparation is None:
+        preparation = _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
     stage_1 = functools.partial(
         make_stage_1,
         max_contributions=max_contributions,
@@ -229,8 +247,17 @@ def make_wgm_then_peeling(
         **options,
     )
     return _then_peeling(
-        input_domain, input_metric, stage_1=stage_1, k=k, peel_scale=peel_scale, output_measure=output_measure,
-        kind=kind, peel_delta=peel_delta_value, item=item, peeling=peeling, accounting=accounting,
+        input_domain,
+        input_metric,
+        stage_1=stage_1,
+        k=k,
+        peel_scale=peel_scale,
+        output_measure=output_measure,
+        kind=kind,
+        peel_delta=peel_delta_value,
+        item=item,
+        peeling=peeling,
+        accounting=accounting,
         preparation=preparation,
     )
 
@@ -248,35 +275,50 @@ def make_dp_sips_then_peeling(
     sips_epsilon: float | None,
     peel_delta: float | None,
     noise: NoiseMethod,
-    item: str | None,
+    item: str | Sequence[str] | None,
     passes: int,
     engine: Engine,
     peeling: Peeling,
     accounting: Accounting,
+    make_stage_1: Callable[..., dp.Measurement] | None = None,
+    preparation: Preparation | None = None,
 ) -> dp.Measurement:
     r""":func:`make_wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
     stage 1: its release is the candidate list; the map is DP-SIPS's plus the peeling's charged map (adaptive
     composition, as with the WGM: only stage 1 changes). ``sips_epsilon`` is DP-SIPS's ``epsilon`` under
-    (ε, δ); the DP-SIPS constructor checks its own parameters."""
+    (ε, δ); the DP-SIPS constructor checks its own parameters. ``make_stage_1`` (an engine's DP-SIPS, without
+    the Polars execution options ``noise``, ``passes``, ``engine``) and ``preparation`` as for
+    :func:`make_wgm_then_peeling`."""
     k = _check_int("k", k, minimum=1)
     peel_scale = _check_positive("peel_scale", peel_scale)
     output_measure, kind, sips_epsilon, peel_delta_value = check_two_stage_measure(
         output_measure, sips_epsilon, peel_delta, zero_delta=accounting.zero_delta, stage_1_epsilon="sips_epsilon"
     )
+    options: dict[str, Any] = {}  # an engine's DP-SIPS has its own execution options
+    if make_stage_1 is None:
+        make_stage_1, options = make_dp_sips, {"noise": noise, "passes": passes, "engine": engine}
     stage_1 = functools.partial(
-        make_dp_sips,
+        make_stage_1,
         max_contributions=max_contributions,
         scales=sips_scales,
         thresholds=sips_thresholds,
         output_measure=output_measure,
         epsilon=sips_epsilon,
-        noise=noise,
-        passes=passes,
-        engine=engine,
+        **options,
     )
     return _then_peeling(
-        input_domain, input_metric, stage_1=stage_1, k=k, peel_scale=peel_scale, output_measure=output_measure,
-        kind=kind, peel_delta=peel_delta_value, item=item, peeling=peeling, accounting=accounting,
+        input_domain,
+        input_metric,
+        stage_1=stage_1,
+        k=k,
+        peel_scale=peel_scale,
+        output_measure=output_measure,
+        kind=kind,
+        peel_delta=peel_delta_value,
+        item=item,
+        peeling=peeling,
+        accounting=accounting,
+        preparation=preparation or _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine),
     )
 
 
@@ -290,7 +332,7 @@ def _then_peeling(
     output_measure: dp.Measure,
     kind: MeasureKind,
     peel_delta: float,
-    item: str | None,
+    item: str | Sequence[str] | None,
     peeling: Peeling,
     accounting: Accounting,
     preparation: Preparation | None = None,

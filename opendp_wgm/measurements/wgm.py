@@ -17,7 +17,7 @@ Steps 1–2 are :func:`opendp_wgm.make_bound_user_items` and :func:`opendp_wgm.m
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import opendp.prelude as dp
@@ -137,7 +137,7 @@ def make_noisy_threshold(
     -------
     opendp.mod.Measurement
         Maps a histogram frame (item, ``weight`` on the lattice :math:`2^{-20}\mathbb Z`) to a ``pl.DataFrame``
-        with the item column and ``noisy_weight`` (Float64), sorted by item.
+        with the item column (a composite key's columns) and ``noisy_weight`` (Float64), sorted by item.
 
     Notes
     -----
@@ -175,7 +175,8 @@ floor`. The
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         # x 2^k is exact on the lattice (|sums| < 2^53); collects the histogram's plan once
         lattice = frame.lazy().select(item, (pl.col("weight") * unit).floor().cast(pl.Int64).alias(WEIGHT_LAT))
-        return release_above_threshold(lattice.collect(), item, scale=scale, threshold=threshold, noise=noise)
+        released = release_above_threshold(lattice.collect(), item, scale=scale, threshold=threshold, noise=noise)
+        return released.unnest(item) if histogram.composite else released  # a composite key's columns
 
     return dp.m.make_user_measurement(
         input_domain,
@@ -198,7 +199,7 @@ def make_wgm(
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:
@@ -225,7 +226,9 @@ def make_wgm(
         ``"lattice"`` (default): this package's fast exact discrete Gaussian sampler; ``"opendp"``: OpenDP's
         exact sampler (slow: ~20–90 µs per item). Both draw the same distribution.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; or a list of
+        two or more columns, a composite key (``docs/api.md``): the items are the distinct tuples of those
+        columns, bounded per user like single items (Δ0 tuples per user across all of them).
     passes
         Process the users in this many disjoint hash buckets, one lazy plan each, and add up the
         histograms: the same release, with peak memory about 1/``passes`` of one pass (for inputs larger
@@ -236,9 +239,10 @@ def make_wgm(
     Returns
     -------
     opendp.mod.Measurement
-        Maps a frame to a ``pl.DataFrame`` with the item column (same name and dtype as the input) and
-        ``noisy_weight`` (Float64), sorted by item. Rows with a null user or item are dropped first; empty
-        data releases an empty frame (an error there would depend on the data).
+        Maps a frame to a ``pl.DataFrame`` with the item column (same name and dtype as the input; a composite
+        key's columns) and ``noisy_weight`` (Float64), sorted by item. Rows with a null user or item (a null
+        in any key column) are dropped first; empty data releases an empty frame (an error there would depend
+        on the data).
 
     Notes
     -----
@@ -310,7 +314,7 @@ def make_wgm_from_budget(
     rho: float | None = None,
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
 ) -> dp.Measurement:

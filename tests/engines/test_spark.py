@@ -390,6 +390,141 @@ def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# DP-SIPS as stage 1 of the two-stage mechanisms (stage_1="dp-sips")
+
+
+def polars_dp_sips_two_stage(mechanism: str, **params):
+    """The Polars twin of ``ws._make_dp_sips_top_k`` / ``ws._make_dp_sips_hitting_set``: what
+    ``make_*_from_budget(stage_1="dp-sips")`` builds from its calibration."""
+    import functools
+
+    from opendp_wgm.measurements.hitting_set import make_user_peeling
+    from opendp_wgm.measurements.top_k import make_peeling_top_k
+    from opendp_wgm.measurements.two_stage import make_dp_sips_then_peeling
+    from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
+
+    peeling, accounting = {
+        "top-k": (functools.partial(make_peeling_top_k, method=params.pop("method", "auto")), TOP_K),
+        "hitting-set": (make_user_peeling, USER_PEELING),
+    }[mechanism]
+    options = dict(output_measure=None, sips_epsilon=None, peel_delta=None, noise="lattice", item=None, passes=1, engine="auto")
+    return make_dp_sips_then_peeling(*wgm.user_items_space(), **{**options, **params}, peeling=peeling, accounting=accounting)
+
+
+# SIPS's rounds (p1..p4 in round 1, r in round 2, q in round 3), then peeling with no noise to speak of
+SIPS_TWO_STAGE = dict(max_contributions=4, sips_scales=[1e-7] * 3, sips_thresholds=[5.0, 5.0, 2.5], peel_scale=1e-3)
+
+
+def test_dp_sips_two_stage_releases_candidates_of_every_round(spark, ws) -> None:
+    """Stage 2 ranks the candidates of all DP-SIPS rounds: r (6 users) is a candidate only from round 2 and q (3
+    users) only from round 3; the release is the Polars twin's (item, rank)."""
+    frame = sips_frame()
+    sdf = to_spark(spark, frame, "user long, item string")
+    popular = {"p1", "p2", "p3", "p4"}
+    for _ in range(2):  # p1..p4 tie (26 users each): their order is the peeling's draw
+        top = ws._make_dp_sips_top_k(*ws.spark_user_items_space(), k=6, **SIPS_TWO_STAGE)(sdf)
+        expected = polars_dp_sips_two_stage("top-k", k=6, **SIPS_TWO_STAGE)(frame)
+        for released in (top, expected):
+            assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
+            assert set(released["item"][:4]) == popular and released["item"][4:].to_list() == ["r", "q"]
+            assert released["rank"].to_list() == [1, 2, 3, 4, 5, 6]
+        cover = ws._make_dp_sips_hitting_set(*ws.spark_user_items_space(), k=2, **SIPS_TWO_STAGE)(sdf)
+        expected = polars_dp_sips_two_stage("hitting-set", k=2, **SIPS_TWO_STAGE)(frame)
+        for released in (cover, expected):  # a popular item covers 26 users, then q the 3 loners (r covers no one new)
+            assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
+            assert released["item"][0] in popular and released["item"][1] == "q"
+    # one round at T = 5 (the WGM's candidates) has neither r nor q
+    one = dict(SIPS_TWO_STAGE, sips_scales=[1e-7], sips_thresholds=[5.0])
+    assert set(ws._make_dp_sips_top_k(*ws.spark_user_items_space(), k=6, **one)(sdf)["item"]) == popular
+    # no candidate: an empty release with the item's type
+    none = dict(SIPS_TWO_STAGE, sips_scales=[1e-7, 1e-7], sips_thresholds=[1e3, 1e3])
+    for make in (ws._make_dp_sips_top_k, ws._make_dp_sips_hitting_set):
+        out = make(*ws.spark_user_items_space(), k=2, **none)(sdf)
+        assert out.height == 0 and out.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
+
+
+def many_holders_frame() -> pl.DataFrame:
+    """400 users each hold a..e and one item of their own: a..e are candidates at ε = 1 (ρ = 0.5)."""
+    users = [["a", "b", "c", "d", "e", f"solo{u}"] for u in range(400)]
+    return pl.DataFrame(
+        {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
+    )
+
+
+@pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.5}])
+def test_dp_sips_two_stage_from_budget_releases_k_ranked_items(spark, ws, budget) -> None:
+    sdf = to_spark(spark, many_holders_frame(), "user long, item string")
+    for make in (ws.make_wgm_top_k_from_budget, ws.make_wgm_hitting_set_from_budget):
+        m = make(*ws.spark_user_items_space(), k=3, max_contributions=10, delta=1e-5, stage_1="dp-sips", **budget)
+        released = m(sdf)
+        assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
+        assert released["rank"].to_list() == [1, 2, 3] and released["item"].n_unique() == 3
+        assert set(released["item"]) <= {"a", "b", "c", "d", "e"}
+
+
+def test_dp_sips_two_stage_maps_are_the_polars_maps(ws) -> None:
+    from opendp_wgm.measurements import hitting_set, top_k
+
+    space, polars_space = ws.spark_user_items_space(), wgm.user_items_space()
+    pairs = (
+        (ws.make_wgm_top_k_from_budget, top_k.make_wgm_top_k_from_budget),
+        (ws.make_wgm_hitting_set_from_budget, hitting_set.make_wgm_hitting_set_from_budget),
+    )
+    budgets = (
+        {"epsilon": 1.0, "delta": 1e-5},
+        {"epsilon": 0.25, "delta": 1e-8, "split": 0.3},
+        {"rho": 0.1, "delta": 1e-6},
+        {"rho": 2.0, "delta": 1e-4},
+    )
+    schedules = ({}, {"rounds": 2, "ratio": 0.5}, {"rounds": 4})
+    for spark_make, polars_make in pairs:
+        for budget in budgets:
+            for schedule in schedules:
+                params = dict(k=10, max_contributions=50, stage_1="dp-sips", **budget, **schedule)
+                m, reference = spark_make(*space, **params), polars_make(*polars_space, **params)
+                assert m.output_measure == reference.output_measure
+                assert [m.map(d) for d in range(4)] == [reference.map(d) for d in range(4)]
+                assert m.check(1, (budget.get("epsilon", budget.get("rho")), budget["delta"]))
+    # the explicit constructors' maps are the Polars combinator's, in both output measures
+    for mechanism, make in (("top-k", ws._make_dp_sips_top_k), ("hitting-set", ws._make_dp_sips_hitting_set)):
+        for extra in ({}, {"output_measure": APPROX_DP, "sips_epsilon": 1.0, "peel_delta": 1e-6}):
+            params = dict(k=5, max_contributions=20, sips_scales=(6.0, 3.0), sips_thresholds=(30.0, 15.0), peel_scale=10.0, **extra)
+            m, reference = make(*space, **params), polars_dp_sips_two_stage(mechanism, **params)
+            assert m.output_measure == reference.output_measure
+            assert [m.map(d) for d in range(4)] == [reference.map(d) for d in range(4)]
+
+
+def test_dp_sips_two_stage_bad_options_give_the_polars_messages(ws) -> None:
+    from opendp_wgm.measurements import hitting_set, top_k
+
+    space, polars_space = ws.spark_user_items_space(), wgm.user_items_space()
+    budget = dict(k=3, max_contributions=10, epsilon=1.0, delta=1e-5)
+    cases = [
+        {"stage_1": "sips"},
+        {"stage_1": None},
+        {"rounds": 2},
+        {"stage_1": "wgm", "ratio": 0.5},
+        {"stage_1": "dp-sips", "rounds": 0},
+        {"stage_1": "dp-sips", "ratio": -1.0},
+    ]
+    for spark_make, polars_make in (
+        (ws.make_wgm_top_k_from_budget, top_k.make_wgm_top_k_from_budget),
+        (ws.make_wgm_hitting_set_from_budget, hitting_set.make_wgm_hitting_set_from_budget),
+    ):
+        for options in cases:
+            with pytest.raises(ValueError, match="must") as polars_error:
+                polars_make(*polars_space, **budget, **options)
+            with pytest.raises(ValueError, match=re.escape(str(polars_error.value))):
+                spark_make(*space, **budget, **options)
+    with pytest.raises(ValueError, match=re.escape("`stage_1` must be one of {'wgm', 'dp-sips'} (found 'sips')")):
+        ws.make_wgm_top_k_from_budget(*space, **budget, stage_1="sips")
+    with pytest.raises(ValueError, match=re.escape("`method` must be one of")):
+        ws.make_wgm_top_k_from_budget(*space, **budget, stage_1="dp-sips", method="slow")
+    with pytest.raises(ValueError, match=re.escape("`sips_thresholds` must") + "|" + re.escape("`thresholds` must")):
+        ws._make_dp_sips_top_k(*space, k=3, **{**SIPS_TWO_STAGE, "sips_thresholds": [5.0]})
+
+
+# --------------------------------------------------------------------------------------------------------------
 # bad input
 
 

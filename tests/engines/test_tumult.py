@@ -221,6 +221,14 @@ def test_missing_tumult_names_the_extra(monkeypatch) -> None:
         tumult.DPSIPSMeasurement(None, "user", "item", max_contributions=2, scales=[1.0], thresholds=[5.0], epsilon=1)
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
         tumult.create_dp_sips_measurement(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
+    for cls in (tumult.DPSIPSTopKMeasurement, tumult.DPSIPSHittingSetMeasurement):
+        with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+            cls(None, "user", "item", k=2, max_contributions=2, sips_scales=[1.0], sips_thresholds=[5.0],
+                peel_scale=1.0, sips_epsilon=1, peel_delta=1e-6)  # fmt: skip
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+        tumult.create_wgm_top_k_measurement(
+            None, "user", "item", k=2, epsilon=1, delta=1e-5, max_contributions=10, stage_1="dp-sips"
+        )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -396,3 +404,88 @@ def test_dp_sips_release_and_composition(tmlt, core, spark) -> None:
     greedy = tmlt.create_dp_sips_measurement(dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=4)
     with pytest.raises(core["InsufficientBudgetError"]):
         accountant.measure(greedy)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DP-SIPS as stage 1 of the two-stage mechanisms
+
+
+def polars_dp_sips_two_stage(mechanism: str, **params):
+    """The Polars twin of DPSIPSTopKMeasurement / DPSIPSHittingSetMeasurement, under (ε, δ)."""
+    from opendp_wgm.measurements.hitting_set import make_user_peeling
+    from opendp_wgm.measurements.top_k import make_peeling_top_k
+    from opendp_wgm.measurements.two_stage import make_dp_sips_then_peeling
+    from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
+
+    peeling, accounting = (make_peeling_top_k, TOP_K) if mechanism == "top-k" else (make_user_peeling, USER_PEELING)
+    return make_dp_sips_then_peeling(
+        *wgm.user_items_space(), **params, output_measure=dp.approximate(dp.max_divergence()), noise="lattice",
+        item=None, passes=1, engine="auto", peeling=peeling, accounting=accounting,
+    )  # fmt: skip
+
+
+# SIPS's rounds (p1..p4, then r, then q), then peeling with no noise to speak of
+SIPS_TWO_STAGE = dict(
+    max_contributions=4, sips_scales=[2.0**-20] * 3, sips_thresholds=[5.0, 5.0, 2.5], peel_scale=1e-3, sips_epsilon=1.0,
+    peel_delta=1e-6,
+)  # fmt: skip
+
+
+def test_dp_sips_two_stage_measurements(tmlt, core, spark) -> None:
+    data = spark_frame(spark, sips_frame())
+    popular = {"p1", "p2", "p3", "p4"}
+    for cls, mechanism, k in ((tmlt.DPSIPSTopKMeasurement, "top-k", 6), (tmlt.DPSIPSHittingSetMeasurement, "hitting-set", 2)):
+        m = cls(domain(core), "user", "item", k=k, **SIPS_TWO_STAGE)
+        assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
+        assert m.output_measure == core["ApproxDP"]()
+        reference = polars_dp_sips_two_stage(mechanism, k=k, **SIPS_TWO_STAGE)
+        for d_in in (1, 2, 3):
+            assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in)
+        assert m.privacy_function(0) == (core["ExactNumber"](0), core["ExactNumber"](0))
+        out = m(data)
+        assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [("item", "string"), ("rank", "int")]
+        rows = [(r[0], r[1]) for r in out.collect()]
+        assert [rank for _, rank in rows] == list(range(1, k + 1))
+        items = [item for item, _ in rows]
+        # r is a candidate only from round 2, q only from round 3
+        assert items == ([*items[:4], "r", "q"] if mechanism == "top-k" else [items[0], "q"])
+        assert set(items[: k - 2 if mechanism == "top-k" else 1]) <= popular
+    with pytest.raises(ValueError, match="not rho-zCDP"):
+        tmlt.DPSIPSTopKMeasurement(domain(core), "user", "item", k=2, output_measure=core["RhoZCDP"](), **SIPS_TWO_STAGE)
+    with pytest.raises(ValueError, match="`sips_epsilon` must be in"):
+        tmlt.DPSIPSHittingSetMeasurement(domain(core), "user", "item", k=2, **{**SIPS_TWO_STAGE, "sips_epsilon": 0})
+    with pytest.raises(ValueError, match="`thresholds` must have one entry per round"):
+        tmlt.DPSIPSTopKMeasurement(domain(core), "user", "item", k=2, **{**SIPS_TWO_STAGE, "sips_thresholds": [5.0]})
+
+
+def test_calibrated_dp_sips_two_stage_measurements(tmlt, core, spark) -> None:
+    sp, exact = core["sp"], core["ExactNumber"]
+    dom = domain(core)
+    cases = (
+        (tmlt.create_wgm_top_k_measurement, wgm.make_wgm_top_k_from_budget, tmlt.DPSIPSTopKMeasurement),
+        (tmlt.create_wgm_hitting_set_measurement, wgm.make_wgm_hitting_set_from_budget, tmlt.DPSIPSHittingSetMeasurement),
+    )
+    for create, polars_make, cls in cases:
+        for budget in ({"epsilon": 1.0, "delta": 1e-5}, {"epsilon": 0.5, "delta": 1e-7, "split": 0.3}):
+            for schedule in ({}, {"rounds": 2, "ratio": 0.5}):
+                params = dict(k=3, max_contributions=10, stage_1="dp-sips", **budget, **schedule)
+                m = create(dom, "user", "item", **params)
+                assert isinstance(m, cls)
+                reference = polars_make(*wgm.user_items_space(), **params)  # the same calibration and map
+                assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
+                assert tuple(x.to_float(round_up=False) for x in m.privacy_function(2)) == reference.map(2)
+        rational = (1, sp.Rational(1, 10**5))
+        m = create(dom, "user", "item", k=3, epsilon=rational[0], delta=rational[1], max_contributions=10, stage_1="dp-sips")
+        assert m.privacy_relation(1, rational)
+        with pytest.raises(ValueError, match=r"`stage_1` must be one of \{'wgm', 'dp-sips'\} \(found 'sips'\)"):
+            create(dom, "user", "item", k=3, epsilon=1, delta=1e-5, max_contributions=10, stage_1="sips")
+        with pytest.raises(ValueError, match=r"`rounds` must be None unless stage_1='dp-sips' \(found 2\)"):
+            create(dom, "user", "item", k=3, epsilon=1, delta=1e-5, max_contributions=10, rounds=2)
+    # released through a Tumult accountant: k ranked items of those every user holds
+    users = [["a", "b", "c", "d", "e", f"solo{u}"] for u in range(400)]
+    frame = pl.DataFrame({"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]})
+    budget = (exact(1), exact(sp.Rational(1, 10**5)))
+    accountant = launch_accountant(core, dom, budget, spark_frame(spark, frame))
+    top = tmlt.create_wgm_top_k_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10, stage_1="dp-sips")
+    rows = accountant.measure(top).collect()
+    assert [r[1] for r in rows] == [1, 2, 3] and len({r[0] for r in rows}) == 3 and {r[0] for r in rows} <= set("abcde")

@@ -186,3 +186,75 @@ def test_lattice_weights_vectorised_are_exact() -> None:
     t = np.array([*range(1, 3000), 2**20 - 1, 2**20, 10**9, 2**40 - 1, 2**40], dtype=np.int64)
     assert _weights_at(t).tolist() == [math.isqrt(4**LATTICE_BITS // int(x)) for x in t]
     assert lattice_weights(2**20)[-1] == 2**10
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the release curve
+# ---------------------------------------------------------------------------------------------------------
+def _discrete_gaussian_tail(m: np.ndarray, s: float) -> np.ndarray:
+    """P[Z >= m] for Z ~ N_Z(0, s^2), by direct summation over |z| <= 40 s (an independent computation)."""
+    z = np.arange(-int(40 * s), int(40 * s) + 1)
+    mass = np.exp(-(z.astype(float) ** 2) / (2 * s * s))
+    tail = np.cumsum(mass[::-1])[::-1] / mass.sum()  # tail[i] = P[Z >= z[i]]
+    return np.where(m > z[-1], 0.0, tail[np.clip(m - z[0], 0, len(z) - 1)])
+
+
+@pytest.mark.parametrize("items_per_user", [1, 7])
+@pytest.mark.parametrize("s", [8.0, 40.0])
+def test_release_probability_against_the_exact_discrete_gaussian(items_per_user: int, s: float) -> None:
+    """A tiny σ (s = σ 2^20 lattice steps) where the discrete Gaussian differs most from the normal: the
+    documented error bound 1/(6 s^2) + 4 exp(-2π² s²) holds against the summed probabilities."""
+    from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights, release_probability
+
+    unit = 2**LATTICE_BITS
+    scale = s / unit
+    weight = int(lattice_weights(items_per_user)[-1])
+    threshold = (5 * weight + 3) / unit  # F = 5w + 3: c = 5 sits 3 steps below the threshold
+    users = np.arange(0, 12)
+    m = 5 * weight + 3 + 1 - users * weight  # released iff Z >= F + 1 - S
+    exact = _discrete_gaussian_tail(m, s)
+    got = release_probability(users, scale=scale, threshold=threshold, items_per_user=items_per_user)
+    assert np.max(np.abs(got - exact)) <= 1 / (6 * s * s)
+    assert 0.0 < got[5] < 1.0
+
+
+def test_release_probability_is_monotone_and_matches_the_normal_tail() -> None:
+    from scipy.stats import norm
+
+    from opendp_wgm.privacy.threshold import release_probability
+
+    users = np.arange(0, 400)
+    for t, w in ((1, 1.0), (100, 0.1)):
+        p = release_probability(users, scale=3.88, threshold=20.79, items_per_user=t)
+        assert np.all(np.diff(p) >= 0)
+        # lattice rounding moves the sum by < c + 2 lattice steps (weights and threshold rounded down, the
+        # continuity correction): at most (400 + 2)·2^-20 / σ standard deviations, times the density ≤ 1/√(2π)
+        tolerance = (400 + 2) * 2.0**-20 / 3.88 / math.sqrt(2 * math.pi)
+        np.testing.assert_allclose(p, norm.sf((20.79 - users * w) / 3.88), rtol=0, atol=tolerance)
+
+
+def test_users_for_probability_is_the_first_crossing() -> None:
+    from opendp_wgm.privacy.threshold import release_probability, users_for_probability
+
+    for scale, threshold, t in ((3.88, 20.79, 1), (3.88, 20.79, 100), (23.4, 128.0, 5), (0.01, 0.5, 1)):
+        for level in (0.5, 0.95, 0.999):
+            c = users_for_probability(level, scale=scale, threshold=threshold, items_per_user=t)
+            p = release_probability([c - 1, c], scale=scale, threshold=threshold, items_per_user=t)
+            assert p[1] >= level and (c == 1 or p[0] < level)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"users": [-1]}, "`users` must be integers >= 0"),
+        ({"users": [1.5]}, "`users` must be integers >= 0"),
+        ({"users": [1], "items_per_user": 0}, "`items_per_user` must be"),
+        ({"users": [1], "scale": 0.0}, "`scale` must be"),
+    ],
+)
+def test_release_probability_errors(kwargs: dict, message: str) -> None:
+    from opendp_wgm.privacy.threshold import release_probability
+
+    arguments = {"scale": 1.0, "threshold": 2.0, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        release_probability(arguments.pop("users"), **arguments)

@@ -16,7 +16,7 @@ from polars._typing import PolarsDataType
 
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
-from opendp_wgm._validation import _check_d_in, _check_real
+from opendp_wgm._validation import _check_d_in, _check_one_item, _check_real
 from opendp_wgm.engines.polars import fresh_seeds
 from opendp_wgm.privacy.budget import Budget, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_key_release
@@ -191,6 +191,7 @@ def make_opendp_key_release(
         maximum_inclusive=False,
     )
     space = _resolve_space(input_domain, input_metric, item)
+    _check_one_item(space.composite, "for OpenDP's key release (its Polars plan groups by one item column)")
     groups = max_contributions + 1
     kind = "approx" if epsilon is not None else "zcdp"
     noise_delta = fraction * delta if epsilon is not None else 0.0

@@ -7,12 +7,14 @@ releases up to k of them; its map and calibration are in :mod:`opendp_wgm.privac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability
 from opendp_wgm.engines.polars import bound_plan
 from opendp_wgm.measurements.top_k import check_method
@@ -41,7 +43,7 @@ def make_limited_domain_top_k(
     epsilon: float,
     delta: float,
     method: SelectionMethod = "auto",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Limited-domain top-k (Durfee & Rogers 2019, Algorithm 1): the paper's baseline
 
@@ -74,7 +76,8 @@ def make_limited_domain_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact selection sampler.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -148,7 +151,7 @@ def make_limited_domain_top_k(
         stop = np.flatnonzero(order == k_bar)
         prefix = order[: min(k, int(stop[0]) if stop.shape[0] else k)]
         chosen = prefix[prefix < present]  # placeholders are dropped (post-processing)
-        return ranked_frame(top[space.item].head(present), chosen, space.item)
+        return _released(ranked_frame(top[space.item].head(present), chosen, space.item), space)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         return limited_domain_group_loss(_check_d_in(d_in), eps_1, delta)

@@ -11,27 +11,28 @@ r"""Set-union baselines: the policy mechanisms of the paper's experiments.
 Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (integers in code) and is noised
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
 nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
-applies a vectorised NumPy update to an ``int64`` weight vector. The privacy arguments, and the places where
-they are *not* complete, are in ``docs/baselines.md``.
+applies a vectorised NumPy update to an ``int64`` weight vector; with Numba installed (extra ``[fast]``) the ℓ2
+descent's loop is compiled, with identical results (:mod:`opendp_wgm.measurements.baselines._policy_jit`). The
+privacy arguments, and the places where they are *not* complete, are in ``docs/baselines.md``.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space, _value_key
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
-from opendp_wgm.engines.polars import bound_plan, fresh_seeds, release_above_threshold
+from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, release_above_threshold
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
@@ -196,26 +197,77 @@ class _UserItems:
     decode: Callable[[np.ndarray], pl.Series]  # codes -> item values (input dtype)
 
 
-def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: tuple[int, ...]) -> tuple[pl.LazyFrame, bool]:
-    """Integer codes ``_u`` (user) and ``_x`` (item), the item itself as ``_value`` (to decode codes), and the
-    user's order key ``_h``, a hash of the user's value under ``seeds``.
+def _item_codes(item: str, dtype: pl.DataType) -> tuple[pl.Expr, bool]:
+    """Integer codes of the item column, and whether they increase with the key.
 
     Strings are coded through Polars' categorical dictionary (hashing, not sorting millions of strings); those
-    codes are *not* in key order, and :func:`_csr` recovers the key order on the distinct items only when the
-    "L1" rule needs it. Other dtypes are coded by dense rank, whose codes increase with the key. Returns the
-    plan and whether its codes are in key order. The codes depend on other users' rows (first appearance,
-    rank): they only relabel values, after the bounding and with the user order drawn from the values.
+    codes are *not* in key order. Other dtypes are coded by dense rank, whose codes increase with the key. The
+    codes depend on other users' rows (first appearance, rank): they only relabel values.
+    """
+    if dtype == pl.String:
+        return pl.col(item).cast(pl.Categorical).to_physical().cast(pl.Int64), False
+    return pl.col(item).rank("dense").cast(pl.Int64) - 1, True
+
+
+def _encode(lf: pl.LazyFrame, space: _Space, dtype: pl.DataType, seeds: tuple[int, ...]) -> tuple[pl.LazyFrame, bool]:
+    """Integer codes ``_u`` (user) and ``_x`` (item, :func:`_item_codes`), the item itself as ``_value`` (to decode
+    codes), and the user's order key ``_h``, a hash of the user's value under ``seeds``. Returns the plan and
+    whether its item codes are in key order.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     u = pl.col(user)
     u = u.cast(pl.Categorical).to_physical() if schema[user] == pl.String else u
-    if dtype == pl.String:
-        x, in_key_order = pl.col(item).cast(pl.Categorical).to_physical().cast(pl.Int64), False
-    else:
-        x, in_key_order = pl.col(item).rank("dense").cast(pl.Int64) - 1, True
+    x, in_key_order = _item_codes(item, dtype)
     h = _value_key(user, schema[user]).hash(*seeds)
     return lf.select(_u=u, _x=x, _value=pl.col(item), _h=h), in_key_order
+
+
+def _coded(codes: np.ndarray, offsets: np.ndarray, values: pl.Series, row_of: np.ndarray) -> _UserItems:
+    """:class:`_UserItems` from the rows' item codes and the users' CSR offsets; code ``c`` decodes to
+    ``values[row_of[c]]``."""
+
+    def decode(selected: np.ndarray) -> pl.Series:
+        return values.gather(row_of[selected])
+
+    n_codes = int(codes.max()) + 1 if codes.size else 0
+    return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
+
+
+def _dense_codes(values: pl.Series) -> np.ndarray | None:
+    """Integer items within a small range coded as ``value - min`` (no sort, no hash); ``None`` otherwise.
+
+    The codes only index the weight vector, so a few unused codes cost nothing; "small" is at most 4 codes
+    per row (or 2^16).
+    """
+    low, high = cast("int", values.min()), cast("int", values.max())  # an integer Series without nulls
+    if high - low >= max(4 * values.len(), 1 << 16):
+        return None
+    return (values - low).cast(pl.Int64).to_numpy()
+
+
+def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key_order: bool) -> _UserItems:
+    """The CSR arrays of Policy Gaussian: Δ0-bounded lists (one row per user), ordered by the user's keyed hash.
+
+    Ordering and (for ``key_order``) sorting happen on the users' list rows — one per user, not one per item —
+    before the lists are laid out flat; the users' offsets are the lists' lengths.
+    """
+    user, item = space.user, space.item
+    lists = bounded_lists_plan(lf, space, max_contributions)  # before coding: the hash key must read values
+    order = _value_key(user, lf.collect_schema()[user]).hash(*fresh_seeds())
+    lists = lists.sort(order, user)  # ties (probability ~N²/2^65) by the user's value
+    if key_order:
+        lists = lists.with_columns(pl.col(item).list.sort())
+    column = lists.select(item).collect()[item]
+    offsets = np.concatenate(([0], np.cumsum(column.list.len().to_numpy()))).astype(np.int64)
+    values = column.explode()
+    codes = _dense_codes(values) if values.dtype.is_integer() and values.len() else None
+    if codes is None:
+        codes = values.to_frame().select(_item_codes(item, values.dtype)[0])[item].to_numpy()
+    codes = codes.astype(np.int64, copy=False)
+    row_of = np.zeros(int(codes.max()) + 1 if codes.size else 1, dtype=np.int64)
+    row_of[codes] = np.arange(codes.size)  # any row holding the code decodes it
+    return _coded(codes, offsets, values, row_of)
 
 
 def _csr(
@@ -229,19 +281,20 @@ def _csr(
     """Build the CSR arrays of a release: users in a fresh random order, items coded.
 
     - ``max_contributions``: dedup, then a uniform random subset of at most Δ0 items per user (WGM's
-      :func:`~opendp_wgm.engines.polars.bound_plan`, on the values); ``None`` keeps every row (Policy Greedy).
+      :func:`~opendp_wgm.engines.polars.bounded_lists_plan`, on the values); ``None`` keeps every row (Policy
+      Greedy).
     - ``key_order``: within a user, items by ascending key (the reference "L1" rule).
     - ``priority_order``: distinct items by multiplicity in the user's rows, descending, ties by first
       occurrence (Policy Greedy; needs ``max_contributions=None``).
 
     The user order is the order of a keyed hash of the user's value under a secret 256-bit seed drawn here,
-    i.e. a uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user code so
-    a user's rows stay contiguous. Which items a user keeps and where it comes in the order are functions of
+    i.e. a uniformly random order drawn at call time; ties (probability ~N²/2^65) are split by the user (code)
+    so a user's rows stay contiguous. Which items a user keeps and where it comes in the order are functions of
     its own rows and the seeds only; the integer codes are a relabelling.
     """
     lf = _prepare_frame(frame, space)
     if max_contributions is not None and not priority_order:
-        lf = bound_plan(lf, space, max_contributions)  # before coding: the hash key must read values
+        return _bounded_csr(lf, space, max_contributions, key_order=key_order)
     coded, in_key_order = _encode(lf, space, lf.collect_schema()[space.item], fresh_seeds())
     descending: bool | list[bool]
     if priority_order:
@@ -250,54 +303,51 @@ def _csr(
         )
         sort_by, descending = ["_h", "_u", "_m", "_first"], [False, False, True, False]
     else:
-        plan = coded.select("_u", "_x", "_h")
-        plan = plan.unique() if max_contributions is None else plan
+        plan = coded.select("_u", "_x", "_h").unique()
         sort_by, descending = ["_h", "_u"] + (["_x"] if key_order and in_key_order else []), False
     rows_plan = plan.sort(sort_by, descending=descending).select("_u", "_x")
     dictionary_plan = coded.select("_x", "_value").unique(subset="_x")  # code -> item, on distinct codes only
     rows, dictionary = pl.collect_all([rows_plan, dictionary_plan])
     codes = rows["_x"].to_numpy().astype(np.int64, copy=False)
     n_codes = int(codes.max()) + 1 if codes.size else 0
-    csr = user_item_csr(rows["_u"].to_numpy(), codes, n_codes)
-    offsets = csr.offsets
-    table = np.full(max(n_codes, 1), -1, dtype=np.int64)  # code -> its row of the dictionary
+    row_of = np.full(max(n_codes, 1), -1, dtype=np.int64)  # code -> its row of the dictionary
     known = dictionary["_x"].to_numpy()
     keep = known < n_codes
-    table[known[keep]] = np.flatnonzero(keep)
-    values = dictionary["_value"].rename(space.item)
-
-    def decode(selected: np.ndarray) -> pl.Series:
-        return values.gather(table[selected])
-
+    row_of[known[keep]] = np.flatnonzero(keep)
+    offsets = user_item_csr(rows["_u"].to_numpy(), codes, n_codes).offsets
+    data = _coded(codes, offsets, dictionary["_value"].rename(space.item), row_of)
     if key_order and not in_key_order and codes.size:
         # dictionary codes are not in key order: sort each user's items by the rank of their key
         present = np.unique(codes)
         key_rank = np.zeros(n_codes, dtype=np.int64)
-        key_rank[present[decode(present).arg_sort().to_numpy()]] = np.arange(present.size)
-        segment = np.repeat(np.arange(csr.n_users), np.diff(offsets))
-        codes = codes[np.lexsort((key_rank[codes], segment))]
-
-    return _UserItems(codes=codes, offsets=offsets, n_codes=n_codes, decode=decode)
+        key_rank[present[data.decode(present).arg_sort().to_numpy()]] = np.arange(present.size)
+        segment = np.repeat(np.arange(data.offsets.size - 1), np.diff(data.offsets))
+        data = replace(data, codes=codes[np.lexsort((key_rank[codes], segment))])
+    return data
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the sequential loops (one Python iteration per user; NumPy inside)
+# the sequential loops (one iteration per user: Python with NumPy inside, or compiled for the ℓ2 descent)
 # ----------------------------------------------------------------------------------------------------------
+#: below this many users the NumPy loop (< ~0.3 s) beats importing Numba (and compiling, once per machine)
+_JIT_MIN_USERS = 20_000
+
+
 def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
     """Run the policy over the users in CSR order; return the ``int64`` lattice weight of every code."""
     weights = np.zeros(data.n_codes, dtype=np.int64)
     codes = data.codes
     bounds = data.offsets.tolist()
     if rule == "l2":
-        for start, end in itertools.pairwise(bounds):
-            idx = codes[start:end]
-            current = weights[idx]
-            candidates = current < cap
-            if not candidates.all():
-                if not candidates.any():
-                    continue  # every item already at the cap: nothing to do
-                idx, current = idx[candidates], current[candidates]
-            weights[idx] = current + _l2_candidates(current, cap)
+        kernel = _l2_kernel() if len(bounds) > _JIT_MIN_USERS else None
+        if kernel is None:
+            _l2_steps(codes, bounds, weights, cap)
+            return weights
+        user = 0
+        while (user := kernel(codes, data.offsets, weights, cap, _UNIT, user)) < len(bounds) - 1:
+            # this user's increments depend on the BLAS summation order of `gap @ gap`: NumPy's own step
+            _l2_steps(codes, bounds[user : user + 2], weights, cap)
+            user += 1
         return weights
     step = _reference_l1_increment if rule == "reference_l1" else _greedy_increment
     for start, end in itertools.pairwise(bounds):
@@ -307,6 +357,37 @@ def _policy_weights(data: _UserItems, cap: int, rule: str) -> np.ndarray:
             continue
         weights[idx] = current + step(current, cap)
     return weights
+
+
+def _l2_steps(codes: np.ndarray, bounds: list[int], weights: np.ndarray, cap: int) -> None:
+    """The ℓ2 steps of the users delimited by ``bounds`` (CSR offsets), in NumPy, on ``weights`` in place."""
+    for start, end in itertools.pairwise(bounds):
+        idx = codes[start:end]
+        current = weights[idx]
+        candidates = current < cap
+        if not candidates.all():
+            if not candidates.any():
+                continue  # every item already at the cap: nothing to do
+            idx, current = idx[candidates], current[candidates]
+        weights[idx] = current + _l2_candidates(current, cap)
+
+
+#: the compiled loop's signature: (codes, offsets, weights, cap, unit, first user) -> where it stopped
+_L2Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
+
+
+@lru_cache(maxsize=1)
+def _l2_kernel() -> _L2Kernel | None:
+    """The compiled ℓ2 loop (``opendp-wgm[fast]``, Numba), or ``None`` when Numba is not installed.
+
+    Imported on first use, not with the package (importing Numba takes a few tenths of a second). Its results are
+    identical to :func:`_l2_steps` (``_policy_jit`` says why; the tests compare both).
+    """
+    try:
+        from opendp_wgm.measurements.baselines._policy_jit import l2_policy_run
+    except ImportError:
+        return None
+    return cast("_L2Kernel", l2_policy_run)
 
 
 def _positive_histogram(data: _UserItems, weights: np.ndarray, item: str) -> pl.DataFrame:
@@ -334,7 +415,7 @@ def make_policy_gaussian(
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Gaussian set union (Gopi et al. 2020): a sequential ℓ2 policy, then noise and the WGM threshold.
 
@@ -367,7 +448,8 @@ def make_policy_gaussian(
     noise : {'lattice', 'opendp'}
         Sampler of the discrete Gaussian, as in :func:`opendp_wgm.make_wgm`.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -433,7 +515,8 @@ def make_policy_gaussian(
         )
         weights = _policy_weights(data, cap, descent)
         histogram = _positive_histogram(data, weights, space.item)
-        return release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
+        released = release_above_threshold(histogram, space.item, scale=scale, threshold=threshold, noise=noise)
+        return _released(released, space)
 
     privacy_map = wgm_privacy_map(
         scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
@@ -453,7 +536,7 @@ def make_policy_gaussian_from_budget(
     descent: Descent = "l2",
     noise_delta_fraction: float = 0.5,
     noise: NoiseMethod = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Gaussian with the WGM's σ and T for the same budget (:func:`opendp_wgm.calibrate_wgm`).
 
@@ -552,7 +635,7 @@ def make_policy_greedy(
     scale: float,
     threshold: float,
     alpha: float = 3.0,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Greedy set union (Carvalho et al. 2022, "GW"), with the reference's privacy bug fixed.
 
@@ -578,7 +661,8 @@ def make_policy_greedy(
     alpha
         α ≥ 0 of the cap.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column.
+        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
 
     Returns
     -------
@@ -620,12 +704,13 @@ def make_policy_greedy(
         histogram = _positive_histogram(data, weights, space.item)
         noisy = _sample_discrete_laplace(lattice_scale, histogram["weight_lat"].to_numpy())
         keep = noisy > floor_t
-        return (
+        released = (
             histogram.select(space.item)
             .filter(pl.Series(keep))
             .with_columns(noisy_weight=pl.Series(noisy[keep], dtype=pl.Int64).cast(pl.Float64) / _UNIT)
             .sort(space.item)
         )
+        return _released(released, space)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
         d_in = _check_d_in(d_in)
@@ -643,7 +728,7 @@ def make_policy_greedy_from_budget(
     epsilon: float,
     delta: float,
     alpha: float = 3.0,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Policy Greedy calibrated to (ε, δ): λ = 1/ε and the smallest lattice T with :math:`\delta_T(1) \le \delta`.
 

@@ -1,0 +1,172 @@
+"""Policy Gaussian's faster paths give the release of the code they replaced, bit for bit, for fixed randomness.
+
+The pre-change implementation (per-user NumPy loop, row-level CSR) is kept frozen here. Compared: the ℓ2 weights
+on the same CSR (compiled Numba loop when installed, and the NumPy fallback), and the histogram that reaches the
+noise (same seeds) end to end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+import pytest
+
+import opendp_wgm as wgm
+import opendp_wgm.engines.polars as engine
+from opendp_wgm._spaces import _prepare_frame, _Space, _value_key
+from opendp_wgm.measurements._user_items import user_item_csr
+from opendp_wgm.measurements.baselines import policy as bl
+
+U = 2**20
+SEEDS = (5, 6, 7, 8)
+SPACE = _Space("user", "item", None, lazyframe_domain=False)
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
+
+
+# ------------------------------------------------------------------------------------------------------
+# the implementation before the change, frozen
+# ------------------------------------------------------------------------------------------------------
+def _frozen_l2_weights(codes: np.ndarray, offsets: np.ndarray, n_codes: int, cap: int) -> np.ndarray:
+    weights = np.zeros(n_codes, dtype=np.int64)
+    for start, end in itertools.pairwise(offsets.tolist()):
+        idx = codes[start:end]
+        current = weights[idx]
+        candidates = current < cap
+        if not candidates.all():
+            if not candidates.any():
+                continue
+            idx, current = idx[candidates], current[candidates]
+        gap = (cap - current).astype(np.float64)
+        z = math.sqrt(float(gap @ gap))
+        increment = cap - current if z <= U else np.floor(gap * (U / z)).astype(np.int64)
+        while int(increment @ increment) > U * U:
+            increment = np.maximum(increment - 1, 0)
+        weights[idx] = current + increment
+    return weights
+
+
+def _frozen_histogram(frame: pl.DataFrame, max_contributions: int, cap: int) -> pl.DataFrame:
+    """The old ``_csr`` (row-level codes, rows sorted by the user's hash) and loop, then the positive weights."""
+    lf = engine.bound_plan(_prepare_frame(frame, SPACE), SPACE, max_contributions, SEEDS)
+    schema = lf.collect_schema()
+    u = pl.col("user")
+    u = u.cast(pl.Categorical).to_physical() if schema["user"] == pl.String else u
+    x = (
+        pl.col("item").cast(pl.Categorical).to_physical().cast(pl.Int64)
+        if schema["item"] == pl.String
+        else pl.col("item").rank("dense").cast(pl.Int64) - 1
+    )
+    h = _value_key("user", schema["user"]).hash(*SEEDS)
+    coded = lf.select(_u=u, _x=x, _value=pl.col("item"), _h=h)
+    rows = coded.select("_u", "_x", "_h").sort("_h", "_u").collect()
+    dictionary = coded.select("_x", "_value").unique(subset="_x").collect()
+    codes = rows["_x"].to_numpy().astype(np.int64)
+    csr = user_item_csr(rows["_u"].to_numpy(), codes, int(codes.max()) + 1)
+    weights = _frozen_l2_weights(codes, csr.offsets, csr.n_items, cap)
+    positive = np.flatnonzero(weights > 0)
+    table = pl.DataFrame({"_x": positive, "weight_lat": weights[positive]})
+    return table.join(dictionary, on="_x").select(pl.col("_value").alias("item"), "weight_lat").sort("item")
+
+
+# ------------------------------------------------------------------------------------------------------
+# the loop
+# ------------------------------------------------------------------------------------------------------
+def _random_csr(seed: int, n_users: int, n_codes: int, longest: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, min(longest, n_codes) + 1, n_users)
+    codes = np.concatenate([rng.choice(n_codes, size, replace=False) for size in sizes]).astype(np.int64)
+    return codes, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+
+def _hard_users(n_codes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Fresh users of 4 and 16 items: at Γ = 64 every increment is exactly 2^19 (2^18) before rounding, the
+    case where the compiled loop cannot decide and hands the user to NumPy."""
+    sizes = [4, 16, 4, 16]
+    codes = np.arange(sum(sizes), dtype=np.int64) % n_codes
+    return codes, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "numba":
+        pytest.importorskip("numba")
+        assert bl._l2_kernel() is not None
+        monkeypatch.setattr(bl, "_JIT_MIN_USERS", 0)  # the compiled loop even for these few users
+    else:
+        monkeypatch.setattr(bl, "_l2_kernel", lambda: None)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("cap_real", [0.3, 2.0, 32.44216, 64.0, 100.5, 5000.25])
+@pytest.mark.parametrize(("n_codes", "longest"), [(40, 40), (3000, 150)])
+def test_l2_weights_identical_to_the_frozen_loop(kernel: str, cap_real: float, n_codes: int, longest: int) -> None:
+    cap = math.floor(cap_real * U)
+    codes, offsets = _random_csr(int(cap_real * 10) + n_codes, 1500, n_codes, longest)
+    hard_codes, hard_offsets = _hard_users(n_codes)
+    codes = np.concatenate((hard_codes, codes))
+    offsets = np.concatenate((hard_offsets, offsets[1:] + hard_offsets[-1]))
+    data = bl._UserItems(codes, offsets, n_codes, lambda c: pl.Series("item", c))
+    got = bl._policy_weights(data, cap, "l2")
+    expected = _frozen_l2_weights(codes, offsets, n_codes, cap)
+    assert np.array_equal(got, expected)
+    if n_codes == 40 and cap_real < 100:
+        assert (expected >= cap).any()  # the cap is reached: users skip items
+
+
+def test_compiled_loop_hands_undecidable_users_to_numpy() -> None:
+    pytest.importorskip("numba")
+    kernel = bl._l2_kernel()
+    assert kernel is not None
+    codes, offsets = _hard_users(100)
+    weights = np.zeros(100, dtype=np.int64)
+    assert kernel(codes, offsets, weights, 64 * U, U, 0) == 0  # user 0 is not applied
+    assert not weights.any()
+    easy = np.zeros(100, dtype=np.int64)
+    assert kernel(codes[:4], offsets[:2], easy, 32 * U, U, 0) == 1  # exact sums: decided
+    assert easy[:4].tolist() == [U // 2] * 4
+
+
+# ------------------------------------------------------------------------------------------------------
+# end to end: the histogram that reaches the noise
+# ------------------------------------------------------------------------------------------------------
+def _zipf_frame(items_as: str) -> pl.DataFrame:
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 60, 400)
+    users = np.repeat(np.arange(sizes.size), sizes)
+    items = rng.zipf(1.3, users.size) % 500
+    df = pl.DataFrame({"user": users, "item": items})
+    if items_as == "wide int":  # codes by rank, not by offset from the minimum
+        df = df.with_columns(pl.col("item") * 10**12 - 7)
+    if items_as == "str":
+        df = df.with_columns(pl.format("u{}", "user"), pl.format("w{}", "item"))
+    return df
+
+
+@pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
+def test_policy_gaussian_histogram_identical_to_the_frozen_code(
+    kernel: str, items_as: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
+    seen: list[pl.DataFrame] = []
+
+    def capture(histogram: pl.DataFrame, item: str, **_: object) -> pl.DataFrame:
+        seen.append(histogram)
+        return histogram
+
+    monkeypatch.setattr(bl, "release_above_threshold", capture)
+    frame = _zipf_frame(items_as)
+    scale, threshold = 3.884141, 20.78976
+    m = bl.make_policy_gaussian(*wgm.user_items_space(), max_contributions=20, scale=scale, threshold=threshold)
+    m(frame)
+    expected = _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
+    assert seen[0].sort("item").equals(expected)
+    assert expected.height > 100 and (expected["weight_lat"] > 30 * U).sum() >= 3  # near the cap

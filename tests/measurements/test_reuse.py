@@ -1,0 +1,205 @@
+"""A two-stage call and DP-SIPS's rounds read the input once (the prepared frame, collected once at one
+in-memory pass), with the same releases for fixed randomness and the same maps; stage 2's distinct
+(user, candidate) pairs on dense user codes are exactly the distinct pairs of the data."""
+
+from __future__ import annotations
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+import pytest
+
+import opendp_wgm as wgm
+from opendp_wgm import transformations
+from opendp_wgm._spaces import _prepare_frame, _resolve_space
+from opendp_wgm.engines import polars as kernel
+from opendp_wgm.measurements import dp_sips, hitting_set, top_k
+from opendp_wgm.measurements import wgm as wgm_module
+from opendp_wgm.measurements.hitting_set import coverage, make_wgm_hitting_set, make_wgm_hitting_set_from_budget
+from opendp_wgm.measurements.top_k import make_wgm_top_k, make_wgm_top_k_from_budget
+
+TWO_STAGE = dict(k=3, max_contributions=3, wgm_scale=0.5, wgm_threshold=2.0, peel_scale=0.5)
+SIPS = dict(max_contributions=3, scales=[0.5, 0.5, 0.5], thresholds=[4.0, 2.0, 1.0])
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    dp.enable_features("contrib", "honest-but-curious")
+
+
+def data(n_users: int = 400, seed: int = 0) -> pl.DataFrame:
+    """Zipf-ish string items, 1-8 rows per user, with duplicate rows (test data, not a release path)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 9, n_users)
+    users = np.repeat(np.arange(n_users), lengths)
+    items = np.minimum(rng.zipf(1.6, users.size), 60)
+    return pl.DataFrame({"user": [f"u{u}" for u in users], "item": [f"i{x}" for x in items]})
+
+
+def counting(frame: pl.DataFrame, reads: list[int]) -> pl.LazyFrame:
+    """``frame`` as a plan that records every time it is computed (a stand-in for a file scan)."""
+
+    def read(df: pl.DataFrame) -> pl.DataFrame:
+        reads.append(df.height)
+        return df
+
+    return frame.lazy().map_batches(read, schema=frame.schema)
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_a_two_stage_call_reads_the_input_once(make) -> None:
+    reads: list[int] = []
+    m = make(*wgm.user_items_space(), **TWO_STAGE)
+    m(counting(data(), reads))
+    assert len(reads) == 1  # stage 2 reads stage 1's prepared frame, not the input (was 2)
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_a_two_stage_call_in_passes_keeps_scanning_the_input(make) -> None:
+    """``passes`` bound the memory of inputs larger than memory: nothing is collected, each pass scans."""
+    reads: list[int] = []
+    make(*wgm.user_items_space(), **TWO_STAGE, passes=2)(counting(data(), reads))
+    assert len(reads) == 3  # two stage-1 passes, then stage 2
+    reads.clear()
+    make(*wgm.user_items_space(), **TWO_STAGE, engine="streaming")(counting(data(), reads))
+    assert len(reads) >= 2
+
+
+def test_dp_sips_reads_the_input_once_for_all_its_rounds() -> None:
+    reads: list[int] = []
+    m = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)
+    released = m(counting(data(), reads))
+    assert len(reads) == 1  # was one read per round
+    assert set(released["round"]) <= {1, 2, 3}
+
+
+def test_dp_sips_then_top_k_reads_the_input_once() -> None:
+    reads: list[int] = []
+    m = make_wgm_top_k_from_budget(
+        *wgm.user_items_space(), k=3, max_contributions=3, epsilon=1.0, delta=1e-5, stage_1="dp-sips", rounds=2
+    )
+    m(counting(data(), reads))
+    assert len(reads) == 1
+
+
+@pytest.fixture
+def fixed_randomness(monkeypatch):
+    """Every random choice of a release made a function of a reset counter: fixed hash seeds, seeded noise
+    drawn in item order, arg-max selections. Test scaffolding only; the package draws from its exact samplers."""
+    state = {"seed": 0, "noise": np.random.default_rng(0)}
+
+    def reset() -> None:
+        state["seed"], state["noise"] = 0, np.random.default_rng(0)
+
+    def seeds() -> tuple[int, ...]:
+        state["seed"] += 1
+        return (state["seed"], 2, 3, 4)
+
+    def noise(scale: float, size: int, method: str = "lattice") -> np.ndarray:
+        return np.rint(state["noise"].normal(0.0, scale, size)).astype(np.int64)
+
+    release = kernel.release_above_threshold
+
+    def release_in_item_order(histogram: pl.DataFrame, item: str, **options):
+        return release(histogram.sort(item), item, **options)  # a group-by's row order is arbitrary
+
+    def best_k(counts, k, scale, **_):
+        return np.argsort(-np.asarray(counts), kind="stable")[: min(k, len(counts))]
+
+    def best(counts, scale, **_):
+        return int(np.argmax(counts))
+
+    monkeypatch.setattr(transformations, "fresh_seeds", seeds)
+    monkeypatch.setattr(dp_sips, "fresh_seeds", seeds)
+    monkeypatch.setattr(kernel, "sample_discrete_gaussian", noise)
+    monkeypatch.setattr(wgm_module, "release_above_threshold", release_in_item_order)
+    monkeypatch.setattr(dp_sips, "release_above_threshold", release_in_item_order)
+    monkeypatch.setattr(top_k, "noisy_top_k", best_k)
+    monkeypatch.setattr(hitting_set, "noisy_max", best)
+    return reset
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda **o: make_wgm_top_k(*wgm.user_items_space(), **TWO_STAGE, **o),
+        lambda **o: make_wgm_hitting_set(*wgm.user_items_space(), **TWO_STAGE, **o),
+        lambda **o: wgm.make_dp_sips(*wgm.user_items_space(), **SIPS, **o),
+        lambda **o: make_wgm_hitting_set_from_budget(
+            *wgm.user_items_space(), k=4, max_contributions=3, rho=2.0, delta=1e-3, stage_1="dp-sips", **o
+        ),
+    ],
+    ids=["top-k", "hitting-set", "dp-sips", "dp-sips-hitting-set"],
+)
+def test_the_collected_frame_gives_the_release_of_the_plan(fixed_randomness, build) -> None:
+    """For fixed randomness, one in-memory pass (the prepared frame collected once) releases exactly what the
+    plan path releases (``passes=3``, ``engine="streaming"``: the input scanned by every step, as before)."""
+    frame = data(seed=3)
+    releases = []
+    for options in ({}, {"passes": 3}, {"engine": "streaming"}):
+        for given in (frame, frame.lazy()):
+            fixed_randomness()
+            releases.append(build(**options)(given))
+    assert releases[0].height > 0
+    for released in releases[1:]:
+        assert released.equals(releases[0])
+
+
+def test_maps_are_unchanged() -> None:
+    """The maps of the two-stage mechanisms and DP-SIPS, pinned to their values before the frame was reused."""
+    space = wgm.user_items_space()
+    top = make_wgm_top_k_from_budget(*space, k=10, max_contributions=5, epsilon=1.0, delta=1e-5)
+    assert top.map(1) == (0.9999999999995001, 9.999999799263218e-06)
+    assert top.map(2) == (2.0100362766339708, 1.7334084835767243e-05)
+    hit = make_wgm_hitting_set_from_budget(*space, k=10, max_contributions=5, rho=0.1, delta=1e-5)
+    assert hit.map(1) == (0.09999999999999999, 9.999997129360894e-06)
+    sips = wgm.make_dp_sips(*space, max_contributions=5, scales=[3.0, 2.0], thresholds=[12.0, 9.0])
+    assert sips.map(2) == (0.7222222222222223, 0.0017518551775807826)
+
+
+USER_KEYS = {
+    "string": pl.col("user"),
+    "integer": pl.col("user").str.slice(1).cast(pl.Int64),
+    "float": pl.col("user").str.slice(1).cast(pl.Float64),  # no dense code: grouped by value
+    "struct": pl.struct(pl.col("user")),  # no dense code: grouped by value
+}
+
+
+@pytest.mark.parametrize("key", list(USER_KEYS))
+@pytest.mark.parametrize("item_dtype", [pl.String, pl.Categorical])
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_candidate_pairs_are_the_distinct_pairs(key: str, item_dtype, contiguous: bool) -> None:
+    frame = data(seed=5).with_columns(USER_KEYS[key].alias("user"), pl.col("item").cast(item_dtype))
+    space = _resolve_space(*wgm.user_items_space())
+    lf = _prepare_frame(frame, space)
+    candidates = pl.Series("item", ["i1", "i7", "absent", "i3", "i60"]).cast(item_dtype)
+    users, positions = kernel.candidate_pairs(lf, space, candidates, contiguous=contiguous)
+    distinct = frame.filter(pl.col("item").is_in(candidates.implode())).unique()
+    assert len(users) == distinct.height == len(set(zip(users, positions, strict=True)))
+    assert len(np.unique(users)) == distinct["user"].n_unique()  # one code per user
+    if contiguous:  # each user's pairs in one run
+        assert len(np.unique(users)) == np.count_nonzero(np.diff(users)) + 1
+    expected = distinct.group_by("item").len()
+    counts = kernel.candidate_counts(lf, space, candidates)
+    for position, candidate in enumerate(candidates.to_list()):
+        row = expected.filter(pl.col("item").cast(pl.String) == candidate)
+        assert counts[position] == (row["len"].item() if row.height else 0) == np.sum(positions == position)
+    # each code names one user: its candidates are exactly that user's
+    held = {}
+    for code, position in zip(users, positions, strict=True):
+        held.setdefault(code, set()).add(candidates[int(position)])
+    sets = distinct.group_by("user").agg(pl.col("item").cast(pl.String))
+    assert sorted(map(sorted, held.values())) == sorted(map(sorted, sets["item"].to_list()))
+
+
+def test_coverage_is_the_distinct_pairs_per_user() -> None:
+    frame = data(seed=7)
+    space = _resolve_space(*wgm.user_items_space())
+    candidates = pl.Series("item", ["i2", "i1", "i9", "nope"])
+    state, items = coverage(_prepare_frame(frame, space), space, candidates)
+    assert items.to_list() == candidates.to_list()
+    sets = frame.filter(pl.col("item").is_in(candidates.implode())).group_by("user").agg(pl.col("item").unique())
+    held = sorted(sorted(items[int(x)] for x in state.user_items[a:b]) for a, b in zip(state.user_ptr[:-1], state.user_ptr[1:], strict=True))
+    assert held == sorted(sorted(s) for s in sets["item"].to_list())
+    assert state.counts.tolist() == [frame.filter(pl.col("item") == c)["user"].n_unique() for c in candidates]
+
