@@ -249,6 +249,19 @@ def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
     return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
 
 
+def _flag_sorted_users(frame: pl.DataFrame, user: str) -> pl.DataFrame:
+    """``frame`` with its user column flagged sorted when it is sorted (checked: one pass over the column, no
+    copy), so that the per-user ``group_by`` of the release slices contiguous runs instead of hashing every row.
+
+    Only integer and String columns without nulls are checked (their sorted flag means what ``is_sorted``
+    checks); the flag is never set unchecked: a wrong one would split a user into several groups.
+    """
+    column = frame.get_column(user)
+    if not (column.dtype.is_integer() or column.dtype == pl.String) or column.null_count() or not column.is_sorted():
+        return frame
+    return frame.with_columns(column.set_sorted())
+
+
 def _foreign_kind(frame: object) -> str | None:
     """``"pandas"`` for a pandas DataFrame, ``"arrow"`` for a pyarrow Table or RecordBatch, else ``None``; by
     the class's module, so that neither library is imported to ask."""
@@ -322,6 +335,8 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space, extra: Seq
         msg = f"column(s) {missing} not found in the data (columns: {list(schema.names())})"
         raise ValueError(msg)
     key = pl.col(space.user) if space.identifier is None else space.identifier.alias(space.user)
+    if isinstance(frame, pl.DataFrame) and space.identifier is None:
+        frame = _flag_sorted_users(frame, space.user)
     lf = frame.lazy()
     if space.composite:  # a Struct is never null itself: drop the rows with a null field first
         lf = lf.filter(pl.all_horizontal(pl.col(space.composite).is_not_null()))

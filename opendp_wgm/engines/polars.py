@@ -94,18 +94,30 @@ def bounded_lists_plan(
     under ``seeds`` (fresh ones when ``None``), so a user's kept subset is a uniform random subset of its
     distinct items and depends on no other user's rows (the stability argument conditions on the seed). The
     hash reads values only (a Categorical is hashed as its string, not its code, which depends on other rows).
-    Duplicates share a key, so after sorting they are adjacent and ``unique`` drops them; ``head`` then keeps at
-    most ``max_contributions`` distinct items whatever the hash collisions.
+
+    The plan builds each user's list of distinct items in one ``group_by`` (which slices contiguous runs when
+    the user column is flagged sorted: :func:`opendp_wgm._spaces._prepare_frame` flags an in-memory frame whose
+    users are sorted). A user with at most ``max_contributions`` distinct items keeps them all: no key is
+    needed. Only the longer lists are exploded, keyed and cut to the ``max_contributions`` items of smallest
+    key: the same kept subset as sorting every list by the key (``docs/engines.md``, *Speed and memory of the
+    per-user step*).
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
     key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
-    return (
-        lf.with_columns(_key=key)
+    # cached: both branches below read the lists, which Polars would otherwise build twice
+    lists = lf.group_by(user).agg(pl.col(item).unique()).cache()
+    size = pl.col(item).list.len()
+    longer = (
+        lists.filter(size > max_contributions)
+        .sort(user)  # one row per user: cheap; the exploded rows then stay flagged sorted, and group_by slices
+        .explode(item)
+        .with_columns(_key=key)
         .group_by(user)
-        .agg(pl.col(item).sort_by("_key").unique(maintain_order=True).head(max_contributions))
+        .agg(pl.col(item).bottom_k_by("_key", max_contributions))
     )
+    return pl.concat([lists.filter(size <= max_contributions), longer])
 
 
 def bound_plan(
@@ -122,20 +134,22 @@ def bound_plan(
 def lattice_histogram_plan(lists: pl.LazyFrame, space: _Space, max_contributions: int) -> pl.LazyFrame:
     """Per-item sums of the lattice weights ``floor(2^k / sqrt(t))`` (column :data:`WEIGHT_LAT`, Int64).
 
-    ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items.
+    ``lists`` holds one row per user with the list of its (distinct, at most ``max_contributions``) items. The
+    weights (at most 2^k = 2^20) are exploded as Int32, a quarter less memory than Int64 rows, and summed in
+    Int64.
     """
     weights = lattice_weights(max_contributions)
     kept = pl.col(space.item).list.len().cast(pl.Int64)
     weight = kept.replace_strict(
         old=pl.int_range(1, max_contributions + 1, eager=True),
-        new=pl.Series(weights),
-        return_dtype=pl.Int64,
+        new=pl.Series(weights, dtype=pl.Int32),
+        return_dtype=pl.Int32,
     )
     return (
         lists.with_columns(**{WEIGHT_LAT: weight})
         .explode(space.item)
         .group_by(space.item)
-        .agg(pl.col(WEIGHT_LAT).sum())
+        .agg(pl.col(WEIGHT_LAT).cast(pl.Int64).sum())
     )
 
 

@@ -1,0 +1,134 @@
+"""The per-user WGM kernel gives today's histogram and kept subsets, bit for bit, for fixed seeds.
+
+``_frozen_lists`` / ``_frozen_histogram`` are a frozen copy of the kernel as it was before its speed-up (one
+``group_by(user)`` building every user's list, each list sorted by the secret key, ``unique().head(Δ0)``). The
+kernel may plan differently (sort by user first, the keyed selection only for users above Δ0), but for the same
+seeds it must keep the same items for every user and give the same Int64 lattice histogram, on every shape:
+users all below Δ0, all above, mixed, Int/String/Categorical items, duplicates, shuffled rows, several passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from opendp_wgm._spaces import _flag_sorted_users, _prepare_frame, _Space, _value_key
+from opendp_wgm.engines import polars as kernel
+from opendp_wgm.privacy.threshold import lattice_weights
+
+SPACE = _Space("user", "item", None, False)
+SEEDS = (11, 22, 33, 44)
+MAX_CONTRIBUTIONS = 8
+
+
+def _frozen_lists(lf: pl.LazyFrame, max_contributions: int, seeds: tuple[int, ...]) -> pl.DataFrame:
+    """The kernel's bound step before the speed-up (frozen): one row per user, its kept items."""
+    schema = lf.collect_schema()
+    key = pl.struct(_value_key("user", schema["user"]), _value_key("item", schema["item"])).hash(*seeds)
+    return (
+        lf.with_columns(_key=key)
+        .group_by("user")
+        .agg(pl.col("item").sort_by("_key").unique(maintain_order=True).head(max_contributions))
+        .collect()
+    )
+
+
+def _frozen_histogram(lists: pl.DataFrame, max_contributions: int) -> dict[object, int]:
+    """The lattice histogram of frozen lists: per item, the sum of floor(2^20 / sqrt(t)) over its users."""
+    weights = pl.Series(lattice_weights(max_contributions))
+    rows = lists.with_columns(w=pl.col("item").list.len().map_batches(lambda t: weights.gather(t - 1)))
+    return dict(rows.explode("item").group_by("item").agg(pl.col("w").sum()).iter_rows())
+
+
+def _shape(name: str) -> pl.DataFrame:
+    """Test frames: user ids Int64 or String, items Int64, String or Categorical, with duplicates."""
+    rng = np.random.default_rng(SHAPES.index(name))
+    if name == "below":  # every user holds at most Δ0 distinct items (and duplicates)
+        sizes = rng.integers(1, 2 * MAX_CONTRIBUTIONS, 400)
+        users = np.repeat(np.arange(400), sizes)
+        items = rng.integers(0, MAX_CONTRIBUTIONS, users.shape[0])
+    elif name == "above":  # every user holds more than Δ0 distinct items
+        users = np.repeat(np.arange(150), 40)
+        items = rng.zipf(1.2, users.shape[0]) % 400 + np.tile(np.arange(40), 150) * 1000
+    else:  # mixed sizes, Zipf items
+        sizes = rng.integers(1, 5 * MAX_CONTRIBUTIONS, 500)
+        users = np.repeat(np.arange(500), sizes)
+        items = rng.zipf(1.3, users.shape[0]) % 300
+    return pl.DataFrame({"user": users, "item": items.astype(np.int64)})
+
+
+def _variant(frame: pl.DataFrame, variant: str) -> pl.DataFrame:
+    if variant == "shuffled":
+        return frame.sample(fraction=1.0, shuffle=True, seed=3)
+    if variant == "string":
+        return frame.with_columns(pl.format("u{}", "user"), pl.format("item-{}", "item")).sample(fraction=1.0, shuffle=True, seed=4)
+    if variant == "categorical":
+        return frame.with_columns(pl.format("i{}", "item").cast(pl.Categorical))
+    return frame
+
+
+SHAPES = ["below", "above", "mixed"]
+VARIANTS = ["sorted", "shuffled", "string", "categorical"]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_kept_items_equal_the_frozen_kernel(shape: str, variant: str) -> None:
+    frame = _variant(_shape(shape), variant)
+    lf = _prepare_frame(frame, SPACE)
+    expected = _frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS)
+    found = kernel.bounded_lists_plan(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS).collect()
+    as_sets = lambda lists: {u: frozenset(items) for u, items in lists.iter_rows()}  # noqa: E731
+    assert as_sets(found) == as_sets(expected)
+    assert found["item"].list.len().max() <= MAX_CONTRIBUTIONS
+    if shape != "below":  # the keyed subsample did something
+        assert (expected["item"].list.len() == MAX_CONTRIBUTIONS).any()
+
+
+@pytest.mark.parametrize("passes", [1, 3])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_histogram_equals_the_frozen_kernel(shape: str, variant: str, passes: int) -> None:
+    frame = _variant(_shape(shape), variant)
+    lf = _prepare_frame(frame, SPACE)
+
+    def lists_of(users: pl.Expr | None) -> pl.LazyFrame:
+        return kernel.bounded_lists_plan(lf if users is None else lf.filter(users), SPACE, MAX_CONTRIBUTIONS, SEEDS)
+
+    histogram = kernel.lattice_histogram(lists_of, SPACE, MAX_CONTRIBUTIONS, passes=passes).collect()
+    assert histogram[kernel.WEIGHT_LAT].dtype == pl.Int64
+    expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
+    assert dict(histogram.iter_rows()) == expected
+
+
+def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    frame = _variant(_shape("mixed"), "shuffled")
+    for i, part in enumerate(frame.iter_slices(n_rows=2000)):
+        part.write_parquet(tmp_path / f"part-{i}.parquet")
+    lf = _prepare_frame(pl.scan_parquet(tmp_path / "part-*.parquet"), SPACE)
+
+    def lists_of(users: pl.Expr | None) -> pl.LazyFrame:
+        return kernel.bounded_lists_plan(lf if users is None else lf.filter(users), SPACE, MAX_CONTRIBUTIONS, SEEDS)
+
+    expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
+    for passes in (1, 2):
+        histogram = kernel.lattice_histogram(lists_of, SPACE, MAX_CONTRIBUTIONS, passes=passes, engine="streaming")
+        assert dict(histogram.collect().iter_rows()) == expected
+
+
+def test_only_checked_sorted_users_are_flagged() -> None:
+    """The sorted flag (group_by slices runs) is set only on a user column that is sorted: a wrong flag would
+    split a user into several groups, each bounded to Δ0."""
+    sorted_users = pl.DataFrame({"user": [1, 1, 2, 5, 5], "item": [3, 1, 2, 2, 3]})
+    assert _flag_sorted_users(sorted_users, "user").get_column("user").flags["SORTED_ASC"]
+    assert _flag_sorted_users(sorted_users.with_columns(pl.format("u{}", "user")), "user")["user"].flags["SORTED_ASC"]
+    for unsorted in (
+        pl.DataFrame({"user": [1, 2, 1], "item": [1, 1, 2]}),
+        pl.DataFrame({"user": [3, 2, 1], "item": [1, 1, 2]}),  # descending is not ascending
+        pl.DataFrame({"user": [1, None, 2], "item": [1, 1, 2]}),
+        pl.DataFrame({"user": ["b", "a"], "item": [1, 1]}, schema_overrides={"user": pl.Categorical}),
+    ):
+        assert not any(_flag_sorted_users(unsorted, "user").get_column("user").flags.values())
+    lists = kernel.bounded_lists_plan(_prepare_frame(pl.DataFrame({"user": [2, 1, 2], "item": [1, 1, 2]}), SPACE), SPACE, 1, SEEDS)
+    assert sorted(lists.collect()["user"].to_list()) == [1, 2]  # user 2's rows are one group, bounded once
