@@ -354,8 +354,9 @@ def make_wgm_group_by(
         (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``.
     key_release
         ``(domain, metric) -> Measurement``, a partial key-release constructor (``then_wgm``, ``then_dp_sips``,
-        ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column; its output measure must
-        be ``output_measure``. It is built on the prepared (user key, item) space.
+        ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column (in the key columns for a
+        composite key); its output measure must be ``output_measure``. It is built on the prepared (user key,
+        item) space.
     max_contributions
         Δ0 ≥ 1 of the aggregates: OpenDP truncates each user to Δ0 of the released keys (a uniformly random
         choice: the first Δ0 in one secret random order of the keys, drawn per release).
@@ -377,14 +378,16 @@ def make_wgm_group_by(
         Only with ``dp.approximate(dp.max_divergence())``: the δ of OpenDP's zCDP → (ε, δ) conversion of the
         aggregates (``make_zCDP_to_approxDP`` then ``make_fix_delta``), in (0, 1).
     item
-        Item (key) column, when the input domain is OpenDP's and holds more than one other column.
+        Item (key) column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``): the keys are their tuples, in discovery, in OpenDP's
+        truncation (Δ0 tuples per user, R rows per tuple) and in its ``group_by`` over all the key columns.
 
     Returns
     -------
     opendp.mod.Measurement
-        Maps a frame to a ``pl.DataFrame``: stage 1's release (the key column and, e.g., ``noisy_weight`` or
-        ``rank``), in its order, with ``count`` (Int64, OpenDP's ``dp.len()``), ``<column>_sum`` and
-        ``<column>_mean`` (Float64) of each released key.
+        Maps a frame to a ``pl.DataFrame``: stage 1's release (the key column, or the key columns of a composite
+        key, and, e.g., ``noisy_weight`` or ``rank``), in its order, with ``count`` (Int64, OpenDP's
+        ``dp.len()``), ``<column>_sum`` and ``<column>_mean`` (Float64) of each released key.
 
     Notes
     -----
@@ -704,12 +707,15 @@ def discover_keys(
     max_contributions, mechanism, k, noise
         As for :func:`make_wgm_group_by_from_budget`.
     item
-        The key column, when the data hold more than one column besides the user.
+        The key column, when the data hold more than one column besides the user; a list of columns for a
+        composite key (its tuples are discovered; the query then groups by all of them, and truncates with
+        ``keep="first"`` or ``"last"``: OpenDP 0.16's default ``keep="sample"`` fails at collect).
 
     Returns
     -------
     polars.DataFrame
-        The released keys: the key column only, in the data's dtype, in the release's order.
+        The released keys: the key column (or each key column of a composite key) only, in the data's dtypes,
+        in the release's order.
     """
     _assert_features()
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
@@ -728,7 +734,9 @@ def discover_keys(
     budget = Budget.of(delta=delta, **{"epsilon" if kind == "approx_dp" else "rho": value})
     space = _resolve_space(*context.accountant.input_space, item)
     max_contributions = check_max_contributions(max_contributions)
-    key_release = _key_release_from_budget(mechanism, budget, max_contributions, k, noise, space.composite or space.item)
+    key_release = _key_release_from_budget(
+        mechanism, budget, max_contributions, k, noise, space.composite or space.item
+    )
     released: pl.DataFrame = context(key_release(*context.accountant.input_space))
     return released.select(space.keys)
 
