@@ -399,13 +399,17 @@ def pairs_domain() -> tuple[dp.Domain, dp.Metric]:
     return domain, dp.symmetric_id_distance(pl.col("user"))
 
 
-def test_composite_on_an_opendp_domain_from_budget() -> None:
+@pytest.mark.parametrize(("mechanism", "k", "stage_1"), [("wgm", None, ["noisy_weight"]),
+                                                      ("dp-sips", None, ["noisy_weight", "round"]),
+                                                      ("top-k", 2, ["rank"])])
+def test_composite_on_an_opendp_domain_from_budget(mechanism: str, k: int | None, stage_1: list[str]) -> None:
     data = pairs()
     m = wgm.make_wgm_group_by_from_budget(
         *pairs_domain(), max_contributions=3, rho=1e6, delta=1e-3, sums={"minutes": (0, 100)}, item=KEYS,
+        mechanism=mechanism, k=k,
     )
     released = m(data.lazy())
-    assert released.columns == [*KEYS, "noisy_weight", "count", "minutes_sum"]
+    assert released.columns == [*KEYS, *stage_1, "count", "minutes_sum"]
     assert m.check(1, (1e6, 1e-3)) and set(released.select(KEYS).rows()) <= {("fr", "a"), ("fr", "b"), ("de", "a")}
 
 
