@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,7 +29,7 @@ from opendp.extras.polars import DPExpr, Margin, dp_len
 from polars._typing import PolarsDataType
 
 from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _PreparedFrame, _resolve_space, _Space
 from opendp_wgm._validation import (
     _check_absent,
     _check_choice,
@@ -276,32 +276,37 @@ def _stage_2_kind(output_measure: dp.Measure | None, delta: Any) -> tuple[Measur
 # the measurement
 
 
-def _key_columns(space: _Space) -> tuple[str, ...]:
-    """The key columns of a space (its item column)."""
-    return (space.item,)
-
-
 def _preparation(space: _Space, aggregates: _Aggregates) -> Preparation:
     """The input prepared once for both stages: the user key, the keys and the value columns (rows with a null
-    user or key dropped), on the bare-column space of (user key, item)."""
+    user or key dropped), on the bare-column space of (user key, item). A composite key's Struct is passed as
+    a prepared frame of that space, which stage 1 reads without preparing it again."""
+    prepared = _Space(space.user, space.item, None, lazyframe_domain=False, composite=space.composite)
 
-    def function(frame: Any) -> pl.LazyFrame:
-        return _prepare_frame(frame, space, aggregates.values)
+    def function(frame: Any) -> pl.LazyFrame | _PreparedFrame:
+        lf = _prepare_frame(frame, space, aggregates.values)
+        return _PreparedFrame(lf, prepared) if space.composite else lf
 
-    domain = user_items_domain(UserItemsDescriptor(space.user, space.item))
-    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item)
+    domain = user_items_domain(UserItemsDescriptor(space.user, space.composite or space.item))
+    return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item, space.keys)
 
 
 def _aggregate_release(
-    lf: pl.LazyFrame, space: _Space, aggregates: _Aggregates, keys: pl.Series, scale: float, kind: MeasureKind,
-    delta: float,
+    data: pl.LazyFrame | _PreparedFrame, space: _Space, aggregates: _Aggregates, keys: pl.Series, scale: float,
+    kind: MeasureKind, delta: float,
 ) -> pl.DataFrame:
-    """OpenDP's aggregates of the prepared ``lf`` over ``keys`` (the keys' dtype), sums and means in data units."""
-    schema = lf.collect_schema()
+    """OpenDP's aggregates of the prepared ``data`` over ``keys`` (the keys' dtypes), sums and means in data
+    units. A composite key enters OpenDP as its separate key columns (the Struct unnested): the plan groups by
+    all of them, and the keyed hash and the truncation rank take the tuple as the key."""
+    lf = data.lf if isinstance(data, _PreparedFrame) else data
+    if space.composite:
+        lf, keys_frame = lf.unnest(space.item), keys.struct.unnest()
+    else:
+        keys_frame = keys.to_frame(space.item)
+    schema, dtypes = lf.collect_schema(), keys_frame.schema
     seeds = fresh_seeds()  # the order in which each user keeps its keys: one secret random order of the keys
     order = pl.struct(*aggregates.keys).hash(*seeds).alias(_ORDER)
     key_columns = [canonical_item(k, schema[k]).alias(k) for k in aggregates.keys]
-    explicit = keys.to_frame(aggregates.keys[0]).select(key_columns).with_columns(order)
+    explicit = keys_frame.select(key_columns).with_columns(order)
     # only the released keys' rows (a row-wise filter by public keys), so that users keep Δ0 *released* keys
     frame = (
         lf.select(
@@ -316,7 +321,7 @@ def _aggregate_release(
     released: pl.DataFrame = aggregates.measurement(explicit, opendp_schema, scale, kind, delta)(frame).collect()
     rescaled = [(pl.col(s.name) * 2.0 ** -s.bits).alias(s.name) for s in aggregates.statistics]
     return released.select(
-        *(pl.col(k).cast(keys.dtype) for k in aggregates.keys), pl.col(COUNT).cast(pl.Int64), *rescaled
+        *(pl.col(k).cast(dtypes[k]) for k in aggregates.keys), pl.col(COUNT).cast(pl.Int64), *rescaled
     )
 
 
@@ -332,7 +337,7 @@ def make_wgm_group_by(
     means: Bounds | None = None,
     output_measure: dp.Measure | None = None,
     delta: float | None = None,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Release keys, then OpenDP's own counts, bounded sums and means over them, in one measurement.
 
@@ -349,8 +354,9 @@ def make_wgm_group_by(
         (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``.
     key_release
         ``(domain, metric) -> Measurement``, a partial key-release constructor (``then_wgm``, ``then_dp_sips``,
-        ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column; its output measure must
-        be ``output_measure``. It is built on the prepared (user key, item) space.
+        ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column (in the key columns for a
+        composite key); its output measure must be ``output_measure``. It is built on the prepared (user key,
+        item) space.
     max_contributions
         Δ0 ≥ 1 of the aggregates: OpenDP truncates each user to Δ0 of the released keys (a uniformly random
         choice: the first Δ0 in one secret random order of the keys, drawn per release).
@@ -372,14 +378,16 @@ def make_wgm_group_by(
         Only with ``dp.approximate(dp.max_divergence())``: the δ of OpenDP's zCDP → (ε, δ) conversion of the
         aggregates (``make_zCDP_to_approxDP`` then ``make_fix_delta``), in (0, 1).
     item
-        Item (key) column, when the input domain is OpenDP's and holds more than one other column.
+        Item (key) column, when the input domain is OpenDP's and holds more than one other column; a list of
+        columns for a composite key (``docs/api.md``): the keys are their tuples, in discovery, in OpenDP's
+        truncation (Δ0 tuples per user, R rows per tuple) and in its ``group_by`` over all the key columns.
 
     Returns
     -------
     opendp.mod.Measurement
-        Maps a frame to a ``pl.DataFrame``: stage 1's release (the key column and, e.g., ``noisy_weight`` or
-        ``rank``), in its order, with ``count`` (Int64, OpenDP's ``dp.len()``), ``<column>_sum`` and
-        ``<column>_mean`` (Float64) of each released key.
+        Maps a frame to a ``pl.DataFrame``: stage 1's release (the key column, or the key columns of a composite
+        key, and, e.g., ``noisy_weight`` or ``rank``), in its order, with ``count`` (Int64, OpenDP's
+        ``dp.len()``), ``<column>_sum`` and ``<column>_mean`` (Float64) of each released key.
 
     Notes
     -----
@@ -413,15 +421,15 @@ def make_wgm_group_by(
         msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
         raise TypeError(msg)
     space = _resolve_space(input_domain, input_metric, item)
-    aggregates = _Aggregates.of(_key_columns(space), max_contributions, max_rows_per_key, sums, means)
+    aggregates = _Aggregates.of(space.keys, max_contributions, max_rows_per_key, sums, means)
     scale = _check_positive("scale", scale)
     kind, delta_value = _stage_2_kind(output_measure, delta)
     aggregates.check_space(space, input_domain)
     measure = measure_of(kind)
 
     def stage_2(domain: dp.Domain, metric: dp.Metric, keys: pl.Series) -> dp.Measurement:
-        def function(lf: pl.LazyFrame) -> pl.DataFrame:
-            return _aggregate_release(lf, space, aggregates, keys, scale, kind, delta_value)
+        def function(data: pl.LazyFrame | _PreparedFrame) -> pl.DataFrame:
+            return _aggregate_release(data, space, aggregates, keys, scale, kind, delta_value)
 
         return dp.m.make_user_measurement(domain, metric, measure, function, charged)
 
@@ -532,7 +540,8 @@ def calibrate_wgm_group_by(
 
 
 def _key_release_from_budget(
-    mechanism: KeyMechanism, budget: Budget, max_contributions: int, k: int | None, noise: Any, item: str | None = None
+    mechanism: KeyMechanism, budget: Budget, max_contributions: int, k: int | None, noise: Any,
+    item: str | Sequence[str] | None = None,
 ) -> Stage1:
     """Stage 1 calibrated to ``budget`` (its own ``*_from_budget``), as a partial constructor (``item`` names the
     key column of an OpenDP space; None on the prepared space)."""
@@ -567,7 +576,7 @@ def make_wgm_group_by_from_budget(
     sums: Bounds | None = None,
     means: Bounds | None = None,
     noise: Literal["lattice", "opendp"] = "lattice",
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> dp.Measurement:
     r"""Keys with counts, sums and means in one per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -668,7 +677,7 @@ def discover_keys(
     context: dp.Context,
     *,
     max_contributions: int,
-    item: str | None = None,
+    item: str | Sequence[str] | None = None,
     mechanism: KeyMechanism = "wgm",
     k: int | None = None,
     noise: Literal["lattice", "opendp"] = "lattice",
@@ -698,12 +707,15 @@ def discover_keys(
     max_contributions, mechanism, k, noise
         As for :func:`make_wgm_group_by_from_budget`.
     item
-        The key column, when the data hold more than one column besides the user.
+        The key column, when the data hold more than one column besides the user; a list of columns for a
+        composite key (its tuples are discovered; the query then groups by all of them, and truncates with
+        ``keep="first"`` or ``"last"``: OpenDP 0.16's default ``keep="sample"`` fails at collect).
 
     Returns
     -------
     polars.DataFrame
-        The released keys: the key column only, in the data's dtype, in the release's order.
+        The released keys: the key column (or each key column of a composite key) only, in the data's dtypes,
+        in the release's order.
     """
     _assert_features()
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
@@ -722,9 +734,11 @@ def discover_keys(
     budget = Budget.of(delta=delta, **{"epsilon" if kind == "approx_dp" else "rho": value})
     space = _resolve_space(*context.accountant.input_space, item)
     max_contributions = check_max_contributions(max_contributions)
-    key_release = _key_release_from_budget(mechanism, budget, max_contributions, k, noise, space.item)
+    key_release = _key_release_from_budget(
+        mechanism, budget, max_contributions, k, noise, space.composite or space.item
+    )
     released: pl.DataFrame = context(key_release(*context.accountant.input_space))
-    return released.select(_key_columns(space))
+    return released.select(space.keys)
 
 
 then_wgm_group_by = _to_then(make_wgm_group_by)
