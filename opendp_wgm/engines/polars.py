@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import polars as pl
@@ -85,8 +85,26 @@ def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> pl.LazyFr
 # bound
 
 
+#: Rows read to choose the per-user plan (:func:`bounded_lists_plan`): a speed choice only.
+_PLAN_SAMPLE_ROWS = 1 << 16
+
+
+def _mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
+    """Whether most of the first :data:`_PLAN_SAMPLE_ROWS` rows belong to users with more than
+    ``max_contributions`` of them: then sorting every list by the key is faster than building the lists and
+    cutting the long ones again (imdb_50k, 61% of users above Δ0: 0.63 s against 1.05 s). Both plans keep the
+    same subsets, so the choice changes the time only, never the release."""
+    sizes = lf.head(_PLAN_SAMPLE_ROWS).group_by(user).agg(pl.len()).collect().get_column("len")
+    return 2 * int(sizes.filter(sizes > max_contributions).sum()) > int(sizes.sum())
+
+
 def bounded_lists_plan(
-    lf: pl.LazyFrame, space: _Space, max_contributions: int, seeds: tuple[int, ...] | None = None
+    lf: pl.LazyFrame,
+    space: _Space,
+    max_contributions: int,
+    seeds: tuple[int, ...] | None = None,
+    *,
+    plan: Literal["auto", "split", "keyed"] = "auto",
 ) -> pl.LazyFrame:
     """One row per user: the list of its ``max_contributions`` distinct items of smallest random key.
 
@@ -100,12 +118,20 @@ def bounded_lists_plan(
     users are sorted). A user with at most ``max_contributions`` distinct items keeps them all: no key is
     needed. Only the longer lists are exploded, keyed and cut to the ``max_contributions`` items of smallest
     key: the same kept subset as sorting every list by the key (``docs/engines.md``, *Speed and memory of the
-    per-user step*).
+    per-user step*). That is ``plan="split"``; ``plan="keyed"`` sorts every user's rows by the key instead (faster
+    when most users hold more than ``max_contributions`` items); ``"auto"`` chooses from the first rows
+    (:func:`_mostly_above`). Every plan keeps the same items for the same seeds.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
     key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
+    if plan == "keyed" or (plan == "auto" and _mostly_above(lf, user, max_contributions)):
+        return (
+            lf.with_columns(_key=key)
+            .group_by(user)
+            .agg(pl.col(item).sort_by("_key").unique(maintain_order=True).head(max_contributions))
+        )
     # cached: both branches below read the lists, which Polars would otherwise build twice
     lists = lf.group_by(user).agg(pl.col(item).unique()).cache()
     size = pl.col(item).list.len()

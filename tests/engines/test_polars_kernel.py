@@ -72,13 +72,14 @@ SHAPES = ["below", "above", "mixed"]
 VARIANTS = ["sorted", "shuffled", "string", "categorical"]
 
 
+@pytest.mark.parametrize("plan", ["auto", "split", "keyed"])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_kept_items_equal_the_frozen_kernel(shape: str, variant: str) -> None:
+def test_kept_items_equal_the_frozen_kernel(shape: str, variant: str, plan: str) -> None:
     frame = _variant(_shape(shape), variant)
     lf = _prepare_frame(frame, SPACE)
     expected = _frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS)
-    found = kernel.bounded_lists_plan(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS).collect()
+    found = kernel.bounded_lists_plan(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS, plan=plan).collect()  # type: ignore[arg-type]
     as_sets = lambda lists: {u: frozenset(items) for u, items in lists.iter_rows()}  # noqa: E731
     assert as_sets(found) == as_sets(expected)
     assert found["item"].list.len().max() <= MAX_CONTRIBUTIONS
@@ -132,3 +133,11 @@ def test_only_checked_sorted_users_are_flagged() -> None:
         assert not any(_flag_sorted_users(unsorted, "user").get_column("user").flags.values())
     lists = kernel.bounded_lists_plan(_prepare_frame(pl.DataFrame({"user": [2, 1, 2], "item": [1, 1, 2]}), SPACE), SPACE, 1, SEEDS)
     assert sorted(lists.collect()["user"].to_list()) == [1, 2]  # user 2's rows are one group, bounded once
+
+
+def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() -> None:
+    # a speed choice only (every plan keeps the same items: above); it reads the first rows
+    below = _prepare_frame(_shape("below"), SPACE)
+    above = _prepare_frame(_shape("above"), SPACE)
+    assert not kernel._mostly_above(below, "user", 2 * MAX_CONTRIBUTIONS)
+    assert kernel._mostly_above(above, "user", MAX_CONTRIBUTIONS)
