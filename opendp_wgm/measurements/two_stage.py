@@ -242,8 +242,6 @@ def make_wgm_then_peeling(
     options: dict[str, Any] = {}  # an engine's WGM has its own execution options
     if make_stage_1 is None:
         make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}
-    if preparation is None:
-        preparation = _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
     stage_1 = functools.partial(
         make_stage_1,
         max_contributions=max_contributions,
@@ -266,6 +264,8 @@ def make_wgm_then_peeling(
         peeling=peeling,
         accounting=accounting,
         preparation=preparation,
+        passes=passes,
+        engine=engine,
     )
 
 
@@ -325,7 +325,9 @@ def make_dp_sips_then_peeling(
         item=item,
         peeling=peeling,
         accounting=accounting,
-        preparation=preparation or _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine),
+        preparation=preparation,
+        passes=passes,
+        engine=engine,
     )
 
 
@@ -342,11 +344,17 @@ def _then_peeling(
     item: str | Sequence[str] | None,
     peeling: Peeling,
     accounting: Accounting,
-    preparation: Preparation | None = None,
+    preparation: Preparation | None,
+    passes: int,
+    engine: Engine,
 ) -> dp.Measurement:
     """``stage_1`` (a key release), then ``peeling`` of ``k`` rounds on its candidates (stage 2, on the
-    unclipped data), charged ``k`` rounds whatever the number of candidates (:func:`make_two_stage`)."""
+    unclipped data), charged ``k`` rounds whatever the number of candidates (:func:`make_two_stage`). Without a
+    ``preparation``, the Polars frame's at stage 1's ``passes`` and ``engine`` (collected once at one in-memory
+    pass)."""
     delta = peel_delta if kind == "approx_dp" else None
+    if preparation is None:
+        preparation = _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
 
     def stage_2(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement:
         return peeling(
