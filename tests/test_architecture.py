@@ -10,7 +10,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "opendp_wgm"
 
 #: The package's shared private helpers: their underscore names may be imported from anywhere in the package.
-SHARED_PRIVATE = ("opendp_wgm._validation", "opendp_wgm._partial", "opendp_wgm._version", "opendp_wgm._spaces")
+SHARED_PRIVATE = (
+    "opendp_wgm._validation",
+    "opendp_wgm._partial",
+    "opendp_wgm._version",
+    "opendp_wgm._spaces",
+    "opendp_wgm._interrupt",
+)
 
 #: The layers the privacy maps and the samplers sit under: they must not import these.
 UPPER_LAYERS = (
@@ -107,7 +113,7 @@ def _private_import_offenders() -> list[str]:
 
 def test_no_private_name_crosses_a_subpackage() -> None:
     """A private name (``_x``, not a dunder) is imported only within its own (sub)package (or by that package's
-    subpackages), or from the shared private helpers (``_validation``, ``_partial``, ``_version``, ``_spaces``)."""
+    subpackages), or from the shared private helpers (``_validation``, ``_partial``, ``_version``, ``_spaces``, ``_interrupt``)."""
     offenders = _private_import_offenders()
     assert offenders == [], f"{len(offenders)} private imports across subpackages:\n" + "\n".join(offenders)
 

@@ -287,3 +287,62 @@ def test_truncated_last_row_is_redone_not_counted(data_dir, tmp_path) -> None:
     assert result.rows.select("x", "trial").n_unique() == 4
     assert result.rows["missing_mass"].null_count() == 0
     assert trials_csv.read_text(encoding="utf-8").endswith("\n")
+
+
+# ------------------------------------------------------------------------------------------------------
+# Ctrl-C: exit 130, the rows written so far kept, no crash in OpenDP's FFI
+# ------------------------------------------------------------------------------------------------------
+_SLOW_SECOND_RELEASE = """
+import sys, time
+from opendp_wgm.measurements import wgm
+original, calls = wgm.release_above_threshold, []
+def slow(*args, **kwargs):  # the second release waits for SIGINT inside the measurement's callback
+    calls.append(1)
+    if len(calls) == 2:
+        print("RELEASING", file=sys.stderr, flush=True)
+        time.sleep(120)
+    return original(*args, **kwargs)
+wgm.release_above_threshold = slow
+{entry}
+"""
+_ENTRIES = {
+    "opendp-wgm reproduce": "from opendp_wgm.cli import main\nsys.exit(main(['reproduce', *sys.argv[1:]]))",
+    "python -m opendp_wgm.experiments": "from opendp_wgm.experiments import main_reproduce\n"
+    "sys.exit(main_reproduce(sys.argv[1:]))",
+}
+
+
+@pytest.mark.parametrize("entry", list(_ENTRIES))
+def test_ctrl_c_during_a_trial_exits_130_and_keeps_the_rows(entry: str, data_dir: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    arguments = ["set-union", "--data", str(data_dir), "--out", str(tmp_path), "--datasets", "movielens_100k",
+                 "--methods", "wgm", "--trials", "2", "--l0", "3", "--no-progress", "--no-plots"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_SECOND_RELEASE.format(entry=_ENTRIES[entry]), *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # a background job ignores SIGINT; the test process starts no thread before forking
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line == "RELEASING\n", line + process.stderr.read()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "double free" not in err and "Traceback" not in err, err
+    assert process.returncode == 130, err
+    trials = tmp_path / "set-union" / "trials.csv"
+    assert err.strip() == (
+        f"opendp-wgm reproduce: interrupted; the trials done so far are kept in {trials} (rerun with --resume)"
+    )
+    assert pl.read_csv(trials).height == 1  # the first trial, whole
+    resumed = reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, datasets=["movielens_100k"],
+                        methods=["wgm"], trials=2, l0=(3,), progress=False, plot=False, resume=True)
+    assert resumed.rows.height == 2 and sorted(resumed.rows["trial"].to_list()) == [0, 1]

@@ -1,7 +1,6 @@
 """Reading the input (CSV/TSV, NDJSON and Parquet scans, ``--schema``, SQL databases through ``--uri`` and
 ``--query``, checks before the release) and writing the output safely (never onto an input, ``--force``,
-writable before the release, temporary file then rename; or to stdout), and the Ctrl-C handler that exits with
-status 130."""
+writable before the release, temporary file then rename; or to stdout)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,8 @@ import argparse
 import gzip
 import os
 import re
-import signal
 import tempfile
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -27,7 +23,7 @@ from opendp_wgm.cli._args import (
     _OUTPUT_FORMATS,
     _STDOUT,
 )
-from opendp_wgm.cli._errors import PROG, CLIError, _library_errors, _one_line
+from opendp_wgm.cli._errors import CLIError, _library_errors, _one_line
 
 #: Input suffixes (lower case) and how they are read. ``scan_csv`` and ``scan_ndjson`` also decompress ``.gz``
 #: (in memory: a gzip stream cannot be scanned lazily).
@@ -387,28 +383,3 @@ def _prepare_output(
             return _Output(path, Path(temp.name), format_, compressed)
     except OSError as err:
         raise CLIError(f"cannot write {str(path)!r}: {_one_line(err)}") from err
-
-
-@contextmanager
-def _exit_on_interrupt(cleanup: Callable[[], None]) -> Iterator[None]:
-    """Make Ctrl-C (SIGINT) run ``cleanup`` and end the process with status 130, at once, inside this block.
-
-    A ``KeyboardInterrupt`` raised in Python code that OpenDP calls back (a measurement's function or map)
-    crashes the process in OpenDP's FFI ("double free or corruption", docs/known_issues.md), so inside the
-    block the handler never raises: it cleans up and calls ``os._exit``. Outside the main thread signal
-    handlers cannot be set, and the block changes nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        cleanup()
-        os.write(2, f"\n{PROG}: interrupted; nothing was written\n".encode())
-        os._exit(130)
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, TextIO
 
 import polars as pl
 
+from opendp_wgm._interrupt import _exit_on_interrupt
 from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
 from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
-from opendp_wgm.cli._io import _check_source, _exit_on_interrupt, _input_files, _prepare_output, _read_input
+from opendp_wgm.cli._io import _check_source, _input_files, _prepare_output, _read_input
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -133,7 +134,9 @@ def _release_and_report(
     names += ["evaluating"] if demo else []
     stages = _Stages(names, stderr)
     try:
-        with _exit_on_interrupt(output.discard if output is not None else lambda: None):
+        with _exit_on_interrupt(
+            output.discard if output is not None else lambda: None, f"{PROG}: interrupted; nothing was written"
+        ):
             with stages.stage("calibrating"), _library_errors():
                 planned = plan()
             with stages.stage("reading"):

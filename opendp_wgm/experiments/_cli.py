@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from opendp_wgm._interrupt import _exit_on_interrupt
 from opendp_wgm.experiments._config import EXPERIMENTS, METHODS, parse_grid
 
 __all__ = [
@@ -121,30 +122,38 @@ def run_reproduce(args: argparse.Namespace, *, stdout: TextIO | None = None, std
 
     Bad input raises ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` / ``NotADirectoryError``, and a
     missing matplotlib ``ImportError``, all before any data is read; the caller turns them into its one-line
-    error.
+    error. This is the entry points' runner (``opendp-wgm reproduce``, :func:`main_reproduce`): it owns the
+    process, so Ctrl-C ends it with status 130 and one line on stderr, the trials done so far kept for
+    ``--resume`` (no ``KeyboardInterrupt`` is raised inside OpenDP's callbacks, which would crash the process).
+    From Python, call :func:`opendp_wgm.experiments.reproduce` instead.
     """
     from opendp_wgm.experiments._runner import reproduce
 
     stdout = sys.stdout if stdout is None else stdout
-    result = reproduce(
-        args.experiment,
-        data_dir=args.data,
-        out_dir=args.out,
-        datasets=args.datasets,
-        methods=args.methods,
-        trials=args.trials,
-        epsilon=args.epsilon,
-        delta=args.delta,
-        l0=args.l0,
-        k=args.k,
-        max_contributions=args.max_contributions,
-        k_bar_multipliers=args.k_bar_multipliers,
-        alpha=args.alpha,
-        seed=args.seed,
-        resume=args.resume,
-        progress=not args.no_progress,
-        plot=not args.no_plots,
+    trials = args.out / args.experiment / "trials.csv"
+    interrupted = (
+        f"opendp-wgm reproduce: interrupted; the trials done so far are kept in {trials} (rerun with --resume)"
     )
+    with _exit_on_interrupt(lambda: None, interrupted):
+        result = reproduce(
+            args.experiment,
+            data_dir=args.data,
+            out_dir=args.out,
+            datasets=args.datasets,
+            methods=args.methods,
+            trials=args.trials,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            l0=args.l0,
+            k=args.k,
+            max_contributions=args.max_contributions,
+            k_bar_multipliers=args.k_bar_multipliers,
+            alpha=args.alpha,
+            seed=args.seed,
+            resume=args.resume,
+            progress=not args.no_progress,
+            plot=not args.no_plots,
+        )
     print(f"{result.rows.height} trial rows in {result.trials_csv}", file=stdout)
     print(f"summary: {result.summary_md} (and {result.summary_csv.name})", file=stdout)
     for path in result.plots:
