@@ -198,11 +198,13 @@ def make_dp_sips(
 
     Notes
     -----
-    Release: the input is prepared once (user key evaluated, nulls dropped) and, with one pass in memory,
-    collected once, so no round scans or parses the input again; round i keeps the rows whose item
-    no earlier round released (a filter, lazily), bounds every user to Δ0 of those items under a fresh
-    seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise of scale σ_i and releases
-    the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
+    Release: the input is prepared once (user key evaluated, nulls dropped) into its distinct (user, item)
+    pairs, each user's adjacent (:func:`~opendp_wgm.engines.polars.distinct_pairs_plan`) and, with one pass in
+    memory, collected once, so no round scans or parses the input again or deduplicates a user's items again;
+    round i reads the pairs whose item no earlier round released (each round's items are flagged once on the
+    pairs still in play and dropped; the adaptive count reads round 1's flags), bounds every user to Δ0 of
+    those items under a fresh seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise
+    of scale σ_i and releases the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
 
     Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Round i is the WGM at
     (σ_i, T_i) on a dataset that is a function of the input and of rounds 1..i−1's releases only, and removing
