@@ -38,11 +38,12 @@ from opendp_wgm import datasets
 from opendp_wgm._spaces import _prepare_frame, _Space
 from opendp_wgm.engines.polars import (
     bounded_lists_plan,
+    distinct_pairs_plan,
     lattice_histogram_plan,
     noisy_above_threshold,
     release_above_threshold,
 )
-from opendp_wgm.measurements.dp_sips import _user_bins, dense_branch
+from opendp_wgm.measurements.dp_sips import _flag_released, _user_bins, dense_branch
 from opendp_wgm.metrics import Truth, missing_mass
 from opendp_wgm.privacy.calibrate import calibrate_dp_sips
 from opendp_wgm.privacy.threshold import LATTICE_BITS
@@ -95,11 +96,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         truth = Truth.of(df)
         frame = _prepare_frame(df, space).collect()
+        pairs = distinct_pairs_plan(frame.lazy(), space).collect().lazy()  # the count reads distinct pairs
         rows: dict[str, list[float]] = {k: [] for k in ("wgm", "sparse", "dense", "adaptive", "picked", "share")}
         for _ in range(args.trials):
             rows["wgm"].append(missing_mass(truth, measurement(df)))
             first = one_round(frame, space, cal.scales[0], cal.thresholds[0])
-            bins = _user_bins(frame.lazy(), first.to_frame(), space)
+            bins = _user_bins(_flag_released(pairs, first.to_frame(), space.item), space)
             noisy, _ = noisy_above_threshold(bins << LATTICE_BITS, scale=cal.statistic_scale, threshold=0.0)
             picked = dense_branch(float(noisy[0]), float(noisy[1]))
             mm = {k: missing_mass(truth, rounds_after(frame, space, first, plan))

@@ -43,6 +43,7 @@ __all__ = [
     "candidate_pairs",
     "cast_candidates",
     "collect_once",
+    "distinct_pairs_plan",
     "fresh_seeds",
     "lattice_histogram",
     "lattice_histogram_plan",
@@ -98,6 +99,18 @@ def _mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
     return 2 * int(sizes.filter(sizes > max_contributions).sum()) > int(sizes.sum())
 
 
+def distinct_pairs_plan(lf: pl.LazyFrame, space: _Space) -> pl.LazyFrame:
+    """The distinct (user, item) rows of a prepared frame, each user's rows adjacent and the user column flagged
+    sorted, for steps that bound the same users several times (DP-SIPS's rounds): their
+    :func:`bounded_lists_plan` (``distinct=True``) then slices each user's run without hashing its items again.
+
+    One ``group_by`` (the one a bound builds anyway), then a sort of one row per user, exploded. A filter on the
+    user column (a pass's bucket) reaches a file scan through it.
+    """
+    user, item = space.user, space.item
+    return lf.group_by(user).agg(pl.col(item).unique()).sort(user).explode(item)
+
+
 def bounded_lists_plan(
     lf: pl.LazyFrame,
     space: _Space,
@@ -105,6 +118,7 @@ def bounded_lists_plan(
     seeds: tuple[int, ...] | None = None,
     *,
     plan: Literal["auto", "split", "keyed"] = "auto",
+    distinct: bool = False,
 ) -> pl.LazyFrame:
     """One row per user: the list of its ``max_contributions`` distinct items of smallest random key.
 
@@ -121,19 +135,23 @@ def bounded_lists_plan(
     per-user step*). That is ``plan="split"``; ``plan="keyed"`` sorts every user's rows by the key instead (faster
     when most users hold more than ``max_contributions`` items); ``"auto"`` chooses from the first rows
     (:func:`_mostly_above`). Every plan keeps the same items for the same seeds.
+
+    ``distinct=True`` promises that ``lf``'s (user, item) rows are distinct (:func:`distinct_pairs_plan`): the
+    plans then skip their ``unique``, and keep the same items.
     """
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
     key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
     if plan == "keyed" or (plan == "auto" and _mostly_above(lf, user, max_contributions)):
+        by_key = pl.col(item).sort_by("_key")
         return (
             lf.with_columns(_key=key)
             .group_by(user)
-            .agg(pl.col(item).sort_by("_key").unique(maintain_order=True).head(max_contributions))
+            .agg((by_key if distinct else by_key.unique(maintain_order=True)).head(max_contributions))
         )
     # cached: both branches below read the lists, which Polars would otherwise build twice
-    lists = lf.group_by(user).agg(pl.col(item).unique()).cache()
+    lists = lf.group_by(user).agg(pl.col(item) if distinct else pl.col(item).unique()).cache()
     size = pl.col(item).list.len()
     longer = (
         lists.filter(size > max_contributions)

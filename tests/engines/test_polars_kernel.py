@@ -103,6 +103,32 @@ def test_histogram_equals_the_frozen_kernel(shape: str, variant: str, passes: in
     assert dict(histogram.iter_rows()) == expected
 
 
+@pytest.mark.parametrize("plan", ["auto", "split", "keyed"])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, plan: str) -> None:
+    """DP-SIPS's rounds bound the distinct pairs (deduplicated once, each user's rows adjacent) without the
+    kernel's own ``unique``: the same kept items and histogram as the frozen kernel on the raw rows."""
+    frame = _variant(_shape(shape), variant)
+    lf = _prepare_frame(frame, SPACE)
+    pairs = kernel.distinct_pairs_plan(lf, SPACE).collect()
+    assert pairs.height == frame.unique().height and pairs["user"].is_sorted()
+    expected = _frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS)
+    for rows in (pairs.lazy(), pairs.lazy().filter(pl.col("user").hash(5) % 3 == 1)):  # and a pass's bucket
+
+        def lists_of(users: pl.Expr | None, rows: pl.LazyFrame = rows) -> pl.LazyFrame:
+            bucket = rows if users is None else rows.filter(users)
+            return kernel.bounded_lists_plan(bucket, SPACE, MAX_CONTRIBUTIONS, SEEDS, plan=plan, distinct=True)  # type: ignore[arg-type]
+
+        users = rows.select("user").collect()["user"]
+        kept = expected.filter(pl.col("user").is_in(users.implode()))
+        found = lists_of(None).collect()
+        assert {u: frozenset(i) for u, i in found.iter_rows()} == {u: frozenset(i) for u, i in kept.iter_rows()}
+        for passes in (1, 3):
+            histogram = kernel.lattice_histogram(lists_of, SPACE, MAX_CONTRIBUTIONS, passes=passes).collect()
+            assert dict(histogram.iter_rows()) == _frozen_histogram(kept, MAX_CONTRIBUTIONS)
+
+
 def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  # type: ignore[no-untyped-def]
     frame = _variant(_shape("mixed"), "shuffled")
     for i, part in enumerate(frame.iter_slices(n_rows=2000)):

@@ -15,8 +15,9 @@ from scipy.special import ndtr
 
 import opendp_wgm as wgm
 from opendp_wgm._spaces import _prepare_frame, _resolve_space
+from opendp_wgm.engines.polars import distinct_pairs_plan
 from opendp_wgm.measurements import dp_sips as dp_sips_module
-from opendp_wgm.measurements.dp_sips import _user_bins, dense_branch
+from opendp_wgm.measurements.dp_sips import _flag_released, _user_bins, dense_branch
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 from opendp_wgm.measurements.top_k import make_peeling_top_k
 from opendp_wgm.measurements.two_stage import make_two_stage
@@ -280,7 +281,8 @@ def test_user_bins_count_boosted_and_other_remaining_users() -> None:
         ["x1", "x1", "y1"],  # duplicates, nothing released: other
     ])
     space = _resolve_space(*wgm.user_items_space(), None)
-    bins = _user_bins(_prepare_frame(data, space), released, space)
+    pairs = distinct_pairs_plan(_prepare_frame(data, space), space)
+    bins = _user_bins(_flag_released(pairs, released, "item"), space)
     assert bins.tolist() == [2, 2]
 
 

@@ -205,3 +205,108 @@ def test_coverage_is_the_distinct_pairs_per_user() -> None:
     assert held == sorted(sorted(s) for s in sets["item"].to_list())
     assert state.counts.tolist() == [frame.filter(pl.col("item") == c)["user"].n_unique() for c in candidates]
 
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DP-SIPS on the distinct pairs releases what the straightforward rounds release
+
+
+def _straightforward_user_bins(prepared: pl.LazyFrame, released: pl.DataFrame) -> np.ndarray:
+    """The two-bin count as it was computed before (frozen): every prepared row grouped by user, two
+    ``n_unique``."""
+    per_user = (
+        prepared.with_columns(_released=pl.col("item").is_in(released.get_column("item").implode()))
+        .group_by("user")
+        .agg(_n=pl.col("item").n_unique(), _r=pl.col("item").filter(pl.col("_released")).n_unique())
+        .filter(pl.col("_n") > pl.col("_r"))
+        .select(_boosted=pl.col("_r") > 0)
+        .select(_boosted=pl.col("_boosted").sum(), _other=(~pl.col("_boosted")).sum())
+        .collect()
+    )
+    return np.array(per_user.row(0), dtype=np.int64)
+
+
+def _straightforward_dp_sips(frame: pl.DataFrame, options: dict) -> pl.DataFrame:
+    """DP-SIPS as it ran before (frozen): each round bounds the prepared rows (the kernel's own ``unique``)
+    without the items released so far, the count groups the prepared rows. Same draws in the same order."""
+    space = _resolve_space(*wgm.user_items_space())
+    delta0 = options["max_contributions"]
+    prepared = _prepare_frame(frame, space).collect().lazy()
+    plan = list(zip(options["scales"], options["thresholds"], strict=True))
+    rounds: list[pl.DataFrame] = []
+    remaining, number = prepared, 0
+    while number < len(plan):
+        scale, threshold = plan[number]
+        number += 1
+        lists = kernel.bounded_lists_plan(remaining, space, delta0, dp_sips.fresh_seeds())
+        histogram = kernel.lattice_histogram_plan(lists, space, delta0).collect()
+        released = dp_sips.release_above_threshold(histogram, "item", scale=scale, threshold=threshold, noise="lattice")
+        rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias("round")))
+        if number == 1 and "statistic_scale" in options:
+            bins = _straightforward_user_bins(prepared, released) << kernel.LATTICE_BITS
+            noisy, _ = kernel.noisy_above_threshold(bins, scale=options["statistic_scale"], threshold=0.0)
+            if dp_sips.dense_branch(float(noisy[0]), float(noisy[1])):
+                plan = plan[:1] + list(zip(options["branch_scales"], options["branch_thresholds"], strict=True))
+        done = pl.concat([r.get_column("item") for r in rounds])
+        remaining = prepared.filter(~pl.col("item").is_in(done.implode()))
+    return pl.concat(rounds).sort("item")
+
+
+def _sips_data(shape: str) -> pl.DataFrame:
+    """Users below Δ0 = 4 (1-4 distinct items), above it (6-12), or mixed; Zipf items with duplicate rows;
+    Int64 or String items. "sparse": most users hold 2-3 rare items, so few are boosted by round 1 (test data,
+    not a release path)."""
+    rng = np.random.default_rng(len(shape))
+    low, high = {"below": (1, 5), "above": (6, 13), "mixed": (1, 13), "strings": (1, 13), "sparse": (2, 4)}[shape]
+    lengths = rng.integers(low, high, 300)
+    users = np.repeat(np.arange(300), lengths)
+    items = np.minimum(rng.zipf(1.4, users.size), 80)
+    if shape == "sparse":  # all but the first 60 users hold rare items only
+        items = np.where(users < 60, items, rng.integers(100, 3000, users.size))
+    frame = pl.DataFrame({"user": users, "item": items}).sample(fraction=1.0, shuffle=True, seed=1)
+    if shape == "strings":
+        frame = frame.with_columns(pl.format("u{}", "user"), pl.format("item-{}", "item"))
+    return frame
+
+
+ADAPTIVE = dict(
+    max_contributions=4, scales=[0.3, 0.3], thresholds=[8.0, 2.0],
+    statistic_scale=0.3, branch_scales=[0.3, 0.3], branch_thresholds=[4.0, 1.5],
+)
+
+
+@pytest.mark.parametrize("shape", ["below", "above", "mixed", "strings", "sparse"])
+@pytest.mark.parametrize("schedule", ["fixed", "adaptive"])
+def test_dp_sips_releases_what_the_straightforward_rounds_release(fixed_randomness, shape: str, schedule: str) -> None:
+    """For fixed seeds and noise, rounds on the distinct pairs (deduplicated once, each round's items flagged
+    and dropped once, the count from the flags) release exactly the frame of the rounds on the prepared rows
+    (the kernel's ``unique`` per round, the count by ``n_unique``), on every shape and path."""
+    options = dict(SIPS, max_contributions=4) if schedule == "fixed" else ADAPTIVE
+    frame = _sips_data(shape)
+    fixed_randomness()
+    expected = _straightforward_dp_sips(frame, options)
+    assert expected.height > 5 and expected["round"].n_unique() >= 2  # several rounds released something
+    if schedule == "adaptive":  # both branches occur: the dense one (a round 3) on all shapes but "sparse"
+        assert (expected["round"].max() == 3) == (shape != "sparse")
+    for path in ({}, {"passes": 3}, {"engine": "streaming"}):
+        for given in (frame, frame.lazy()):
+            fixed_randomness()
+            assert wgm.make_dp_sips(*wgm.user_items_space(), **options, **path)(given).equals(expected)
+
+
+def test_dp_sips_rounds_bound_the_distinct_pairs(monkeypatch) -> None:
+    """Every round bounds distinct (user, item) pairs, deduplicated once per call, and skips the kernel's own
+    ``unique`` (before: each round deduplicated the prepared rows again)."""
+    seen: list[tuple[bool, int, int]] = []
+    bound = dp_sips.bounded_lists_plan
+
+    def spy(lf: pl.LazyFrame, *args, **options):
+        rows = lf.collect()
+        seen.append((options.get("distinct", False), rows.height, rows.unique().height))
+        return bound(lf, *args, **options)
+
+    monkeypatch.setattr(dp_sips, "bounded_lists_plan", spy)
+    frame = data()
+    assert frame.unique().height < frame.height  # the data has duplicate rows
+    wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(frame)
+    assert len(seen) == 3 and all(distinct and height == unique for distinct, height, unique in seen)
