@@ -117,6 +117,13 @@ def dense_branch(boosted: float, unboosted: float) -> bool:
     return boosted > DENSE_SHARE * (boosted + unboosted)
 
 
+def _noisy_dense_branch(bins: NDArray[np.int64], statistic_scale: float, noise: NoiseMethod = "lattice") -> bool:
+    """:func:`dense_branch` on the two-bin user count ``bins`` (boosted, others) noised at ``statistic_scale``
+    (the WGM's sampler, on the lattice: the counts are shifted to weight units); only the choice leaves."""
+    noisy, _ = noisy_above_threshold(bins << LATTICE_BITS, scale=statistic_scale, threshold=0.0, noise=noise)
+    return dense_branch(float(noisy[0]), float(noisy[1]))
+
+
 def _user_bins(lf: pl.LazyFrame, released: pl.DataFrame, space: Any) -> NDArray[np.int64]:
     """The two-bin count of the users still holding unreleased items: boosted (one of their items released in
     round 1), then the others. A user is in at most one bin: ℓ2 sensitivity 1."""
@@ -363,7 +370,7 @@ def make_dp_sips_from_budget(
         rounds=rounds,
         ratio=ratio,
         noise_delta_fraction=noise_delta_fraction,
-        adaptive=fractions is None and rounds is None and ratio is None,
+        adaptive=None,  # the adaptive schedule unless one is given
     )
     return make_dp_sips(
         input_domain,
