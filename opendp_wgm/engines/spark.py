@@ -463,8 +463,9 @@ def _spark_dp_sips_release(
         released_keys += [(r[0],) for r in rows]
         keys = frame.sparkSession.createDataFrame(released_keys, keys_schema)  # a small frame, broadcast
         if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
-            if _noisy_dense_branch(_spark_user_bins(frame, space, keys), adaptive[0]):
-                plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True))
+            statistic_scale, branch_scales, branch_thresholds = adaptive
+            if _noisy_dense_branch(_spark_user_bins(frame, space, keys), statistic_scale):
+                plan = plan[:1] + list(zip(branch_scales, branch_thresholds, strict=True))
         if number < len(plan) and released_keys:  # drop every item released so far
             remaining = frame.join(functions.broadcast(keys), on=item, how="left_anti")
     return pl.concat(rounds).sort(item)

@@ -628,7 +628,8 @@ def calibrate_wgm_top_k(
     - ``rho`` given, approximate zCDP: stage 1 gets (split·ρ, δ) (the peeling needs no δ) and stage 2
       ρ₂ = (1 − split)·ρ, the smallest :math:`s` with :math:`k/(8s^2) \le \rho_2`.
     - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (the adaptive
-      schedule, or the geometric one of ``rounds``, ``ratio``) instead of :func:`calibrate_wgm`; stage 2 is unchanged.
+      schedule, or the geometric one of ``rounds``, ``ratio``) instead of :func:`calibrate_wgm`; stage 2 is
+      unchanged.
 
     Every parameter is then checked against the privacy maps, so the composed measurement passes
     ``check(1, budget)``.
@@ -804,7 +805,8 @@ def calibrate_wgm_hitting_set(
     - ``rho`` (approximate zCDP): stage 1 gets split·ρ and all of δ (for its threshold); stage 2 gets the
       rest of ρ and no δ.
     - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (the adaptive
-      schedule, or the geometric one of ``rounds``, ``ratio``) instead of :func:`calibrate_wgm`; stage 2 fits what its map leaves, as above.
+      schedule, or the geometric one of ``rounds``, ``ratio``) instead of :func:`calibrate_wgm`; stage 2 fits
+      what its map leaves, as above.
 
     Parameters
     ----------
