@@ -441,17 +441,16 @@ def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
     from opendp_wgm._spaces import _prepare_frame, _resolve_space
     from opendp_wgm.measurements.dp_sips import _user_bins
 
-    users = [
-        ["a", "x1"],  # 1 of 2 released: boosted
-        ["a", "b"],  # everything released: in no bin
-        [f"y{i}" for i in range(10)],  # nothing released: other
-        ["b", *(f"w{i}" for i in range(30))],  # 1 of 31 released: boosted
-        ["a", "a", "b", "b"],  # duplicates: everything released, in no bin
-        ["x1", "x1", "y1"],  # duplicates, nothing released: other
+    rows = [
+        (1, "a"), (1, "x1"),  # 1 of 2 released: boosted
+        (2, "a"), (2, "b"), (2, "a"),  # everything released (a duplicate): in no bin
+        *((3, f"y{i}") for i in range(10)),  # nothing released: other
+        (4, "b"), *((4, f"w{i}") for i in range(30)),  # 1 of 31 released: boosted
+        (5, "x1"), (5, "x1"), (5, None),  # a duplicate and a null item, nothing released: other
+        (None, "x1"), (None, "a"),  # a null user: dropped
+        (6, None),  # only a null item: in no bin
     ]
-    frame = pl.DataFrame(
-        {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
-    )
+    frame = pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
     space = _resolve_space(*wgm.user_items_space(), None)
     sdf = to_spark(spark, frame, "user long, item string")
     descriptor = ws.SparkUserItemsDescriptor("user", "item")
@@ -460,6 +459,7 @@ def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
         expected = _user_bins(_prepare_frame(frame, space), pl.DataFrame({"item": released}, schema={"item": pl.String}), space)
         assert ws._spark_user_bins(sdf, descriptor, keys).tolist() == expected.tolist()
     assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([("a",), ("b",)], "item string")).tolist() == [2, 2]
+    assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([], "item string")).tolist() == [0, 5]
 
 
 def test_dp_sips_adaptive_count_is_noised_on_the_driver_at_the_statistic_scale(spark, ws, monkeypatch) -> None:
