@@ -451,6 +451,10 @@ def _spark_dp_sips_release(
     rounds: list[pl.DataFrame] = []
     released_keys: list[tuple[Any]] = []
     remaining = frame
+
+    def keys() -> DataFrame:  # the items released so far: a small frame, broadcast
+        return frame.sparkSession.createDataFrame(released_keys, keys_schema)
+
     plan = list(zip(scales, thresholds, strict=True))
     number = 0
     while number < len(plan):
@@ -461,13 +465,12 @@ def _spark_dp_sips_release(
         released = _to_polars(rows, item, item_dtype)
         rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
         released_keys += [(r[0],) for r in rows]
-        keys = frame.sparkSession.createDataFrame(released_keys, keys_schema)  # a small frame, broadcast
         if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
             statistic_scale, branch_scales, branch_thresholds = adaptive
-            if _noisy_dense_branch(_spark_user_bins(frame, space, keys), statistic_scale):
+            if _noisy_dense_branch(_spark_user_bins(frame, space, keys()), statistic_scale):
                 plan = plan[:1] + list(zip(branch_scales, branch_thresholds, strict=True))
         if number < len(plan) and released_keys:  # drop every item released so far
-            remaining = frame.join(functions.broadcast(keys), on=item, how="left_anti")
+            remaining = frame.join(functions.broadcast(keys()), on=item, how="left_anti")
     return pl.concat(rounds).sort(item)
 
 
