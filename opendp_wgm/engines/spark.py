@@ -42,7 +42,7 @@ from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
 from opendp_wgm._validation import _check_columns, _check_one_item
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
-from opendp_wgm.measurements.dp_sips import ROUND, _noisy_dense_branch
+from opendp_wgm.measurements.dp_sips import ROUND, noisy_dense_branch
 from opendp_wgm.measurements.dp_sips import dp_sips_arguments as _dp_sips_arguments
 from opendp_wgm.measurements.dp_sips import make_dp_sips as _make_polars_dp_sips
 from opendp_wgm.measurements.hitting_set import make_user_peeling
@@ -467,7 +467,7 @@ def _spark_dp_sips_release(
         released_keys += [(r[0],) for r in rows]
         if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
             statistic_scale, branch_scales, branch_thresholds = adaptive
-            if _noisy_dense_branch(_spark_user_bins(frame, space, keys()), statistic_scale):
+            if noisy_dense_branch(_spark_user_bins(frame, space, keys()), statistic_scale):
                 plan = plan[:1] + list(zip(branch_scales, branch_thresholds, strict=True))
         if number < len(plan) and released_keys:  # drop every item released so far
             remaining = frame.join(functions.broadcast(keys()), on=item, how="left_anti")

@@ -43,6 +43,7 @@ __all__ = [
     "dp_sips_arguments",
     "make_dp_sips",
     "make_dp_sips_from_budget",
+    "noisy_dense_branch",
     "then_dp_sips",
     "then_dp_sips_from_budget",
 ]
@@ -117,7 +118,7 @@ def dense_branch(boosted: float, unboosted: float) -> bool:
     return boosted > DENSE_SHARE * (boosted + unboosted)
 
 
-def _noisy_dense_branch(bins: NDArray[np.int64], statistic_scale: float, noise: NoiseMethod = "lattice") -> bool:
+def noisy_dense_branch(bins: NDArray[np.int64], statistic_scale: float, noise: NoiseMethod = "lattice") -> bool:
     """:func:`dense_branch` on the two-bin user count ``bins`` (boosted, others) noised at ``statistic_scale``
     (the WGM's sampler, on the lattice: the counts are shifted to weight units); only the choice leaves."""
     noisy, _ = noisy_above_threshold(bins << LATTICE_BITS, scale=statistic_scale, threshold=0.0, noise=noise)

@@ -491,13 +491,13 @@ def test_dp_sips_adaptive_from_budget_takes_both_branches(spark, ws, monkeypatch
     budget = dict(max_contributions=2, rho=50.0, delta=1e-6)
     cal = calibrate_dp_sips(**budget, adaptive=True)
     m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), **budget)
-    real, calls = ws._noisy_dense_branch, []
+    real, calls = ws.noisy_dense_branch, []
 
     def spy(bins, statistic_scale):
         calls.append((bins.tolist(), statistic_scale, real(bins, statistic_scale)))
         return calls[-1][2]
 
-    monkeypatch.setattr(ws, "_noisy_dense_branch", spy)
+    monkeypatch.setattr(ws, "noisy_dense_branch", spy)
     for dense in (True, False):
         released = m(to_spark(spark, branch_frame(dense), "user long, item string"))
         assert released.filter(pl.col("item") == "p")["round"].to_list() == [1]
