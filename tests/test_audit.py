@@ -298,10 +298,18 @@ def test_audit_passes_on_the_adaptive_dp_sips() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("mechanism", ["top-k", "hitting-set"])
 def test_audit_passes_on_dp_sips_then_peeling(mechanism: str) -> None:
-    # DP-SIPS (default schedule) as stage 1 of the two-stage mechanisms, calibrated at a δ where the differing
-    # user's unique item reaches the candidates measurably often; stage 2 peels every candidate (k = 3)
+    # DP-SIPS (the default, adaptive schedule: round 1, the noisy two-bin count, then one or two rounds) as stage
+    # 1 of the two-stage mechanisms, calibrated at a δ where the differing user's unique item reaches the
+    # candidates measurably often; stage 2 peels every candidate (k = 3). The shared items go in round 1, so
+    # the count is about (0, 0) (or (0, 1) with the differing user) plus noise of σ_s ≈ 14: both branches run
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set, calibrate_wgm_top_k
+
     make = wgm.make_wgm_top_k_from_budget if mechanism == "top-k" else wgm.make_wgm_hitting_set_from_budget
-    m = make(*wgm.user_items_space(), k=3, max_contributions=1, rho=2.0, delta=0.05, stage_1="dp-sips")
+    calibrate = calibrate_wgm_top_k if mechanism == "top-k" else calibrate_wgm_hitting_set
+    options = dict(k=3, max_contributions=1, rho=2.0, delta=0.05, stage_1="dp-sips")
+    sips = calibrate(**options).sips
+    assert sips is not None and sips.statistic_scale is not None and 10 < sips.statistic_scale < 20
+    m = make(*wgm.user_items_space(), **options)
     report = audit(m, unique_items_pair(1, users=20, shared_items=2), trials=500, alpha=ALPHA, progress=False)
     assert report.passed, report.violations
     assert report.table()["hits_d_prime"].max() == 0 and report.table()["hits_d"].max() > 0

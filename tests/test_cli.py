@@ -792,6 +792,29 @@ def test_two_stage_dp_sips_stage_1_prints_each_rounds_calibration(
     assert "a" in out  # 300 users hold it: the one item released
 
 
+@pytest.mark.parametrize(
+    ("command", "name"), [("top-k", "DP-SIPS-then-top-k"), ("hitting-set", "DP-SIPS-then-peeling")]
+)
+def test_two_stage_dp_sips_default_is_the_adaptive_schedule(
+    capsys: pytest.CaptureFixture[str], command: str, name: str
+) -> None:
+    """--stage-1 dp-sips without --rounds/--ratio: the dry run prints the adaptive schedule (round 1, the branch
+    count, both branches) that the measurement runs, and its stage loss is the adaptive map."""
+    from opendp_wgm.privacy.calibrate import calibrate_dp_sips
+
+    code, out, err = _run_command(capsys, command, "--dry-run", "--k", 10, "--stage-1", "dp-sips")
+    assert code == 0, err
+    err = out + err  # the dry run's report
+    assert f"{name} calibrated" in err and "DP-SIPS (adaptive: 2 or 3 rounds), 0.5 of the budget:" in err
+    cal = calibrate_dp_sips(epsilon=0.5, delta=5e-6, max_contributions=100, adaptive=True)
+    assert cal.statistic_scale is not None
+    assert f"branch count: σ = {cal.statistic_scale:.6g}" in err
+    assert f"sparse branch: round 2 (0.495 of the budget): σ = {cal.scales[1]:.6g}" in err
+    assert f"dense branch:  round 3 (0.381 of the budget): σ = {cal.branch_scales[1]:.6g}" in err
+    loss = cal.loss(1)
+    assert f"stage loss    DP-SIPS (adaptive: 2 or 3 rounds) ε = {loss[0]:.6g}, δ = {loss[1]:.6g};" in err
+
+
 @pytest.mark.parametrize("command", ["top-k", "hitting-set"])
 def test_two_stage_default_stage_1_is_the_wgm(capsys: pytest.CaptureFixture[str], command: str) -> None:
     code, _, err = _run_command(capsys, command, "--demo-users", 300, "--seed", 1, "--k", 3)

@@ -285,12 +285,13 @@ def _add_sips_arguments(group: argparse._ActionsContainer, when: str) -> None:
         type=_positive_real,  # the library checks r <= 1, with its message
         metavar="r",
         help=f"{when} only: round i of a geometric schedule gets a share of the budget proportional to r^(R-i) "
-        "(default r = 0.3 when --rounds is given; without either, the library's default schedule: 5%% then 95%%)",
+        "(default r = 0.3 when --rounds is given; without either, the library's default: the adaptive schedule, "
+        "round 1 then one or two rounds chosen from a noisy count of the users it boosted)",
     )
 
 
 def _sips_options(args: argparse.Namespace, *, sips: bool, when: str) -> tuple[int | None, float | None]:
-    """``--rounds`` and ``--ratio`` (None: the library's default schedule); they may be given only if ``sips``
+    """``--rounds`` and ``--ratio`` (None: the library's default, adaptive schedule); they may be given only if ``sips``
     (``when``)."""
     if not sips:
         for option in ("rounds", "ratio"):
@@ -308,7 +309,8 @@ def _add_stage_1_arguments(group: argparse._ActionsContainer, only: str = "") ->
         "--stage-1",
         choices=("wgm", "dp-sips"),
         help="the mechanism that discovers the candidates: wgm, one round (default, the paper's); dp-sips, "
-        f"--rounds rounds, each on the items not yet released (better where users hold many items){only}",
+        f"rounds, each on the items not yet released (the adaptive schedule, or --rounds/--ratio; better where users "
+        f"hold many items){only}",
     )
     _add_sips_arguments(group, _STAGE_1)
 

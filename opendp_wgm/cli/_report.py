@@ -275,6 +275,13 @@ def _sips_lines(calibration: DPSIPSCalibration, *, noise: str, label: str, share
     ]
 
 
+def _sips_name(calibration: DPSIPSCalibration) -> str:
+    """DP-SIPS's name in the summary, with its number of rounds (2 or 3 for the adaptive schedule)."""
+    if calibration.statistic_scale is not None:
+        return "DP-SIPS (adaptive: 2 or 3 rounds)"
+    return f"DP-SIPS ({calibration.rounds} rounds)"
+
+
 def _sips_outcome(released: pl.DataFrame) -> list[str]:
     """The branch an adaptive DP-SIPS took, read from the release's round column (a round 3: dense)."""
     from opendp_wgm.measurements.dp_sips import ROUND
@@ -300,7 +307,7 @@ def _two_stage_lines(
     from opendp_wgm.privacy.calibrate import DPSIPSCalibration
 
     if isinstance(stage_1, DPSIPSCalibration):
-        name = f"DP-SIPS ({stage_1.rounds} rounds)"
+        name = _sips_name(stage_1)
         head = [f"  calibration   {name}, {split:g} of the budget:"]
         head += _sips_lines(stage_1, noise=noise, label="", share=split)
     else:

@@ -32,9 +32,11 @@ Each user keeps a uniform random subset of at most --max-contributions distinct 
 weight 1/sqrt(t) (t = the user's kept items), weights are summed per item, discrete Gaussian noise is added,
 and the items above the calibrated threshold are released with their noisy weight.
 
-With --mechanism dp-sips (DP-SIPS, multi-round set union) this runs in --rounds rounds, each on the items not
-yet released, with the budget split geometrically over them (fractions proportional to ratio^(R-i)); the
-release adds the round that released each item.
+With --mechanism dp-sips (DP-SIPS, multi-round set union) this runs in rounds, each on the items not yet
+released: by default the adaptive schedule (round 1 at 1% of the budget, then one round, or two when a noisy
+count of the users round 1 boosted says so), or with --rounds/--ratio R rounds with the budget split
+geometrically over them (fractions proportional to ratio^(R-i)); the release adds the round that released
+each item.
 """
 
 _DISCOVER_EPILOG = """\
@@ -85,7 +87,7 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
         choices=_MECHANISMS,
         default="wgm",
         help="wgm: one round (default); dp-sips: several rounds, each on the items not yet released "
-        "(default schedule: 5%% then 95%% of the budget)",
+        "(default: the adaptive schedule, 2 or 3 rounds)",
     )
     _add_sips_arguments(group, "--mechanism dp-sips")
 
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _print_head,
         _release_and_report,
         _sips_lines,
+        _sips_name,
         _sips_outcome,
         _wgm_line,
     )
@@ -115,15 +118,15 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
 
     def plan_sips() -> _Plan:
         # calibrate once: the measurement is built from this calibration, which the report also prints
-        adaptive = rounds is None and ratio is None  # the constructor's default: the adaptive schedule
-        calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio, adaptive=adaptive)
+        # the constructor's default: the adaptive schedule unless --rounds/--ratio give one
+        calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio, adaptive=None)
         measurement = make_dp_sips(
             *user_items_space(args.user, args.item),
             **dp_sips_arguments(calibration, noise=noise, **execution.kwargs()),
         )
         lines = _sips_lines(calibration, noise=noise, label="calibration")
-        name = "DP-SIPS (adaptive: 2 or 3 rounds)" if adaptive else f"DP-SIPS ({calibration.rounds} rounds)"
-        outcome = _sips_outcome if adaptive else None
+        name = _sips_name(calibration)
+        outcome = _sips_outcome if calibration.statistic_scale is not None else None
         return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
     def plan() -> _Plan:

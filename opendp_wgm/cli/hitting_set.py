@@ -34,8 +34,8 @@ least one of them), over an unknown item domain, calibrated to a per-user budget
 The paper's WGM-then-peeling: the WGM releases candidate items with --split of the budget, then K rounds of
 the exponential mechanism each pick a candidate held by many users not covered by the earlier picks
 (user peeling, on the unclipped data) with the rest of the budget. With --stage-1 dp-sips the candidates
-come from DP-SIPS (--rounds rounds of the WGM, each on the items not yet released) at the same share of the
-budget: better where users hold many items.
+come from DP-SIPS (rounds of the WGM, each on the items not yet released: the adaptive schedule, or
+--rounds/--ratio) at the same share of the budget: better where users hold many items.
 """
 
 _HITTING_SET_EPILOG = """\

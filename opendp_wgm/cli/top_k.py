@@ -36,8 +36,8 @@ Neighbouring datasets differ by all rows of one user (add/remove).
 --mechanism wgm (default; the paper's WGM-then-top-k): the WGM releases candidate items with --split of the
 budget (σ and T calibrated as by `opendp-wgm discover`), then K rounds of exponential-mechanism peeling pick
 the candidates held by the most users (exact, unclipped user counts) with the rest of the budget. With
---stage-1 dp-sips the candidates come from DP-SIPS (--rounds rounds of the WGM, each on the items not yet
-released) at the same share of the budget: better where users hold many items.
+--stage-1 dp-sips the candidates come from DP-SIPS (rounds of the WGM, each on the items not yet released:
+the adaptive schedule, or --rounds/--ratio) at the same share of the budget: better where users hold many items.
 
 --mechanism limited-domain (Durfee & Rogers 2019, the paper's baseline; (ε, δ)-DP only): the --k-bar items
 of largest Δ0-bounded count compete, with Gumbel noise, against a threshold that pays for the rest of the

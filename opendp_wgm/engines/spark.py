@@ -42,7 +42,7 @@ from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
 from opendp_wgm._validation import _check_columns, _check_one_item
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
-from opendp_wgm.measurements.dp_sips import ROUND
+from opendp_wgm.measurements.dp_sips import ROUND, noisy_dense_branch
 from opendp_wgm.measurements.dp_sips import dp_sips_arguments as _dp_sips_arguments
 from opendp_wgm.measurements.dp_sips import make_dp_sips as _make_polars_dp_sips
 from opendp_wgm.measurements.hitting_set import make_user_peeling
@@ -397,17 +397,51 @@ def _spark_wgm_function(
     return function
 
 
+#: The adaptive schedule of a DP-SIPS release: (σ_s, the dense branch's σ_i, its T_i), or None (fixed).
+_Adaptive = tuple[float, tuple[float, ...], tuple[float, ...]] | None
+
+
+def _spark_user_bins(frame: DataFrame, space: SparkUserItemsDescriptor, keys: DataFrame) -> NDArray[np.int64]:
+    """The adaptive schedule's two-bin count on Spark (the Polars ``dp_sips._user_bins``): the users still holding
+    an item not in ``keys`` (round 1's release), boosted (round 1 released one of their items) then the others.
+    Each user is in at most one bin (ℓ2 sensitivity 1); only the two counts reach the driver."""
+    import numpy as np
+
+    sql = _pyspark()
+    functions = sql.functions
+    user, item = space.user, space.item
+    released, held, hit = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("released", "held", "hit"))
+    marked = keys.select(item).withColumn(released, functions.lit(1))
+    per_user = (
+        frame.select(user, item)
+        .where(functions.col(user).isNotNull() & functions.col(item).isNotNull())
+        .distinct()
+        .join(functions.broadcast(marked), on=item, how="left")
+        .groupBy(user)
+        .agg(functions.count(functions.lit(1)).alias(held), functions.count(released).alias(hit))
+        .where(functions.col(held) > functions.col(hit))  # still holds an unreleased item
+    )
+    row = per_user.agg(
+        functions.coalesce(functions.sum((functions.col(hit) > 0).cast("bigint")), functions.lit(0)),
+        functions.coalesce(functions.sum((functions.col(hit) == 0).cast("bigint")), functions.lit(0)),
+    ).collect()[0]
+    return np.array([row[0], row[1]], dtype=np.int64)
+
+
 def _spark_dp_sips_release(
     frame: DataFrame,
     space: SparkUserItemsDescriptor,
     max_contributions: int,
     scales: Sequence[float],
     thresholds: Sequence[float],
+    adaptive: _Adaptive = None,
 ) -> pl.DataFrame:
     """DP-SIPS's rounds on a checked frame: round i runs steps 1–4 (a fresh seed in ``bound_plan``) on the rows
     whose item no earlier round released (an anti-join with a broadcast frame of the released keys, built on
     the driver from the collected rows); the release as the Polars engine returns it (item, ``noisy_weight``,
-    ``round``), sorted by item."""
+    ``round``), sorted by item. With the ``adaptive`` schedule, after round 1 the two-bin user count
+    (:func:`_spark_user_bins`) is noised on the driver at σ_s with the WGM's sampler and, when
+    :func:`opendp_wgm.measurements.dp_sips.dense_branch` holds, rounds 2.. run the dense branch's (σ_i, T_i)."""
     sql = _pyspark()
     functions, types = sql.functions, sql.types
     item = space.item
@@ -417,23 +451,39 @@ def _spark_dp_sips_release(
     rounds: list[pl.DataFrame] = []
     released_keys: list[tuple[Any]] = []
     remaining = frame
-    for number, (scale, threshold) in enumerate(zip(scales, thresholds, strict=True), start=1):
+
+    def keys() -> DataFrame:  # the items released so far: a small frame, broadcast
+        return frame.sparkSession.createDataFrame(released_keys, keys_schema)
+
+    plan = list(zip(scales, thresholds, strict=True))
+    number = 0
+    while number < len(plan):
+        scale, threshold = plan[number]
+        number += 1
         histogram = lattice_histogram_plan(remaining, space, max_contributions)
         rows = release_above_threshold(histogram, item, item_type, scale=scale, threshold=threshold)
         released = _to_polars(rows, item, item_dtype)
         rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
         released_keys += [(r[0],) for r in rows]
-        if number < len(scales) and rows:  # drop every item released so far (a small frame, broadcast)
-            keys = frame.sparkSession.createDataFrame(released_keys, keys_schema)
-            remaining = frame.join(functions.broadcast(keys), on=item, how="left_anti")
+        if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
+            statistic_scale, branch_scales, branch_thresholds = adaptive
+            if noisy_dense_branch(_spark_user_bins(frame, space, keys()), statistic_scale):
+                plan = plan[:1] + list(zip(branch_scales, branch_thresholds, strict=True))
+        if number < len(plan) and released_keys:  # drop every item released so far
+            remaining = frame.join(functions.broadcast(keys()), on=item, how="left_anti")
     return pl.concat(rounds).sort(item)
 
 
 def _spark_dp_sips_function(
-    space: SparkUserItemsDescriptor, max_contributions: int, scales: Sequence[float], thresholds: Sequence[float]
+    space: SparkUserItemsDescriptor,
+    max_contributions: int,
+    scales: Sequence[float],
+    thresholds: Sequence[float],
+    adaptive: _Adaptive = None,
 ) -> Callable[[DataFrame], pl.DataFrame]:
     def function(frame: DataFrame) -> pl.DataFrame:
-        return _spark_dp_sips_release(_check_frame(frame, space), space, max_contributions, scales, thresholds)
+        checked = _check_frame(frame, space)
+        return _spark_dp_sips_release(checked, space, max_contributions, scales, thresholds, adaptive)
 
     return function
 
@@ -569,6 +619,9 @@ def make_dp_sips(
     thresholds: Sequence[float],
     output_measure: dp.Measure | None = None,
     epsilon: float | None = None,
+    statistic_scale: float | None = None,
+    branch_scales: Sequence[float] | None = None,
+    branch_thresholds: Sequence[float] | None = None,
 ) -> dp.Measurement:
     r"""DP-SIPS on a Spark DataFrame: R rounds of the WGM, each on the items not yet released.
 
@@ -577,7 +630,11 @@ def make_dp_sips(
     earlier round released (an anti-join with a broadcast frame of the released keys), bounds every user again
     to Δ0 of them under a fresh seed, sums the lattice weights and releases, in the executors, the items whose
     noisy weight (scale σ_i) exceeds T_i: steps 1–4 of :func:`make_wgm`. Only the released items reach the
-    driver.
+    driver. With the adaptive schedule, Spark counts after round 1 the users still holding an unreleased item,
+    boosted (round 1 released one of their items) or not, each user in one bin; only the two counts reach the
+    driver, which noises them at ``statistic_scale`` with the WGM's exact sampler (never released) and runs
+    rounds 2.. at ``branch_scales``/``branch_thresholds`` when :func:`opendp_wgm.measurements.dp_sips.dense_branch`
+    holds, as the Polars engine does.
 
     Parameters
     ----------
@@ -586,6 +643,9 @@ def make_dp_sips(
     max_contributions, scales, thresholds, output_measure, epsilon
         As for :func:`opendp_wgm.make_dp_sips` (the Polars twin is built first and checks them, with its
         messages).
+    statistic_scale, branch_scales, branch_thresholds
+        The adaptive schedule (all three, or none), as for :func:`opendp_wgm.make_dp_sips`;
+        :func:`make_dp_sips_from_budget` calibrates them by default.
 
     Returns
     -------
@@ -609,12 +669,19 @@ def make_dp_sips(
         thresholds=thresholds,
         output_measure=output_measure,
         epsilon=epsilon,
+        statistic_scale=statistic_scale,
+        branch_scales=branch_scales,
+        branch_thresholds=branch_thresholds,
     )
 
     def release(space: SparkUserItemsDescriptor) -> Callable[[DataFrame], pl.DataFrame]:
-        # runs after the twin has checked the parameters
+        # runs after the twin has checked the parameters (the adaptive ones: all three, or none)
         per_round = (tuple(float(s) for s in scales), tuple(float(t) for t in thresholds))
-        return _spark_dp_sips_function(space, int(max_contributions), *per_round)
+        adaptive: _Adaptive = None
+        if statistic_scale is not None and branch_scales is not None and branch_thresholds is not None:
+            branch = (tuple(float(s) for s in branch_scales), tuple(float(t) for t in branch_thresholds))
+            adaptive = (float(statistic_scale), *branch)
+        return _spark_dp_sips_function(space, int(max_contributions), *per_round, adaptive)
 
     return _twin_measurement(input_domain, input_metric, _make_polars_dp_sips, release, parameters)
 
@@ -637,8 +704,8 @@ def make_dp_sips_from_budget(
     The calibration is :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips` (as in
     :func:`opendp_wgm.make_dp_sips_from_budget`, same parameters minus ``noise``, ``item``, ``passes`` and
     ``engine``), so the Spark and Polars measurements built from one budget and schedule have the same σ_i,
-    T_i and map. Without a schedule this runs the fixed (0.05, 0.95): the Polars constructor's adaptive default
-    is not implemented on Spark.
+    T_i and map. Without a schedule (none of ``fractions``, ``rounds``, ``ratio``) this is the adaptive
+    schedule, as on Polars (``docs/dp_sips.md``).
     """
     _assert_features()
     calibration = calibrate_dp_sips(
@@ -650,6 +717,7 @@ def make_dp_sips_from_budget(
         rounds=rounds,
         ratio=ratio,
         noise_delta_fraction=noise_delta_fraction,
+        adaptive=None,  # the adaptive schedule unless one is given
     )
     return make_dp_sips(input_domain, input_metric, **_dp_sips_arguments(calibration))
 
@@ -793,7 +861,8 @@ def _make_dp_sips_two_stage(
 ) -> dp.Measurement:
     """DP-SIPS, then ``peeling``, on Spark from the explicit parameters of the Polars ``make_dp_sips_then_peeling``
     (``k``, ``max_contributions``, ``sips_scales``, ``sips_thresholds``, ``peel_scale``; ``output_measure``,
-    ``sips_epsilon``, ``peel_delta`` default to None), which checks them and owns the map."""
+    ``sips_epsilon``, ``peel_delta`` default to None; the adaptive schedule's ``sips_statistic_scale``,
+    ``sips_branch_scales``, ``sips_branch_thresholds`` are optional), which checks them and owns the map."""
     _assert_features()
     parameters = {"output_measure": None, "sips_epsilon": None, "peel_delta": None, **parameters}
     return _make_two_stage(input_domain, input_metric, peeling, accounting, parameters, "dp-sips")
@@ -872,7 +941,7 @@ def make_wgm_top_k_from_budget(
 ) -> dp.Measurement:
     """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.calibrate_wgm_top_k` (as on Polars).
 
-    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default) stage 1 is
+    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, both None for the adaptive one) stage 1 is
     :func:`make_dp_sips` at the σ_i, T_i that :func:`opendp_wgm.calibrate_wgm_top_k` gives stage 1's share, as
     in the Polars :func:`opendp_wgm.make_wgm_top_k_from_budget`: the same parameters, checks, release columns and
     map. Stage 2 reads the candidates every round released.
@@ -944,7 +1013,7 @@ def make_wgm_hitting_set_from_budget(
 ) -> dp.Measurement:
     """:func:`make_wgm_hitting_set` calibrated by :func:`opendp_wgm.calibrate_wgm_hitting_set` (as on Polars).
 
-    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default) stage 1 is
+    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, both None for the adaptive one) stage 1 is
     :func:`make_dp_sips` at the σ_i, T_i that :func:`opendp_wgm.calibrate_wgm_hitting_set` gives stage 1's
     share, as in the Polars :func:`opendp_wgm.make_wgm_hitting_set_from_budget`: the same parameters, checks,
     release columns and map.

@@ -486,7 +486,8 @@ class WGMHittingSetMeasurement(_SparkTwoStage):
 def _stage_1_parameters(cal: WGMTopKCalibration | HittingSetCalibration) -> dict[str, Any]:
     """Stage 1's and the peeling's explicit parameters from an (ε, δ) two-stage calibration: ``k``,
     ``max_contributions``, ``peel_scale``, ``peel_delta``, and ``wgm_scale``, ``wgm_threshold``, ``wgm_epsilon``
-    (a WGM stage 1) or ``sips_scales``, ``sips_thresholds``, ``sips_epsilon`` (DP-SIPS): those of the Polars
+    (a WGM stage 1) or ``sips_scales``, ``sips_thresholds``, ``sips_epsilon`` and, for the adaptive schedule,
+    ``sips_statistic_scale``, ``sips_branch_scales``, ``sips_branch_thresholds`` (DP-SIPS): those of the Polars
     constructor's (``two_stage_arguments``), less its output measure (always ``ApproxDP()`` here)."""
     arguments = two_stage_arguments(cal)
     del arguments["output_measure"]
@@ -499,7 +500,7 @@ def create_wgm_top_k_measurement(
     ratio: float | None = None,
 ) -> WGMTopKMeasurement | DPSIPSTopKMeasurement:  # fmt: skip
     """A :class:`WGMTopKMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_top_k`; with
-    ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default), a
+    ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, both None for the adaptive default), a
     :class:`DPSIPSTopKMeasurement`, as :func:`opendp_wgm.make_wgm_top_k_from_budget` does.
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
@@ -519,7 +520,7 @@ def create_wgm_hitting_set_measurement(
     rounds: int | None = None, ratio: float | None = None,
 ) -> WGMHittingSetMeasurement | DPSIPSHittingSetMeasurement:  # fmt: skip
     """A :class:`WGMHittingSetMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.calibrate_wgm_hitting_set`;
-    with ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, None for the default), a
+    with ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, both None for the adaptive default), a
     :class:`DPSIPSHittingSetMeasurement`, as :func:`opendp_wgm.make_wgm_hitting_set_from_budget` does.
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
@@ -553,6 +554,10 @@ class DPSIPSTopKMeasurement(_SparkTwoStage):
         :class:`DPSIPSMeasurement`.
     sips_epsilon
         The ε at which DP-SIPS reports its δ (a float or an exact Tumult number > 0, rounded down).
+    sips_statistic_scale, sips_branch_scales, sips_branch_thresholds
+        DP-SIPS's adaptive schedule (all three, or none), as ``statistic_scale``, ``branch_scales`` and
+        ``branch_thresholds`` of :class:`DPSIPSMeasurement`; :func:`create_wgm_top_k_measurement` calibrates
+        them by default with ``stage_1="dp-sips"``.
     """
 
     def __init__(
@@ -568,6 +573,9 @@ class DPSIPSTopKMeasurement(_SparkTwoStage):
         peel_scale: float,
         sips_epsilon: Any,
         peel_delta: float,
+        sips_statistic_scale: float | None = None,
+        sips_branch_scales: Any = None,
+        sips_branch_thresholds: Any = None,
         method: str = "auto",
         output_measure: Any = None,
     ) -> None:
@@ -578,7 +586,8 @@ class DPSIPSTopKMeasurement(_SparkTwoStage):
             _make_dp_sips_top_k, input_domain, user, item, output_measure,
             k=k, max_contributions=max_contributions, sips_scales=sips_scales, sips_thresholds=sips_thresholds,
             peel_scale=peel_scale, sips_epsilon=_epsilon_down(sips_epsilon, "sips_epsilon"), peel_delta=peel_delta,
-            method=method,
+            method=method, sips_statistic_scale=sips_statistic_scale, sips_branch_scales=sips_branch_scales,
+            sips_branch_thresholds=sips_branch_thresholds,
         )  # fmt: skip
 
 
@@ -596,8 +605,9 @@ class DPSIPSHittingSetMeasurement(_SparkTwoStage):
     ----------
     input_domain, user, item, k, max_contributions, peel_scale, peel_delta, output_measure
         As for :class:`WGMHittingSetMeasurement`.
-    sips_scales, sips_thresholds, sips_epsilon
-        As for :class:`DPSIPSTopKMeasurement`.
+    sips_scales, sips_thresholds, sips_epsilon, sips_statistic_scale, sips_branch_scales, sips_branch_thresholds
+        As for :class:`DPSIPSTopKMeasurement` (:func:`create_wgm_hitting_set_measurement` calibrates the adaptive
+        schedule by default with ``stage_1="dp-sips"``).
     """
 
     def __init__(
@@ -613,6 +623,9 @@ class DPSIPSHittingSetMeasurement(_SparkTwoStage):
         peel_scale: float,
         sips_epsilon: Any,
         peel_delta: float,
+        sips_statistic_scale: float | None = None,
+        sips_branch_scales: Any = None,
+        sips_branch_thresholds: Any = None,
         output_measure: Any = None,
     ) -> None:
         from opendp_wgm.engines.spark import _make_dp_sips_hitting_set
@@ -622,6 +635,8 @@ class DPSIPSHittingSetMeasurement(_SparkTwoStage):
             _make_dp_sips_hitting_set, input_domain, user, item, output_measure,
             k=k, max_contributions=max_contributions, sips_scales=sips_scales, sips_thresholds=sips_thresholds,
             peel_scale=peel_scale, sips_epsilon=_epsilon_down(sips_epsilon, "sips_epsilon"), peel_delta=peel_delta,
+            sips_statistic_scale=sips_statistic_scale, sips_branch_scales=sips_branch_scales,
+            sips_branch_thresholds=sips_branch_thresholds,
         )  # fmt: skip
 
 
@@ -651,6 +666,10 @@ class DPSIPSMeasurement(_SparkTwoStage):
         The ε of the (ε, δ) pair reported for one user (a float or an exact Tumult number > 0, rounded down).
     output_measure
         ``ApproxDP()`` (the default and the only sound choice; ``RhoZCDP()`` is refused with the reason).
+    statistic_scale, branch_scales, branch_thresholds
+        The adaptive schedule (all three, or none), as for :func:`opendp_wgm.make_dp_sips`: the noisy two-bin
+        user count's σ_s and the dense branch's σ_i, T_i after round 1. :func:`create_dp_sips_measurement`
+        calibrates them by default; :attr:`schedule` reports them.
     """
 
     def __init__(
@@ -664,6 +683,9 @@ class DPSIPSMeasurement(_SparkTwoStage):
         thresholds: Any,
         epsilon: Any,
         output_measure: Any = None,
+        statistic_scale: float | None = None,
+        branch_scales: Any = None,
+        branch_thresholds: Any = None,
     ) -> None:
         from opendp_wgm.engines.spark import make_dp_sips
 
@@ -671,8 +693,23 @@ class DPSIPSMeasurement(_SparkTwoStage):
         super().__init__(
             make_dp_sips, input_domain, user, item, output_measure,
             max_contributions=max_contributions, scales=scales, thresholds=thresholds,
-            epsilon=_epsilon_down(epsilon),
+            epsilon=_epsilon_down(epsilon), statistic_scale=statistic_scale, branch_scales=branch_scales,
+            branch_thresholds=branch_thresholds,
         )  # fmt: skip
+        # checked by the Spark measurement's Polars twin above
+        self._schedule: dict[str, Any] = {
+            "scales": tuple(scales),
+            "thresholds": tuple(thresholds),
+            "statistic_scale": statistic_scale,
+            "branch_scales": None if branch_scales is None else tuple(branch_scales),
+            "branch_thresholds": None if branch_thresholds is None else tuple(branch_thresholds),
+        }
+
+    @property
+    def schedule(self) -> dict[str, Any]:
+        """The rounds' ``scales`` and ``thresholds`` and the adaptive schedule's ``statistic_scale``,
+        ``branch_scales``, ``branch_thresholds`` (``None`` for a fixed schedule), as given."""
+        return dict(self._schedule)
 
     def __call__(self, sdf: Any) -> Any:
         """Release on ``sdf``: a Spark DataFrame of (item, noisy_weight, round), sorted by item, built from
@@ -694,8 +731,7 @@ def create_dp_sips_measurement(
 ) -> DPSIPSMeasurement:  # fmt: skip
     """A :class:`DPSIPSMeasurement` calibrated to (ε, δ) by :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`
     (``fractions``, ``rounds``, ``ratio`` and ``noise_delta_fraction`` as for
-    :func:`opendp_wgm.make_dp_sips_from_budget`; without a schedule the fixed (0.05, 0.95), not the Polars
-    constructor's adaptive default).
+    :func:`opendp_wgm.make_dp_sips_from_budget`; without a schedule the adaptive one, as there).
 
     The budget is rounded down to floats first, so ``privacy_function(1)`` is at most the exact budget.
     """
@@ -708,9 +744,10 @@ def create_dp_sips_measurement(
         ratio=ratio,
         fractions=fractions,
         noise_delta_fraction=noise_delta_fraction,
+        adaptive=None,  # the adaptive schedule unless one is given
     )
     assert cal.epsilon is not None  # an (ε, δ) calibration reports its ε
     return DPSIPSMeasurement(
         input_domain, user, item, max_contributions=cal.max_contributions, scales=cal.scales,
-        thresholds=cal.thresholds, epsilon=cal.epsilon,
+        thresholds=cal.thresholds, epsilon=cal.epsilon, **cal.branch_arguments(),
     )  # fmt: skip

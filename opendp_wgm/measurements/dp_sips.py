@@ -44,6 +44,7 @@ __all__ = [
     "dp_sips_arguments",
     "make_dp_sips",
     "make_dp_sips_from_budget",
+    "noisy_dense_branch",
     "then_dp_sips",
     "then_dp_sips_from_budget",
 ]
@@ -116,6 +117,13 @@ def dense_branch(boosted: float, unboosted: float) -> bool:
     """
     boosted, unboosted = max(boosted, 0.0), max(unboosted, 0.0)  # noisy counts can be negative: clamp at 0
     return boosted > DENSE_SHARE * (boosted + unboosted)
+
+
+def noisy_dense_branch(bins: NDArray[np.int64], statistic_scale: float, noise: NoiseMethod = "lattice") -> bool:
+    """:func:`dense_branch` on the two-bin user count ``bins`` (boosted, others) noised at ``statistic_scale``
+    (the WGM's sampler, on the lattice: the counts are shifted to weight units); only the choice leaves."""
+    noisy, _ = noisy_above_threshold(bins << LATTICE_BITS, scale=statistic_scale, threshold=0.0, noise=noise)
+    return dense_branch(float(noisy[0]), float(noisy[1]))
 
 
 #: The column that flags the rows of a round's released items (:func:`_flag_released`; never released).
@@ -277,10 +285,8 @@ def make_dp_sips(
             # this round's items flagged once on the rows still in play: the count and the next round read the flags
             flagged = collect_once(_flag_released(remaining, released, item), passes=passes, engine=engine)
             if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
-                bins = _user_bins(flagged, space) << LATTICE_BITS
-                noisy, _ = noisy_above_threshold(bins, scale=adaptive[0], threshold=0.0, noise=noise)
-                if dense_branch(float(noisy[0]), float(noisy[1])):
-                    plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True))
+                dense = noisy_dense_branch(_user_bins(flagged, space), adaptive[0], noise)
+                plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True)) if dense else plan
             # a filter on the flags, not an anti-join: the same rows (the prepared items have no nulls), in their
             # order (the users stay sorted), without a hash join of every row (~2x faster on 7e6 string rows)
             remaining = flagged.filter(~pl.col(_RELEASED)).drop(_RELEASED)
@@ -378,7 +384,7 @@ def make_dp_sips_from_budget(
         rounds=rounds,
         ratio=ratio,
         noise_delta_fraction=noise_delta_fraction,
-        adaptive=fractions is None and rounds is None and ratio is None,
+        adaptive=None,  # the adaptive schedule unless one is given
     )
     return make_dp_sips(
         input_domain,

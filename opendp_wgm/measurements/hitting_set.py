@@ -468,8 +468,8 @@ def make_wgm_hitting_set_from_budget(
     ``split`` (default 1/2, the reference's) is the share of the budget given to stage 1 (the WGM); see
     :func:`calibrate_wgm_hitting_set`, which shows every calibrated parameter. The result is
     :func:`make_wgm_hitting_set` with those parameters, so ``m.check(1, budget)`` holds. With
-    ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`, ``rounds`` rounds on the items
-    not yet released) calibrated to the same share by
+    ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`: rounds on the items not yet
+    released, by default the adaptive schedule) calibrated to the same share by
     :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`; the map is still the sum of the stage maps.
 
     Parameters
@@ -483,8 +483,8 @@ def make_wgm_hitting_set_from_budget(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
     rounds, ratio
-        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (None: the default schedule
-        of :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`).
+        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (both None: the adaptive
+        schedule of :func:`opendp_wgm.make_dp_sips_from_budget`, ``docs/dp_sips.md``).
 
     Examples
     --------

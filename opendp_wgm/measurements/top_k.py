@@ -350,8 +350,8 @@ def make_wgm_top_k_from_budget(
       (the paper's reference code).
     - ``rho``: stage 1 gets (split·ρ, δ), stage 2 (1 − split)·ρ (the peeling needs no δ).
 
-    With ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`, ``rounds`` rounds on the
-    items not yet released) calibrated to the same share by
+    With ``stage_1="dp-sips"`` stage 1 is DP-SIPS (:func:`opendp_wgm.make_dp_sips`: rounds on the items not
+    yet released, by default the adaptive schedule) calibrated to the same share by
     :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`: it beats the WGM where users hold many items
     (``docs/privacy.md`` §4). The map is still the sum of the stage maps.
 
@@ -370,8 +370,8 @@ def make_wgm_top_k_from_budget(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
     rounds, ratio
-        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (None: the default schedule
-        of :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips`).
+        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (both None: the adaptive
+        schedule of :func:`opendp_wgm.make_dp_sips_from_budget`, ``docs/dp_sips.md``).
 
     Examples
     --------

@@ -289,13 +289,18 @@ def make_dp_sips_then_peeling(
     accounting: Accounting,
     make_stage_1: Callable[..., dp.Measurement] | None = None,
     preparation: Preparation | None = None,
+    sips_statistic_scale: float | None = None,
+    sips_branch_scales: Sequence[float] | None = None,
+    sips_branch_thresholds: Sequence[float] | None = None,
 ) -> dp.Measurement:
     r""":func:`make_wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
     stage 1: its release is the candidate list; the map is DP-SIPS's plus the peeling's charged map (adaptive
     composition, as with the WGM: only stage 1 changes). ``sips_epsilon`` is DP-SIPS's ``epsilon`` under
     (ε, δ); the DP-SIPS constructor checks its own parameters. ``make_stage_1`` (an engine's DP-SIPS, without
     the Polars execution options ``noise``, ``passes``, ``engine``) and ``preparation`` as for
-    :func:`make_wgm_then_peeling`."""
+    :func:`make_wgm_then_peeling`. ``sips_statistic_scale``, ``sips_branch_scales``, ``sips_branch_thresholds``:
+    DP-SIPS's adaptive schedule (its ``statistic_scale``, ``branch_scales``, ``branch_thresholds``; all three or
+    none), which ``stage_1="dp-sips"`` of the ``_from_budget`` constructors calibrates by default."""
     k = _check_int("k", k, minimum=1)
     peel_scale = _check_positive("peel_scale", peel_scale)
     output_measure, kind, sips_epsilon, peel_delta_value = check_two_stage_measure(
@@ -311,6 +316,9 @@ def make_dp_sips_then_peeling(
         thresholds=sips_thresholds,
         output_measure=output_measure,
         epsilon=sips_epsilon,
+        statistic_scale=sips_statistic_scale,
+        branch_scales=sips_branch_scales,
+        branch_thresholds=sips_branch_thresholds,
         **options,
     )
     return _then_peeling(
@@ -396,6 +404,7 @@ def two_stage_arguments(calibration: _TwoStageCalibration, **options: Any) -> di
             "sips_scales": sips.scales,
             "sips_thresholds": sips.thresholds,
             "sips_epsilon": sips.epsilon if approx_dp else None,
+            **{f"sips_{name}": value for name, value in sips.branch_arguments().items()},  # the adaptive schedule
             **common,
         }
     if calibration.wgm is None:  # pragma: no cover - a bug guard: the calibrations set exactly one stage 1

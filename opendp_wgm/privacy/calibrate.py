@@ -294,7 +294,7 @@ Stage1Mechanism = Literal["wgm", "dp-sips"]
 STAGE_1_MECHANISMS: tuple[Stage1Mechanism, ...] = ("wgm", "dp-sips")
 def check_stage_1(stage_1: Any, rounds: Any, ratio: Any) -> Stage1Mechanism:
     """``stage_1``; DP-SIPS's schedule (``rounds``, ``ratio``) may be given only with ``"dp-sips"`` (None there:
-    :func:`calibrate_dp_sips`'s default schedule, which checks them)."""
+    the adaptive schedule; :func:`calibrate_dp_sips` checks them)."""
     mechanism = _check_choice("stage_1", stage_1, STAGE_1_MECHANISMS)
     if mechanism == "wgm":
         _check_absent("rounds", rounds, unless="stage_1='dp-sips'")
@@ -311,14 +311,15 @@ def _stage_1(
     rounds: int | None = None,
     ratio: float | None = None,
 ) -> WGMCalibration | DPSIPSCalibration:
-    """Stage 1 of a two-stage calibration: the WGM (or DP-SIPS with ``rounds`` and ``ratio``) at ``split`` of
-    ``budget``; a budget too small for it is restated in terms of the total."""
+    """Stage 1 of a two-stage calibration: the WGM (or DP-SIPS: the geometric schedule of ``rounds`` and
+    ``ratio``, or the adaptive schedule when both are None) at ``split`` of ``budget``; a budget too small for
+    it is restated in terms of the total."""
     first, _ = budget.split(split)
     try:
         if stage_1 == "dp-sips":
             return calibrate_dp_sips(
                 max_contributions=max_contributions, delta=first.delta, epsilon=first.epsilon, rho=first.rho,
-                rounds=rounds, ratio=ratio, noise_delta_fraction=noise_delta_fraction,
+                rounds=rounds, ratio=ratio, noise_delta_fraction=noise_delta_fraction, adaptive=None,
             )
         return calibrate_wgm_for(first, max_contributions=max_contributions, noise_delta_fraction=noise_delta_fraction)
     except _BudgetTooSmall as error:
@@ -446,7 +447,7 @@ def calibrate_dp_sips(
     rounds: int | None = None,
     ratio: float | None = None,
     noise_delta_fraction: float = 0.5,
-    adaptive: bool = False,
+    adaptive: bool | None = False,
 ) -> DPSIPSCalibration:
     r"""Calibrate DP-SIPS's per-round (σ_i, T_i) to a budget, by searching on the privacy maps.
 
@@ -476,8 +477,8 @@ def calibrate_dp_sips(
     rounds, ratio
         The geometric schedule :math:`f_i \propto r^{R-i}` (:func:`~opendp_wgm.privacy.sips.sips_fractions`),
         used when either is given (the other defaulting to R = 3, r = 0.3: (0.065, 0.216, 0.719)).
-        With none of ``fractions``, ``rounds``, ``ratio``: :data:`~opendp_wgm.privacy.sips.DEFAULT_FRACTIONS`
-        (0.05, 0.95).
+        With none of ``fractions``, ``rounds``, ``ratio`` and ``adaptive=False``:
+        :data:`~opendp_wgm.privacy.sips.DEFAULT_FRACTIONS` (0.05, 0.95).
     noise_delta_fraction
         Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
     adaptive
@@ -488,11 +489,14 @@ def calibrate_dp_sips(
         the latter, and the rest either in one round (the sparse branch: ``scales``, ``thresholds``) or in two
         (``branch_*``, shares :data:`~opendp_wgm.privacy.sips.ADAPTIVE_DENSE_SHARES` of the rest). Every branch
         spends the same rest, so the map is the fixed schedule (0.01, 0.99)'s with the statistic's Gaussian
-        term moved out of round 1 (``docs/privacy.md`` §4).
+        term moved out of round 1 (``docs/privacy.md`` §4). ``None``: the constructors' default, the adaptive
+        schedule when none of ``fractions``, ``rounds``, ``ratio`` is given, else the fixed schedule they give.
     """
     max_contributions = check_max_contributions(max_contributions)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
+    if adaptive is None:  # the adaptive schedule is the default of every DP-SIPS constructor
+        adaptive = fractions is None and rounds is None and ratio is None
     if adaptive:
         for name, value in (("fractions", fractions), ("rounds", rounds), ("ratio", ratio)):
             if value is not None:
@@ -623,8 +627,9 @@ def calibrate_wgm_top_k(
       ε' = 0.020036.
     - ``rho`` given, approximate zCDP: stage 1 gets (split·ρ, δ) (the peeling needs no δ) and stage 2
       ρ₂ = (1 − split)·ρ, the smallest :math:`s` with :math:`k/(8s^2) \le \rho_2`.
-    - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (``rounds``, ``ratio``)
-      instead of :func:`calibrate_wgm`; stage 2 is unchanged.
+    - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (the adaptive
+      schedule, or the geometric one of ``rounds``, ``ratio``) instead of :func:`calibrate_wgm`; stage 2 is
+      unchanged.
 
     Every parameter is then checked against the privacy maps, so the composed measurement passes
     ``check(1, budget)``.
@@ -644,7 +649,8 @@ def calibrate_wgm_top_k(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism (default the WGM, the paper's).
     rounds, ratio
-        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (None: :func:`calibrate_dp_sips`'s default).
+        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (both None: the adaptive schedule, as in
+        :func:`opendp_wgm.make_dp_sips_from_budget`).
     """
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)
@@ -798,8 +804,9 @@ def calibrate_wgm_hitting_set(
       per-round ε' = ``em_epsilon_cdp(ε/2, δ/2, k)`` (the paper's reference code).
     - ``rho`` (approximate zCDP): stage 1 gets split·ρ and all of δ (for its threshold); stage 2 gets the
       rest of ρ and no δ.
-    - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (``rounds``, ``ratio``)
-      instead of :func:`calibrate_wgm`; stage 2 fits what its map leaves, as above.
+    - ``stage_1="dp-sips"``: stage 1's share is calibrated by :func:`calibrate_dp_sips` (the adaptive
+      schedule, or the geometric one of ``rounds``, ``ratio``) instead of :func:`calibrate_wgm`; stage 2 fits
+      what its map leaves, as above.
 
     Parameters
     ----------
@@ -818,7 +825,8 @@ def calibrate_wgm_hitting_set(
     stage_1 : {'wgm', 'dp-sips'}
         Stage 1's mechanism (default the WGM, the paper's).
     rounds, ratio
-        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (None: :func:`calibrate_dp_sips`'s default).
+        ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (both None: the adaptive schedule, as in
+        :func:`opendp_wgm.make_dp_sips_from_budget`).
 
     Examples
     --------

@@ -36,14 +36,15 @@ __all__ = [
     "sips_fractions",
 ]
 
-#: The default *fixed* schedule (:func:`schedule` without arguments; the engines and the two-stage mechanisms'
-#: stage 1 use it): two rounds, 5% then 95% of the budget. It keeps most of the multi-round gain where users hold
+#: The default *fixed* schedule (:func:`schedule` without arguments, ``calibrate_dp_sips(adaptive=False)``
+#: without one): two rounds, 5% then 95% of the budget. It keeps most of the multi-round gain where users hold
 #: many items (imdb_50k −0.055, fimi_retail −0.041 missing mass against the WGM) and loses ≈0.005–0.015 where
-#: they hold one or two (docs/dp_sips.md); :func:`opendp_wgm.make_dp_sips_from_budget` defaults to the adaptive
-#: schedule instead.
+#: they hold one or two (docs/dp_sips.md); every DP-SIPS constructor (Polars, Spark, Tumult, and stage 1 of the
+#: two-stage mechanisms) defaults to the adaptive schedule instead.
 DEFAULT_FRACTIONS: tuple[float, ...] = (0.05, 0.95)
 
-#: The adaptive default of :func:`opendp_wgm.make_dp_sips_from_budget` (``docs/dp_sips.md``): round 1, a cheap
+#: The adaptive default of :func:`opendp_wgm.make_dp_sips_from_budget` and every DP-SIPS constructor
+#: (``docs/dp_sips.md``): round 1, a cheap
 #: probe, gets this share of the threshold δ and this share minus :data:`ADAPTIVE_STATISTIC_FRACTION` of the
 #: Gaussian budget; a noisy two-bin user count gets :data:`ADAPTIVE_STATISTIC_FRACTION` of the Gaussian budget;
 #: the rest (0.99 of both) goes to one round (sparse branch: the fixed schedule (0.01, 0.99), within a hair of

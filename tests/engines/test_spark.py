@@ -358,19 +358,152 @@ def test_dp_sips_map_is_the_polars_map(ws) -> None:
         assert m.output_measure == reference.output_measure
         for d_in in range(4):
             assert m.map(d_in) == reference.map(d_in)
-    for budget in ({"epsilon": 1.0, "delta": 1e-5}, {"rho": 0.1, "delta": 1e-6}):
-        m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), max_contributions=100, **budget)
-        # without a schedule the engines run the fixed DEFAULT_FRACTIONS (Polars' default is adaptive)
-        reference = wgm.make_dp_sips_from_budget(
-            *wgm.user_items_space(), max_contributions=100, fractions=DEFAULT_FRACTIONS, **budget
-        )
-        assert m.check(1, tuple(budget.values())) and m.map(2) == reference.map(2)
-    for schedule in ({"fractions": [0.1, 0.9]}, {"rounds": 3}, {"ratio": 0.5}):
+    for schedule in ({"fractions": DEFAULT_FRACTIONS}, {"fractions": [0.1, 0.9]}, {"rounds": 3}, {"ratio": 0.5}):
         budget = dict(max_contributions=10, epsilon=1.0, delta=1e-5, **schedule)
         m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), **budget)
         assert m.map(1) == wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **budget).map(1)
     chained = ws.spark_user_items_space() >> ws.then_dp_sips(max_contributions=3, scales=[1.0, 1.0], thresholds=[5.0, 5.0])
     assert chained.map(1)[0] == pytest.approx(1.0)
+
+
+ADAPTIVE_BUDGETS = (
+    {"epsilon": 1.0, "delta": 1e-5},
+    {"epsilon": 0.3, "delta": 1e-7, "max_contributions": 10},
+    {"epsilon": 4.0, "delta": 1e-4, "noise_delta_fraction": 0.3},
+    {"rho": 0.1, "delta": 1e-6},
+    {"rho": 2.0, "delta": 1e-5, "max_contributions": 5},
+)
+
+
+@pytest.mark.parametrize("budget", ADAPTIVE_BUDGETS)
+def test_dp_sips_default_is_the_adaptive_schedule_with_the_polars_map(ws, budget) -> None:
+    """Without a schedule the Spark DP-SIPS is the adaptive one: its map is the Polars default's and the
+    adaptive calibration's, at every d_in (the fixed (0.05, 0.95) map differs)."""
+    from opendp_wgm.privacy.calibrate import calibrate_dp_sips
+
+    budget = {"max_contributions": 100, **budget}
+    m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), **budget)
+    reference = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **budget)
+    cal = calibrate_dp_sips(**budget, adaptive=True)
+    assert cal.statistic_scale is not None
+    assert m.output_measure == reference.output_measure
+    assert [m.map(d) for d in range(5)] == [reference.map(d) for d in range(5)] == [cal.loss(d) for d in range(5)]
+    fixed = calibrate_dp_sips(**budget, fractions=DEFAULT_FRACTIONS)
+    assert m.map(1) != fixed.loss(1)
+    value = budget.get("epsilon", budget.get("rho"))
+    assert m.check(1, (value, budget["delta"]))
+    # the explicit constructor takes the adaptive parameters, as the Polars one
+    from opendp_wgm.measurements.dp_sips import dp_sips_arguments
+
+    explicit = dp_sips_arguments(cal)
+    assert {"statistic_scale", "branch_scales", "branch_thresholds"} <= set(explicit)
+    m = ws.make_dp_sips(*ws.spark_user_items_space(), **explicit)
+    assert [m.map(d) for d in range(5)] == [wgm.make_dp_sips(*wgm.user_items_space(), **explicit).map(d) for d in range(5)]
+
+
+def branch_frame(dense: bool) -> pl.DataFrame:
+    """tests/measurements/test_dp_sips.py's branch data: 40 users hold "p" and one item of their own; round 1
+    (T = 10) releases "p" only. Dense: each of the 40 then holds one unreleased item of two (all boosted).
+    Sparse: 200 more users hold 30 items each, none released (40 of 240 remaining users boosted)."""
+    users = [["p", f"own{u}"] for u in range(40)]
+    if not dense:
+        users += [[f"s{u}_{j}" for j in range(30)] for u in range(200)]
+    return pl.DataFrame(
+        {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
+    )
+
+
+#: The branches differ in their rounds: the sparse one releases the own items in round 2, the dense one nothing
+#: in round 2 (T = 1e6) and the own items in round 3; no noise to speak of anywhere (σ = 1e-7, and σ_s = 1e-7 on
+#: the counts 40 vs 0 or 40 vs 200: the rule's outcome cannot change).
+ADAPTIVE_SIPS = dict(
+    max_contributions=40, scales=[1e-7, 1e-7], thresholds=[10.0, 0.5],
+    statistic_scale=1e-7, branch_scales=[1e-7, 1e-7], branch_thresholds=[1e6, 0.5],
+)
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_dp_sips_adaptive_release_takes_the_branch_the_count_chooses(spark, ws, dense) -> None:
+    frame = branch_frame(dense)
+    sdf = to_spark(spark, frame, "user long, item string")
+    released = ws.make_dp_sips(*ws.spark_user_items_space(), **ADAPTIVE_SIPS)(sdf)
+    expected = wgm.make_dp_sips(*wgm.user_items_space(), **ADAPTIVE_SIPS)(frame)
+    assert released.schema == pl.Schema({"item": pl.String, "noisy_weight": pl.Float64, "round": pl.Int16})
+    assert released.select("item", "round").rows() == expected.select("item", "round").rows()
+    rounds = dict(zip(released["item"].to_list(), released["round"].to_list(), strict=True))
+    assert rounds.pop("p") == 1
+    assert sorted(rounds) == sorted(f"own{u}" for u in range(40))  # weight 1 each; the s items 1/√30 each
+    assert set(rounds.values()) == ({3} if dense else {2})
+
+
+def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
+    """The two-bin count on Spark: users still holding an unreleased item, boosted or not, each in one bin."""
+    from opendp_wgm._spaces import _prepare_frame, _resolve_space
+    from opendp_wgm.measurements.dp_sips import _user_bins
+
+    rows = [
+        (1, "a"), (1, "x1"),  # 1 of 2 released: boosted
+        (2, "a"), (2, "b"), (2, "a"),  # everything released (a duplicate): in no bin
+        *((3, f"y{i}") for i in range(10)),  # nothing released: other
+        (4, "b"), *((4, f"w{i}") for i in range(30)),  # 1 of 31 released: boosted
+        (5, "x1"), (5, "x1"), (5, None),  # a duplicate and a null item, nothing released: other
+        (None, "x1"), (None, "a"),  # a null user: dropped
+        (6, None),  # only a null item: in no bin
+    ]
+    frame = pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
+    space = _resolve_space(*wgm.user_items_space(), None)
+    sdf = to_spark(spark, frame, "user long, item string")
+    descriptor = ws.SparkUserItemsDescriptor("user", "item")
+    for released in (["a", "b"], [], ["zz"]):
+        keys = spark.createDataFrame([(x,) for x in released], "item string")
+        expected = _user_bins(_prepare_frame(frame, space), pl.DataFrame({"item": released}, schema={"item": pl.String}), space)
+        assert ws._spark_user_bins(sdf, descriptor, keys).tolist() == expected.tolist()
+    assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([("a",), ("b",)], "item string")).tolist() == [2, 2]
+    assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([], "item string")).tolist() == [0, 5]
+
+
+def test_dp_sips_adaptive_count_is_noised_on_the_driver_at_the_statistic_scale(spark, ws, monkeypatch) -> None:
+    """The Spark count goes through the WGM kernel's sampler (``noisy_above_threshold``, on the 2^-20 lattice)
+    at σ_s, as on Polars, and the noisy counts choose the branch."""
+    from opendp_wgm.measurements import dp_sips as dp_sips_module
+
+    calls = []
+
+    def fake(bins, *, scale, threshold, noise):
+        calls.append((bins.tolist(), scale, threshold, noise))
+        return np.array([0, 1]), np.array([False, True])  # noisy: boosted 0 of 1: sparse
+
+    monkeypatch.setattr(dp_sips_module, "noisy_above_threshold", fake)
+    sdf = to_spark(spark, branch_frame(dense=True), "user long, item string")
+    released = ws.make_dp_sips(*ws.spark_user_items_space(), **{**ADAPTIVE_SIPS, "statistic_scale": 7.5})(sdf)
+    assert calls == [([40 << 20, 0], 7.5, 0.0, "lattice")]
+    assert released["round"].max() == 2  # the noisy count, not the true one (40 to 0), chose the sparse branch
+
+
+def test_dp_sips_adaptive_from_budget_takes_both_branches(spark, ws, monkeypatch) -> None:
+    """The calibrated default, with its real noise, at ρ = 50 (σ_s = 1/√(2·0.0025·50) = 2): Spark counts the
+    bins exactly ([40, 0] on the dense data, [40, 200] on the sparse), the driver noises them at σ_s, and the
+    rule takes the dense branch on the first and the sparse one on the second. It could go the other way only if
+    the noise moved boosted − (boosted + others)/4 by more than 26 (standard deviation 2·√(0.75² + 0.25²) ≈ 1.6,
+    so over 16 standard deviations: probability below 1e-50)."""
+    from opendp_wgm.privacy.calibrate import calibrate_dp_sips
+
+    budget = dict(max_contributions=2, rho=50.0, delta=1e-6)
+    cal = calibrate_dp_sips(**budget, adaptive=True)
+    m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), **budget)
+    real, calls = ws.noisy_dense_branch, []
+
+    def spy(bins, statistic_scale):
+        calls.append((bins.tolist(), statistic_scale, real(bins, statistic_scale)))
+        return calls[-1][2]
+
+    monkeypatch.setattr(ws, "noisy_dense_branch", spy)
+    for dense in (True, False):
+        released = m(to_spark(spark, branch_frame(dense), "user long, item string"))
+        assert released.filter(pl.col("item") == "p")["round"].to_list() == [1]
+        if not dense:  # the sparse branch has two rounds
+            assert released["round"].max() <= 2
+    assert calls == [([40, 0], cal.statistic_scale, True), ([40, 200], cal.statistic_scale, False)]
 
 
 def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
@@ -381,6 +514,9 @@ def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
         dict(max_contributions=2, scales=[], thresholds=[]),
         dict(max_contributions=2, scales=[-1.0], thresholds=[5.0]),
         dict(max_contributions=2, scales=[1.0], thresholds=[5.0], output_measure=APPROX_DP),
+        dict(max_contributions=2, scales=[1.0, 1.0], thresholds=[5.0, 5.0], statistic_scale=1.0),
+        dict(max_contributions=2, scales=[1.0], thresholds=[5.0], statistic_scale=1.0, branch_scales=[1.0],
+             branch_thresholds=[3.0]),
     ]
     for params in cases:
         with pytest.raises(ValueError, match="must") as polars_error:

@@ -406,6 +406,56 @@ def test_dp_sips_release_and_composition(tmlt, core, spark) -> None:
         accountant.measure(greedy)
 
 
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {"epsilon": 1.0, "delta": 1e-5},
+        {"epsilon": 0.3, "delta": 1e-7, "max_contributions": 10},
+        {"epsilon": 4.0, "delta": 1e-4, "noise_delta_fraction": 0.3},
+    ],
+)
+def test_dp_sips_default_is_the_adaptive_schedule_with_the_polars_map(tmlt, core, budget) -> None:
+    """create_dp_sips_measurement without a schedule is the adaptive DP-SIPS: it takes and reports the adaptive
+    parameters and its privacy function is the Polars default's map (the fixed (0.05, 0.95) map differs)."""
+    from opendp_wgm.privacy.calibrate import calibrate_dp_sips
+    from opendp_wgm.privacy.sips import DEFAULT_FRACTIONS
+
+    budget = {"max_contributions": 100, **budget}
+    m = tmlt.create_dp_sips_measurement(domain(core), "user", "item", **budget)
+    cal = calibrate_dp_sips(**budget, adaptive=True)
+    assert m.schedule == {
+        "scales": cal.scales, "thresholds": cal.thresholds, "statistic_scale": cal.statistic_scale,
+        "branch_scales": cal.branch_scales, "branch_thresholds": cal.branch_thresholds,
+    }  # fmt: skip
+    reference = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **budget)
+    for d_in in (1, 2, 3):
+        assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in) == cal.loss(d_in)
+    assert reference.map(1) != calibrate_dp_sips(**budget, fractions=DEFAULT_FRACTIONS).loss(1)
+    assert reference.check(1, (budget["epsilon"], budget["delta"]))  # so the Tumult privacy function fits too
+    fixed = tmlt.create_dp_sips_measurement(domain(core), "user", "item", **budget, fractions=DEFAULT_FRACTIONS)
+    assert fixed.schedule["statistic_scale"] is None and fixed.schedule["branch_scales"] is None
+    with pytest.raises(ValueError, match=r"`branch_scales` must be given with `statistic_scale`"):
+        tmlt.DPSIPSMeasurement(
+            domain(core), "user", "item", epsilon=1, max_contributions=2, scales=[1.0, 1.0], thresholds=[5.0, 5.0],
+            statistic_scale=1.0,
+        )  # fmt: skip
+
+
+def test_dp_sips_adaptive_release_takes_the_branch(tmlt, core, spark) -> None:
+    """The adaptive DP-SIPS on Tumult runs the Spark release: on the two-round data every user still holding an
+    unreleased item after round 1 (the 6 rich users: r) is boosted, so the dense branch runs (rounds 2 and 3 at
+    T = 1e6 then 2.5: r in round 3; q, 3 loners of weight 1 each, too); σ_s = 2^-20 cannot change the rule."""
+    params = dict(
+        SIPS, scales=[2.0**-20] * 2, thresholds=[5.0, 5.0], statistic_scale=2.0**-20,
+        branch_scales=[2.0**-20] * 2, branch_thresholds=[1e6, 2.5],
+    )  # fmt: skip
+    m = tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1, **params)
+    rows = m(spark_frame(spark, sips_frame())).collect()
+    assert [(r[0], r[2]) for r in rows] == [("p1", 1), ("p2", 1), ("p3", 1), ("p4", 1), ("q", 3), ("r", 3)]
+    reference = wgm.make_dp_sips(*wgm.user_items_space(), output_measure=dp.approximate(dp.max_divergence()), epsilon=1, **params)
+    assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # DP-SIPS as stage 1 of the two-stage mechanisms
 
@@ -456,6 +506,33 @@ def test_dp_sips_two_stage_measurements(tmlt, core, spark) -> None:
         tmlt.DPSIPSHittingSetMeasurement(domain(core), "user", "item", k=2, **{**SIPS_TWO_STAGE, "sips_epsilon": 0})
     with pytest.raises(ValueError, match="`thresholds` must have one entry per round"):
         tmlt.DPSIPSTopKMeasurement(domain(core), "user", "item", k=2, **{**SIPS_TWO_STAGE, "sips_thresholds": [5.0]})
+
+
+@pytest.mark.parametrize("budget", [{"epsilon": 1.0, "delta": 1e-5}, {"epsilon": 0.5, "delta": 1e-7, "split": 0.3}])
+def test_dp_sips_two_stage_default_is_the_adaptive_schedule(tmlt, core, budget) -> None:
+    """With ``stage_1="dp-sips"`` and no schedule, stage 1 is the adaptive DP-SIPS: the two-stage classes take
+    its parameters (``sips_statistic_scale``, ``sips_branch_*``) and the maps are the Polars twin's, whose stage
+    1 map is the adaptive calibration's."""
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set, calibrate_wgm_top_k
+
+    cases = (
+        (tmlt.create_wgm_top_k_measurement, calibrate_wgm_top_k, tmlt.DPSIPSTopKMeasurement, "top-k"),
+        (tmlt.create_wgm_hitting_set_measurement, calibrate_wgm_hitting_set, tmlt.DPSIPSHittingSetMeasurement, "hitting-set"),
+    )  # fmt: skip
+    for create, calibrate, cls, mechanism in cases:
+        params = dict(k=3, max_contributions=10, stage_1="dp-sips", **budget)
+        cal = calibrate(**params)
+        assert cal.sips is not None and cal.sips.statistic_scale is not None
+        arguments = tmlt._stage_1_parameters(cal)
+        assert arguments["sips_statistic_scale"] == cal.sips.statistic_scale
+        assert arguments["sips_branch_scales"] == cal.sips.branch_scales
+        explicit = cls(domain(core), "user", "item", **arguments)
+        created = create(domain(core), "user", "item", **params)
+        reference = polars_dp_sips_two_stage(mechanism, **arguments)
+        for d_in in (1, 2, 3):
+            expected = reference.map(d_in)
+            for m in (explicit, created):
+                assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == expected
 
 
 def test_calibrated_dp_sips_two_stage_measurements(tmlt, core, spark) -> None:
