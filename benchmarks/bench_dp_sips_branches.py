@@ -6,6 +6,7 @@ Run from the repository root::
     python benchmarks/bench_dp_sips_branches.py                     # every data set found, 5 trials
     python benchmarks/bench_dp_sips_branches.py --trials 400 --datasets movielens_100k,amazon_magazine_subscriptions
     python benchmarks/bench_dp_sips_branches.py --synthetic --fixed --trials 40   # held-out synthetic Zipf data
+    python benchmarks/bench_dp_sips_branches.py --curve     # the release curves and the rule's misfire rate
 
 Prints a Markdown table on stdout (progress on stderr); data sets absent from ``--data-dir`` are skipped.
 
@@ -35,6 +36,10 @@ each data set is from the rule's cut (1/4).
 rule's tuning) with ``--items-per-user`` draws per user and Zipf ``--exponents``, about 2·10^5 rows each
 (``n_users = max(1000, 200000 // items_per_user)``, data seed 0: a data set, not a release).
 
+``--curve``: no data; the release probability of an item held by c users who hold only it, WGM against each
+branch, the sparse branch's largest loss over every weight (its bound on any data set, ``docs/dp_sips.md``) and
+the probability that the rule picks the dense branch from the count's noise alone (no user boosted).
+
 This is a script, not a test: nothing here runs under pytest.
 """
 
@@ -53,6 +58,9 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 from numpy.typing import NDArray
+from scipy.integrate import quad
+from scipy.special import ndtr
+from scipy.stats import norm
 
 from opendp_wgm import datasets
 
@@ -174,6 +182,18 @@ def curve(cal: DPSIPSCalibration, w: WGMCalibration) -> int:
         print(f"\n{name} branch: largest loss {loss.max():.4f} at c = {int(c[np.argmax(loss)])}, "
               f"sum over c {loss.sum():.4f}", end="")
     print(f"\nT_last − T_WGM = {cal.thresholds[1] - w.threshold:.4f}")
+    # the sparse branch's bound for any data: the largest gap between the WGM's curve and its last round's, over
+    # every weight S (not only whole numbers of users)
+    weight = np.linspace(0.0, 100.0, 1_000_001)
+    gap = ndtr((weight - w.threshold) / w.scale) - ndtr((weight - cal.thresholds[1]) / cal.scales[1])
+    print(f"largest gap over every weight S: {gap.max():.4f} at S = {weight[np.argmax(gap)]:.2f}")
+    # the rule on data with no boosted user and n users still holding unreleased items: noisy counts
+    # (Z1, n + Z2), dense iff Z1 > 0 and 3 Z1 > n + Z2, i.e. P = ∫_0^∞ φ(z) Φ((3 σ_s z − n)/σ_s) dz
+    sigma = cal.statistic_scale
+    assert sigma is not None
+    for n in (30, 100, 200, 300, 500, 1000, 2000):
+        p_dense, _ = quad(lambda z, n=n: float(norm.pdf(z) * ndtr((3.0 * sigma * z - n) / sigma)), 0.0, np.inf)
+        print(f"P(dense | no boosted user, {n} users still holding items) = {p_dense:.2g}")
     return 0
 
 
