@@ -202,14 +202,23 @@ def _check_curve(scale: object, threshold: object, items_per_user: object) -> tu
     )
 
 
+def _release_probability_lat(
+    weights_lat: NDArray[np.int64] | NDArray[np.float64], scale: float, threshold: float
+) -> NDArray[np.float64]:
+    """P[S + Z > F] for lattice sums S (units 2^-k): what :func:`release_above_threshold
+    <opendp_wgm.engines.polars.release_above_threshold>` releases an item of sum S with, by
+    :func:`release_probability`'s continuity-corrected normal tail (the benchmarks' expected missing mass)."""
+    unit = 2.0**LATTICE_BITS
+    gap = weights_lat.astype(np.float64) - (math.floor(threshold * unit) + 0.5)  # S - F - 1/2, lattice units
+    result: NDArray[np.float64] = ndtr(gap / (scale * unit))
+    return result
+
+
 def _release_probability(
     users: NDArray[np.int64], scale: float, threshold: float, items_per_user: int
 ) -> NDArray[np.float64]:
-    unit = 2.0**LATTICE_BITS
     weight = int(_weights_at(np.array([items_per_user], dtype=np.int64))[0])  # w_lat(t), exact
-    gap = users.astype(np.float64) * weight - (math.floor(threshold * unit) + 0.5)  # S - F - 1/2, lattice units
-    result: NDArray[np.float64] = ndtr(gap / (scale * unit))
-    return result
+    return _release_probability_lat(users.astype(np.float64) * weight, scale, threshold)  # no int64 overflow
 
 
 def release_probability(

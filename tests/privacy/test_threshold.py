@@ -218,6 +218,21 @@ def test_release_probability_against_the_exact_discrete_gaussian(items_per_user:
     assert 0.0 < got[5] < 1.0
 
 
+@pytest.mark.parametrize("s", [8.0, 40.0])
+def test_release_probability_of_any_lattice_sum_against_the_exact_discrete_gaussian(s: float) -> None:
+    """The per-sum form (sums that are no multiple of one user's weight, as in a real histogram) is the
+    release's P[S + Z > F], within the same documented error bound."""
+    from opendp_wgm.privacy.threshold import _release_probability_lat
+
+    unit = 2**LATTICE_BITS
+    threshold = 1000.5 / unit  # F = 1000
+    sums = np.arange(1000 - int(6 * s), 1000 + int(6 * s), dtype=np.int64)
+    exact = _discrete_gaussian_tail(1000 + 1 - sums, s)  # released iff Z >= F + 1 - S
+    got = _release_probability_lat(sums, s / unit, threshold)
+    assert np.max(np.abs(got - exact)) <= 1 / (6 * s * s)
+    assert got[0] < 0.01 and got[-1] > 0.99
+
+
 def test_release_probability_is_monotone_and_matches_the_normal_tail() -> None:
     from scipy.stats import norm
 
