@@ -21,6 +21,9 @@ from __future__ import annotations
 import math
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WEIGHT_LAT",
+    "BoundedLists",
     "bound_plan",
     "bounded_lists_plan",
     "candidate_counts",
@@ -98,6 +102,12 @@ def _mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
     return 2 * int(sizes.filter(sizes > max_contributions).sum()) > int(sizes.sum())
 
 
+def _bound_key(lf: pl.LazyFrame, space: _Space, seeds: tuple[int, ...]) -> pl.Expr:
+    """The secret key of each (user, item) row: a hash of their values under ``seeds`` (equal rows, equal keys)."""
+    schema = lf.collect_schema()
+    return pl.struct(_value_key(space.user, schema[space.user]), _value_key(space.item, schema[space.item])).hash(*seeds)
+
+
 def bounded_lists_plan(
     lf: pl.LazyFrame,
     space: _Space,
@@ -123,9 +133,7 @@ def bounded_lists_plan(
     (:func:`_mostly_above`). Every plan keeps the same items for the same seeds.
     """
     user, item = space.user, space.item
-    schema = lf.collect_schema()
-    seeds = fresh_seeds() if seeds is None else seeds
-    key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*seeds)
+    key = _bound_key(lf, space, fresh_seeds() if seeds is None else seeds)
     if plan == "keyed" or (plan == "auto" and _mostly_above(lf, user, max_contributions)):
         return (
             lf.with_columns(_key=key)
@@ -151,6 +159,25 @@ def bound_plan(
 ) -> pl.LazyFrame:
     """Distinct (user, item) rows, at most ``max_contributions`` per user (:func:`bounded_lists_plan`, exploded)."""
     return bounded_lists_plan(lf, space, max_contributions, seeds).explode(space.item)
+
+
+@dataclass(frozen=True)
+class BoundedLists:
+    """The bounded lists of a prepared frame under a seed: ``lists(users)`` is :func:`bounded_lists_plan` of the
+    users ``users`` keeps (a filter on the user key; ``None``: every user).
+
+    A :data:`ListsOf` that also carries its inputs, so that :func:`lattice_histogram` may compute the same
+    histogram from the rows directly (the compiled kernel, :func:`_compiled_histogram`).
+    """
+
+    lf: pl.LazyFrame
+    space: _Space
+    max_contributions: int
+    seeds: tuple[int, ...]
+
+    def __call__(self, users: pl.Expr | None) -> pl.LazyFrame:
+        lf = self.lf if users is None else self.lf.filter(users)
+        return bounded_lists_plan(lf, self.space, self.max_contributions, self.seeds)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -196,7 +223,15 @@ def lattice_histogram(
     histograms are added up. Bounding is per user, so the buckets' sums are the same function of the data and
     the seed; each pass holds about 1/``passes`` of the users in memory (``docs/engines.md``). The bucket hash
     needs no secrecy: it only decides which pass handles a user.
+
+    With one pass, an in-memory engine and ``lists_of`` a :class:`BoundedLists`, the histogram is computed by
+    the compiled kernel when Numba is installed and the columns are supported (:func:`_compiled_histogram`):
+    the same histogram, bit for bit; the Polars plan otherwise.
     """
+    if passes == 1 and engine != "streaming" and isinstance(lists_of, BoundedLists):
+        histogram = _compiled_histogram(lists_of, max_contributions)
+        if histogram is not None:
+            return histogram.lazy()
     if passes == 1:
         plan = lattice_histogram_plan(lists_of(None), space, max_contributions)
         return plan if engine == "auto" else plan.collect(engine=engine).lazy()
@@ -207,6 +242,92 @@ def lattice_histogram(
         plan = lattice_histogram_plan(lists_of(users), space, max_contributions)
         parts.append(plan.collect(engine=engine))
     return pl.concat(parts).group_by(space.item).agg(pl.col(WEIGHT_LAT).sum()).lazy()
+
+
+@lru_cache(maxsize=1)
+def _jit() -> ModuleType | None:
+    """The compiled per-user step (:mod:`opendp_wgm.engines._kernel_jit`, ``opendp-wgm[fast]``), or ``None``
+    when Numba is not installed. Imported on first use (importing Numba takes a few tenths of a second)."""
+    try:
+        from opendp_wgm.engines import _kernel_jit
+    except ImportError:
+        return None
+    return _kernel_jit
+
+
+#: Codes of a column for the compiled kernel: (codes per row, number of codes, decode: codes -> values).
+_Codes = tuple[NDArray[np.integer], int, Callable[[NDArray[np.int64]], pl.Series]]
+
+
+def _codes(column: pl.Series, jit: ModuleType) -> _Codes:
+    """Exact integer codes of a column without nulls (equal values, equal codes), of a dtype that
+    :func:`_codes_dtype` accepts.
+
+    Integers are coded by their offset from the smallest value when they span fewer than about twice the rows,
+    else through a hash table; text through a fresh, call-local category map (no global string cache grows);
+    a Categorical or Enum by its physical code. Codes only index arrays inside one histogram: the bound reads
+    the Polars keys of the values, never the codes.
+    """
+    dtype, name = column.dtype, column.name
+    if dtype == pl.String:
+        categorical = column.cast(pl.Categorical(pl.Categories.random()))
+        categories = categorical.cat.get_categories()
+        return categorical.to_physical().to_numpy(), categories.len(), lambda codes: categories.gather(codes).alias(name)
+    if isinstance(dtype, (pl.Categorical, pl.Enum)):
+        physical = column.to_physical().to_numpy()
+        size = int(physical.max()) + 1 if physical.size else 0
+        return physical, size, lambda codes: pl.Series(name, codes, dtype=pl.UInt32).cast(dtype)
+    values = column.to_numpy()
+    as_int64 = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
+    if not values.size:
+        return as_int64, 0, lambda codes: column.clear()
+    low, high = int(as_int64.min()), int(as_int64.max())
+    if high - low < 2 * values.size + 1024:
+        offsets = as_int64 - np.int64(low)
+        return offsets.astype(np.int32), high - low + 1, lambda codes: _as_column(column, codes + np.int64(low))
+    codes, uniques = jit.dense_codes(as_int64)
+    return codes, int(uniques.size), lambda kept: _as_column(column, uniques[kept])
+
+
+def _as_column(column: pl.Series, values: NDArray[np.int64]) -> pl.Series:
+    """int64 ``values`` (as :func:`_codes` read them) back in ``column``'s integer dtype."""
+    numpy_dtype = column.head(0).to_numpy().dtype
+    back = values.view(np.uint64) if numpy_dtype == np.uint64 else values.astype(numpy_dtype)
+    return pl.Series(column.name, back, dtype=column.dtype)
+
+
+def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataFrame | None:
+    """The lattice histogram of ``lists`` by the compiled kernel, or ``None`` where it does not apply.
+
+    The same histogram as :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit: a user with at most
+    Δ0 distinct items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys
+    being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None``
+    (the caller runs the Polars plan) when Numba is not installed, for a column dtype :func:`_codes` does not
+    code (a composite key's Struct, floats, ...), or from 2^31 rows on (int32 row positions).
+    """
+    jit = _jit()
+    space = lists.space
+    if jit is None or not all(_codes_dtype(lists.lf.collect_schema()[c]) for c in (space.user, space.item)):
+        return None
+    frame = lists.lf.collect()
+    if frame.height >= 2**31:
+        return None
+    user_codes, n_users, _ = _codes(frame.get_column(space.user), jit)
+    item_codes, n_items, decode = _codes(frame.get_column(space.item), jit)
+    weights = lattice_weights(max_contributions)
+    bound = lists.max_contributions
+    histogram, rows, offsets = jit.histogram_below(user_codes, item_codes, n_users, n_items, bound, weights)
+    if rows.size:  # the users above Δ0: keep the Δ0 distinct items of smallest key
+        keys = frame[rows].select(_bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
+        jit.histogram_above(histogram, item_codes, rows, offsets, keys, bound, int(weights[bound - 1]))
+    kept = np.flatnonzero(histogram)
+    return pl.DataFrame([decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
+
+
+def _codes_dtype(dtype: pl.DataType) -> bool:
+    """Whether :func:`_codes` codes this dtype (the others, left to the Polars plan: floats, a composite key's
+    Struct, temporal, binary, ...)."""
+    return dtype == pl.String or dtype.is_integer() or isinstance(dtype, (pl.Categorical, pl.Enum))
 
 
 # --------------------------------------------------------------------------------------------------------------

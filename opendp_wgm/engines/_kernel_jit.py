@@ -1,0 +1,149 @@
+r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogram in linear passes over the rows.
+
+Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.engines.polars.lattice_histogram`
+falls back to its Polars plans without it. The result is **identical** to the Polars plans' for the same seeds:
+users and items come in as exact integer codes (one per distinct value), a user with at most Δ0 distinct items
+keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
+Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
+
+No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
+place), each user's items are deduplicated with a per-item marker, and only the distinct items of a user above
+Δ0 are sorted by their keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["dense_codes", "histogram_below", "histogram_above"]
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Dense codes ``0, 1, …`` of int64 ``values`` (equal values, equal codes; in order of first occurrence)
+    and the value of each code, through an open-addressing table (for values spanning a wide range)."""
+    n = values.size
+    codes = np.empty(n, dtype=np.int32)
+    size = 1
+    while size < 2 * n:
+        size *= 2
+    mask = np.uint64(size - 1)
+    keys = np.empty(size, dtype=np.int64)
+    table = np.full(size, -1, dtype=np.int32)
+    uniques = np.empty(n, dtype=np.int64)
+    next_code = 0
+    for r in range(n):
+        v = values[r]
+        i = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
+        i &= mask
+        while True:
+            c = table[i]
+            if c < 0:
+                c = next_code
+                table[i] = c
+                keys[i] = v
+                uniques[c] = v
+                next_code += 1
+                break
+            if keys[i] == v:
+                break
+            i = (i + np.uint64(1)) & mask
+        codes[r] = c
+    return codes, uniques[:next_code].copy()
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_below(
+    users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, max_contributions: int, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The lattice histogram of the users with at most Δ0 distinct items, and the rows of the others.
+
+    ``users`` / ``items``: codes per row, in ``[0, n_users)`` and ``[0, n_items)``. ``weights[t - 1]`` is the
+    lattice weight of a user keeping ``t`` items. Returns the histogram (int64 per item code), the rows of the
+    users above Δ0 (grouped by user, in user-code order; each user's rows in row order) and the offsets of each
+    such user's rows in that array.
+    """
+    n = users.size
+    start = np.zeros(n_users + 1, dtype=np.int64)
+    for r in range(n):
+        start[users[r] + 1] += 1
+    for u in range(n_users):
+        start[u + 1] += start[u]
+    cursor = start[:-1].copy()
+    held = np.empty(n, dtype=items.dtype)  # the items bucketed by user (a counting sort, two linear passes)
+    for r in range(n):
+        u = users[r]
+        held[cursor[u]] = items[r]
+        cursor[u] += 1
+    seen = np.full(n_items, -1, dtype=np.int32)
+    histogram = np.zeros(n_items, dtype=np.int64)
+    is_above = np.zeros(n_users, dtype=np.bool_)
+    n_above, above_rows = 0, 0
+    for u in range(n_users):
+        t = 0
+        for j in range(start[u], start[u + 1]):
+            i = held[j]
+            if seen[i] != u:
+                seen[i] = u
+                held[start[u] + t] = i  # the distinct items, in place (t <= j - start[u])
+                t += 1
+        if t > max_contributions:
+            is_above[u] = True
+            n_above += 1
+            above_rows += start[u + 1] - start[u]
+            continue
+        if t:
+            w = weights[t - 1]
+            for j in range(start[u], start[u] + t):
+                histogram[held[j]] += w
+    # the rows of the users above: a second counting pass, over their rows only
+    offsets = np.zeros(n_above + 1, dtype=np.int64)
+    slot = np.full(n_users, -1, dtype=np.int64)
+    a = 0
+    for u in range(n_users):
+        if is_above[u]:
+            slot[u] = offsets[a]
+            offsets[a + 1] = offsets[a] + start[u + 1] - start[u]
+            a += 1
+    rows = np.empty(above_rows, dtype=np.int64)
+    if n_above:
+        for r in range(n):
+            s = slot[users[r]]
+            if s >= 0:
+                rows[s] = r
+                slot[users[r]] = s + 1
+    return histogram, rows, offsets
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_above(
+    histogram: np.ndarray,
+    items: np.ndarray,
+    rows: np.ndarray,
+    offsets: np.ndarray,
+    keys: np.ndarray,
+    max_contributions: int,
+    weight: int,
+) -> None:  # pragma: no cover - compiled
+    """Add to ``histogram`` (in place) the users above Δ0: each keeps its ``max_contributions`` distinct items of
+    smallest key, with weight ``weight``. ``rows[offsets[a]:offsets[a + 1]]`` are user ``a``'s rows and
+    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys)."""
+    n_items = histogram.size
+    seen = np.full(n_items, -1, dtype=np.int32)
+    longest = 0
+    for a in range(offsets.size - 1):
+        longest = max(longest, offsets[a + 1] - offsets[a])
+    distinct = np.empty(longest, dtype=np.int64)
+    distinct_keys = np.empty(longest, dtype=np.uint64)
+    for a in range(offsets.size - 1):
+        t = 0
+        for j in range(offsets[a], offsets[a + 1]):
+            i = items[rows[j]]
+            if seen[i] != a:
+                seen[i] = a
+                distinct[t] = i
+                distinct_keys[t] = keys[j]
+                t += 1
+        order = np.argsort(distinct_keys[:t])
+        for k in range(max_contributions):
+            histogram[distinct[order[k]]] += weight
