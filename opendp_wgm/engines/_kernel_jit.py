@@ -16,39 +16,52 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["dense_codes", "histogram_below", "histogram_above"]
+__all__ = ["dense_codes", "histogram_above", "histogram_below", "offset_codes"]
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
+def offset_codes(values: np.ndarray, low: int) -> np.ndarray:  # pragma: no cover - compiled
+    """``values - low`` as int32 codes, for values spanning less than 2^31 (one pass, no temporary)."""
+    codes = np.empty(values.size, dtype=np.int32)
+    for r in range(values.size):
+        codes[r] = values[r] - low
+    return codes
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Dense codes ``0, 1, …`` of int64 ``values`` (equal values, equal codes; in order of first occurrence)
-    and the value of each code, through an open-addressing table (for values spanning a wide range)."""
+    and the value of each code, through an open-addressing table kept at most half full (it doubles as codes
+    come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
     n = values.size
     codes = np.empty(n, dtype=np.int32)
-    size = 1
-    while size < 2 * n:
-        size *= 2
-    mask = np.uint64(size - 1)
-    keys = np.empty(size, dtype=np.int64)
-    table = np.full(size, -1, dtype=np.int32)
     uniques = np.empty(n, dtype=np.int64)
+    size, shift = 1 << 12, np.uint64(64 - 12)
+    table = np.full(size, -1, dtype=np.int32)
     next_code = 0
     for r in range(n):
         v = values[r]
-        i = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
-        i &= mask
+        i = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift  # Fibonacci hashing: the top bits
         while True:
             c = table[i]
             if c < 0:
                 c = next_code
                 table[i] = c
-                keys[i] = v
                 uniques[c] = v
                 next_code += 1
                 break
-            if keys[i] == v:
+            if uniques[c] == v:
                 break
-            i = (i + np.uint64(1)) & mask
+            i = (i + np.uint64(1)) & np.uint64(size - 1)
         codes[r] = c
+        if 2 * next_code > size:  # rehash into a table twice the size
+            size *= 2
+            shift -= np.uint64(1)
+            table = np.full(size, -1, dtype=np.int32)
+            for k in range(next_code):
+                j = (np.uint64(uniques[k]) * np.uint64(0x9E3779B97F4A7C15)) >> shift
+                while table[j] >= 0:
+                    j = (j + np.uint64(1)) & np.uint64(size - 1)
+                table[j] = k
     return codes, uniques[:next_code].copy()
 
 

@@ -18,6 +18,7 @@ of the package's top-level API.
 
 from __future__ import annotations
 
+import importlib
 import math
 import secrets
 from collections.abc import Callable
@@ -249,10 +250,9 @@ def _jit() -> ModuleType | None:
     """The compiled per-user step (:mod:`opendp_wgm.engines._kernel_jit`, ``opendp-wgm[fast]``), or ``None``
     when Numba is not installed. Imported on first use (importing Numba takes a few tenths of a second)."""
     try:
-        from opendp_wgm.engines import _kernel_jit
+        return importlib.import_module("opendp_wgm.engines._kernel_jit")
     except ImportError:
         return None
-    return _kernel_jit
 
 
 #: Codes of a column for the compiled kernel: (codes per row, number of codes, decode: codes -> values).
@@ -283,8 +283,8 @@ def _codes(column: pl.Series, jit: ModuleType) -> _Codes:
         return as_int64, 0, lambda codes: column.clear()
     low, high = int(as_int64.min()), int(as_int64.max())
     if high - low < 2 * values.size + 1024:
-        offsets = as_int64 - np.int64(low)
-        return offsets.astype(np.int32), high - low + 1, lambda codes: _as_column(column, codes + np.int64(low))
+        codes = jit.offset_codes(as_int64, low)
+        return codes, high - low + 1, lambda kept: _as_column(column, kept + np.int64(low))
     codes, uniques = jit.dense_codes(as_int64)
     return codes, int(uniques.size), lambda kept: _as_column(column, uniques[kept])
 
