@@ -258,42 +258,46 @@ def _jit() -> ModuleType | None:
 #: Codes of a column for the compiled kernel: (codes per row, number of codes, decode: codes -> values).
 _Codes = tuple[NDArray[np.integer], int, Callable[[NDArray[np.int64]], pl.Series]]
 
+#: Column of the secret keys in the compiled step's coded frame (a private name: it never reaches a release).
+_KEY = "__opendp_wgm_key__"
 
-def _codes(column: pl.Series, jit: ModuleType) -> _Codes:
-    """Exact integer codes of a column without nulls (equal values, equal codes), of a dtype that
-    :func:`_codes_dtype` accepts.
 
-    Integers are coded by their offset from the smallest value when they span fewer than about twice the rows,
-    else through a hash table; text through a fresh, call-local category map (no global string cache grows);
-    a Categorical or Enum by its physical code. Codes only index arrays inside one histogram: the bound reads
-    the Polars keys of the values, never the codes.
+def _codes_dtype(dtype: pl.DataType) -> bool:
+    """Whether :func:`_codes` codes this dtype (the others are left to the Polars plans: floats, a composite
+    key's Struct, temporal, binary, ...)."""
+    return dtype == pl.String or dtype.is_integer() or isinstance(dtype, (pl.Categorical, pl.Enum))
+
+
+def _code_expr(column: str, dtype: pl.DataType) -> pl.Expr:
+    """Text as a fresh, call-local category map (dense physical codes; no global string cache grows); other
+    columns as they are. One ``select`` evaluates the user's and the item's in parallel."""
+    return pl.col(column).cast(pl.Categorical(pl.Categories.random())) if dtype == pl.String else pl.col(column)
+
+
+def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType) -> _Codes:
+    """Exact integer codes of a column without nulls, as :func:`_code_expr` gave it (equal values, equal codes),
+    and their decoding back to values of ``dtype`` (the column's dtype before :func:`_code_expr`).
+
+    Integers (a category's physical code among them) are coded by their offset from the smallest value when they
+    span fewer than about twice the rows, else through a hash table. Codes only index arrays inside one
+    histogram: the bound reads the Polars keys of the values, never the codes.
     """
-    dtype, name = column.dtype, column.name
-    if dtype == pl.String:
-        categorical = column.cast(pl.Categorical(pl.Categories.random()))
-        categories = categorical.cat.get_categories()
-        return categorical.to_physical().to_numpy(), categories.len(), lambda codes: categories.gather(codes).alias(name)
-    if isinstance(dtype, (pl.Categorical, pl.Enum)):
-        physical = column.to_physical().to_numpy()
-        size = int(physical.max()) + 1 if physical.size else 0
-        return physical, size, lambda codes: pl.Series(name, codes, dtype=pl.UInt32).cast(dtype)
-    values = column.to_numpy()
+    categorical = isinstance(column.dtype, (pl.Categorical, pl.Enum))
+    physical = column.to_physical() if categorical else column
+    values = physical.to_numpy()
     as_int64 = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
-    if not values.size:
-        return as_int64, 0, lambda codes: column.clear()
-    low, high = int(as_int64.min()), int(as_int64.max())
+    low, high = (int(as_int64.min()), int(as_int64.max())) if values.size else (0, -1)
     if high - low < 2 * values.size + 1024:
-        codes = jit.offset_codes(as_int64, low)
-        return codes, high - low + 1, lambda kept: _as_column(column, kept + np.int64(low))
-    codes, uniques = jit.dense_codes(as_int64)
-    return codes, int(uniques.size), lambda kept: _as_column(column, uniques[kept])
-
-
-def _as_column(column: pl.Series, values: NDArray[np.int64]) -> pl.Series:
-    """int64 ``values`` (as :func:`_codes` read them) back in ``column``'s integer dtype."""
-    numpy_dtype = column.head(0).to_numpy().dtype
-    back = values.view(np.uint64) if numpy_dtype == np.uint64 else values.astype(numpy_dtype)
-    return pl.Series(column.name, back, dtype=column.dtype)
+        codes, size = jit.offset_codes(as_int64, low), high - low + 1
+        value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]] = lambda kept: kept + np.int64(low)  # noqa: E731
+    else:
+        codes, uniques = jit.dense_codes(as_int64)
+        size, value_of = int(uniques.size), uniques.__getitem__
+    if categorical:
+        categories = column.cat.get_categories()  # in physical-code order
+        return codes, size, lambda kept: categories.gather(value_of(kept)).cast(dtype).alias(column.name)
+    back = values.dtype.type
+    return codes, size, lambda kept: pl.Series(column.name, value_of(kept).astype(back), dtype=dtype)
 
 
 def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataFrame | None:
@@ -301,33 +305,35 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
 
     The same histogram as :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit: a user with at most
     Δ0 distinct items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys
-    being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None``
-    (the caller runs the Polars plan) when Numba is not installed, for a column dtype :func:`_codes` does not
-    code (a composite key's Struct, floats, ...), or from 2^31 rows on (int32 row positions).
+    being :func:`bounded_lists_plan`'s (the same Polars expression; computed with the codes when most of the
+    first rows belong to users above Δ0, as the ``"auto"`` plan decides, else on those users' rows only). ``None`` (the caller runs the Polars
+    plans) when Numba is not installed, for a column dtype :func:`_codes_dtype` rejects (a composite key's
+    Struct, floats, ...), or from 2^31 rows on (int32 row positions).
     """
     jit = _jit()
-    space = lists.space
-    if jit is None or not all(_codes_dtype(lists.lf.collect_schema()[c]) for c in (space.user, space.item)):
+    space, bound = lists.space, lists.max_contributions
+    schema = lists.lf.collect_schema()
+    user_dtype, item_dtype = schema[space.user], schema[space.item]
+    if jit is None or not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
         return None
-    frame = lists.lf.collect()
+    key = _bound_key(lists.lf, space, lists.seeds)
+    exprs = [_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype)]
+    keyed = _mostly_above(lists.lf, space.user, bound)
+    frame = lists.lf.select(*exprs, *([key.alias(_KEY)] if keyed else [])).collect()
     if frame.height >= 2**31:
         return None
-    user_codes, n_users, _ = _codes(frame.get_column(space.user), jit)
-    item_codes, n_items, decode = _codes(frame.get_column(space.item), jit)
+    user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit)
+    item_codes, n_items, decode = _codes(frame.get_column(space.item), item_dtype, jit)
     weights = lattice_weights(max_contributions)
-    bound = lists.max_contributions
     histogram, rows, offsets = jit.histogram_below(user_codes, item_codes, n_users, n_items, bound, weights)
     if rows.size:  # the users above Δ0: keep the Δ0 distinct items of smallest key
-        keys = frame[rows].select(_bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
+        if keyed:
+            keys = frame.get_column(_KEY).to_numpy()[rows]
+        else:  # on the coded values (a fresh category hashes as its string, as the value did)
+            keys = frame[rows].select(_bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
         jit.histogram_above(histogram, item_codes, rows, offsets, keys, bound, int(weights[bound - 1]))
     kept = np.flatnonzero(histogram)
     return pl.DataFrame([decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
-
-
-def _codes_dtype(dtype: pl.DataType) -> bool:
-    """Whether :func:`_codes` codes this dtype (the others, left to the Polars plan: floats, a composite key's
-    Struct, temporal, binary, ...)."""
-    return dtype == pl.String or dtype.is_integer() or isinstance(dtype, (pl.Categorical, pl.Enum))
 
 
 # --------------------------------------------------------------------------------------------------------------
