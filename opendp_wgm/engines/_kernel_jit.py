@@ -16,7 +16,16 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["dense_codes", "histogram_above", "histogram_below", "offset_codes"]
+__all__ = [
+    "count_users",
+    "cursors",
+    "dense_codes",
+    "histogram_above",
+    "histogram_users",
+    "offset_codes",
+    "place_items",
+    "rows_above",
+]
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
 def offset_codes(values: np.ndarray, low: int) -> np.ndarray:  # pragma: no cover - compiled
@@ -66,33 +75,62 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma:
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def histogram_below(
-    users: np.ndarray, items: np.ndarray, n_users: int, n_items: int, max_contributions: int, weights: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The lattice histogram of the users with at most Δ0 distinct items, and the rows of the others.
+def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) -> None:  # pragma: no cover
+    """Add the rows ``first <= r < stop`` of each user code to ``counts`` (in place)."""
+    for r in range(first, stop):
+        counts[users[r]] += 1
 
-    ``users`` / ``items``: codes per row, in ``[0, n_users)`` and ``[0, n_items)``. ``weights[t - 1]`` is the
-    lattice weight of a user keeping ``t`` items. Returns the histogram (int64 per item code), the rows of the
-    users above Δ0 (grouped by user, in user-code order; each user's rows in row order) and the offsets of each
-    such user's rows in that array.
-    """
-    n = users.size
-    start = np.zeros(n_users + 1, dtype=np.int64)
-    for r in range(n):
-        start[users[r] + 1] += 1
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def cursors(counts: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Per-chunk row counts of each user (``counts[c, u]``) into the position of chunk ``c``'s first row of user
+    ``u`` among all rows grouped by user (in place); returns where each user's rows start (and the total)."""
+    chunks, n_users = counts.shape
+    start = np.empty(n_users + 1, dtype=np.int64)
+    total = 0
     for u in range(n_users):
-        start[u + 1] += start[u]
-    cursor = start[:-1].copy()
-    held = np.empty(n, dtype=items.dtype)  # the items bucketed by user (a counting sort, two linear passes)
-    for r in range(n):
+        start[u] = total
+        for c in range(chunks):
+            k = counts[c, u]
+            counts[c, u] = total
+            total += k
+    start[n_users] = total
+    return start
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def place_items(
+    users: np.ndarray, items: np.ndarray, first: int, stop: int, cursor: np.ndarray, held: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Write the items of rows ``first <= r < stop`` at their user's ``cursor`` in ``held`` (a counting sort's
+    placing pass; chunks of rows with their own cursors write disjoint places)."""
+    for r in range(first, stop):
         u = users[r]
         held[cursor[u]] = items[r]
         cursor[u] += 1
-    seen = np.full(n_items, -1, dtype=np.int32)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_users(
+    held: np.ndarray,
+    start: np.ndarray,
+    first: int,
+    stop: int,
+    n_items: int,
+    max_contributions: int,
+    weights: np.ndarray,
+    above: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """The lattice histogram (int64 per item code) of the users ``first <= u < stop`` with at most Δ0 distinct
+    items; marks the others in ``above``.
+
+    ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats; overwritten). ``weights[t - 1]``
+    is the lattice weight of a user keeping ``t`` items. Disjoint ranges of users run in parallel threads (no
+    GIL): their histograms add up.
+    """
+    seen = np.full(n_items, -1, dtype=np.int64)
     histogram = np.zeros(n_items, dtype=np.int64)
-    is_above = np.zeros(n_users, dtype=np.bool_)
-    n_above, above_rows = 0, 0
-    for u in range(n_users):
+    for u in range(first, stop):
         t = 0
         for j in range(start[u], start[u + 1]):
             i = held[j]
@@ -101,31 +139,40 @@ def histogram_below(
                 held[start[u] + t] = i  # the distinct items, in place (t <= j - start[u])
                 t += 1
         if t > max_contributions:
-            is_above[u] = True
-            n_above += 1
-            above_rows += start[u + 1] - start[u]
-            continue
-        if t:
+            above[u] = True
+        elif t:
             w = weights[t - 1]
             for j in range(start[u], start[u] + t):
                 histogram[held[j]] += w
-    # the rows of the users above: a second counting pass, over their rows only
+    return histogram
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def rows_above(
+    users: np.ndarray, start: np.ndarray, above: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The rows of the users marked ``above`` (grouped by user in code order; each user's in row order) and
+    the offsets of each such user's rows in that array."""
+    n_users = above.size
+    n_above = 0
+    for u in range(n_users):
+        n_above += above[u]
     offsets = np.zeros(n_above + 1, dtype=np.int64)
     slot = np.full(n_users, -1, dtype=np.int64)
     a = 0
     for u in range(n_users):
-        if is_above[u]:
+        if above[u]:
             slot[u] = offsets[a]
             offsets[a + 1] = offsets[a] + start[u + 1] - start[u]
             a += 1
-    rows = np.empty(above_rows, dtype=np.int64)
+    rows = np.empty(offsets[n_above], dtype=np.int64)
     if n_above:
-        for r in range(n):
-            s = slot[users[r]]
-            if s >= 0:
-                rows[s] = r
-                slot[users[r]] = s + 1
-    return histogram, rows, offsets
+        for r in range(users.size):
+            k = slot[users[r]]
+            if k >= 0:
+                rows[k] = r
+                slot[users[r]] = k + 1
+    return rows, offsets
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

@@ -114,13 +114,18 @@ def test_histogram_equals_the_frozen_kernel(shape: str, variant: str, passes: in
     assert dict(histogram.iter_rows()) == expected
 
 
-@pytest.fixture(params=["compiled", "polars"])
+@pytest.fixture(params=["compiled", "threaded", "polars"])
 def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The per-user step of :func:`kernel.lattice_histogram`: compiled (skipped without Numba) or Polars."""
-    if request.param == "compiled":
-        pytest.importorskip("numba")
-    else:
+    """The per-user step of :func:`kernel.lattice_histogram`: compiled (skipped without Numba), also in threads
+    over chunks of rows and ranges of users (as from 2^20 rows on), or Polars."""
+    if request.param == "polars":
         monkeypatch.setattr(kernel, "_jit", lambda: None)
+    else:
+        pytest.importorskip("numba")
+        monkeypatch.setattr(kernel, "_THREADED_ROWS", 0 if request.param == "threaded" else 2**62)
+        monkeypatch.setattr(pl, "thread_pool_size", lambda: 3)  # three ranges, whatever the machine
+        # also where most users are above Δ0 (the dispatch leaves those to the keyed Polars plan: a speed choice)
+        monkeypatch.setattr(kernel, "_mostly_above", lambda *args: False)
     return str(request.param)
 
 
@@ -133,7 +138,7 @@ def test_bounded_lists_histogram_equals_the_frozen_kernel(shape: str, variant: s
     frame = _variant(_shape(shape), variant)
     lf = _prepare_frame(frame, SPACE)
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
-    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == (jit == "compiled")
+    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == (jit != "polars")
     histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
     assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
     frozen = _frozen_lists(lf, bound, SEEDS).with_columns(pl.col("item").list.len().alias("t"))
@@ -160,6 +165,14 @@ def test_compiled_step_leaves_other_inputs_to_polars(monkeypatch: pytest.MonkeyP
         histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS, passes=passes, engine=engine)  # type: ignore[arg-type]
         assert dict(histogram.collect().iter_rows()) == expected
     assert len(calls) == 1
+
+
+def test_compiled_step_leaves_mostly_above_to_the_keyed_plan() -> None:
+    """Where most rows belong to users above Δ0 (imdb_50k) the keyed Polars plan is as fast: no compiled step."""
+    pytest.importorskip("numba")
+    for shape, bound, compiled in (("above", MAX_CONTRIBUTIONS, False), ("below", 2 * MAX_CONTRIBUTIONS, True)):
+        lists = kernel.BoundedLists(_prepare_frame(_shape(shape), SPACE), SPACE, bound, SEEDS)
+        assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
 
 
 def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> None:
