@@ -151,14 +151,16 @@ def previous_kernel() -> Iterator[None]:
 
 def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] | None:
     """The bare compiled pass over the (user, item) pairs (bucket by user, dedup, histogram of the users at or
-    below Δ0) on codes computed beforehand, or ``None`` without Numba: the floor of the compiled step."""
+    below Δ0; in threads as ``m(df)`` runs it) on codes computed beforehand, or ``None`` without Numba: the floor
+    of the compiled step."""
     jit = kernel._jit()
     if jit is None:
         return None
-    users, n_users, _ = kernel._codes(df.get_column(user), jit)
-    items, n_items, _ = kernel._codes(df.get_column(item), jit)
+    coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
+    users, n_users, _ = kernel._codes(coded.get_column(user), df.schema[user], jit)
+    items, n_items, _ = kernel._codes(coded.get_column(item), df.schema[item], jit)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    return lambda: jit.histogram_below(users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights)
+    return lambda: kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights)
 
 
 def median_time(fn: Callable[[], T], repeats: int, *, warmup: bool = False) -> tuple[float, T]:
