@@ -128,7 +128,7 @@ def histogram_users(
     is the lattice weight of a user keeping ``t`` items. Disjoint ranges of users run in parallel threads (no
     GIL): their histograms add up.
     """
-    seen = np.full(n_items, -1, dtype=np.int64)
+    seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
     histogram = np.zeros(n_items, dtype=np.int64)
     for u in range(first, stop):
         t = 0

@@ -107,7 +107,8 @@ def _mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
 def _bound_key(lf: pl.LazyFrame, space: _Space, seeds: tuple[int, ...]) -> pl.Expr:
     """The secret key of each (user, item) row: a hash of their values under ``seeds`` (equal rows, equal keys)."""
     schema = lf.collect_schema()
-    return pl.struct(_value_key(space.user, schema[space.user]), _value_key(space.item, schema[space.item])).hash(*seeds)
+    values = (_value_key(column, schema[column]) for column in (space.user, space.item))
+    return pl.struct(*values).hash(*seeds)
 
 
 def bounded_lists_plan(
@@ -310,8 +311,8 @@ def _histogram_below(
     offsets of the others: a counting sort of the items by user, then each user's distinct items.
 
     The compiled passes release the GIL: with several threads in Polars' pool (at most 4 are used: each holds a
-    histogram of all items) and at least :data:`_THREADED_ROWS` rows, each pass runs in threads over disjoint chunks of rows
-    (count, place) or ranges of users (dedup, histogram), and the ranges' histograms add up.
+    histogram of all items) and at least :data:`_THREADED_ROWS` rows, each pass runs in threads over disjoint
+    chunks of rows (count, place) or ranges of users (dedup, histogram), and the ranges' histograms add up.
     """
     threads = min(pl.thread_pool_size(), 4) if users.size >= _THREADED_ROWS else 1
     row_cuts = [users.size * k // threads for k in range(threads + 1)]
@@ -335,7 +336,9 @@ def _histogram_below(
     histogram = cast("NDArray[np.int64]", parts[0])
     for part in parts[1:]:
         histogram += cast("NDArray[np.int64]", part)
-    rows, offsets = jit.rows_above(users, start, above) if above.any() else (np.zeros(0, np.int64), np.zeros(1, np.int64))
+    if not above.any():
+        return histogram, np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    rows, offsets = jit.rows_above(users, start, above)
     return histogram, rows, offsets
 
 
