@@ -151,8 +151,8 @@ def previous_kernel() -> Iterator[None]:
 
 def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] | None:
     """The bare compiled pass over the (user, item) pairs (bucket by user, dedup, histogram of the users at or
-    below Δ0; in threads as ``m(df)`` runs it) on codes computed beforehand, or ``None`` without Numba: the floor
-    of the compiled step."""
+    below Δ0, as ``m(df)`` runs it) on codes computed beforehand, or ``None`` without Numba: the floor of the
+    compiled step."""
     jit = kernel._jit()
     if jit is None:
         return None

@@ -125,8 +125,7 @@ def histogram_users(
     items; marks the others in ``above``.
 
     ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats; overwritten). ``weights[t - 1]``
-    is the lattice weight of a user keeping ``t`` items. Disjoint ranges of users run in parallel threads (no
-    GIL): their histograms add up.
+    is the lattice weight of a user keeping ``t`` items.
     """
     seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
     histogram = np.zeros(n_items, dtype=np.int64)

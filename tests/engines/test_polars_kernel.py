@@ -114,16 +114,13 @@ def test_histogram_equals_the_frozen_kernel(shape: str, variant: str, passes: in
     assert dict(histogram.iter_rows()) == expected
 
 
-@pytest.fixture(params=["compiled", "threaded", "polars"])
+@pytest.fixture(params=["compiled", "polars"])
 def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The per-user step of :func:`kernel.lattice_histogram`: compiled (skipped without Numba), also in threads
-    over chunks of rows and ranges of users (as from 2^20 rows on), or Polars."""
+    """The per-user step of :func:`kernel.lattice_histogram`: compiled (skipped without Numba) or Polars."""
     if request.param == "polars":
         monkeypatch.setattr(kernel, "_jit", lambda: None)
     else:
         pytest.importorskip("numba")
-        monkeypatch.setattr(kernel, "_THREADED_ROWS", 0 if request.param == "threaded" else 2**62)
-        monkeypatch.setattr(pl, "thread_pool_size", lambda: 3)  # three ranges, whatever the machine
         # also where most users are above Δ0 (the dispatch leaves those to the keyed Polars plan: a speed choice)
         monkeypatch.setattr(kernel, "_mostly_above", lambda *args: False)
     return str(request.param)
