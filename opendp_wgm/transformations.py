@@ -37,8 +37,8 @@ from opendp_wgm._validation import _MAX_PASSES, _check_d_in, _check_execution, _
 from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import (
     WEIGHT_LAT,
+    BoundedLists,
     ListsOf,
-    bounded_lists_plan,
     candidate_counts,
     fresh_seeds,
     lattice_histogram,
@@ -188,16 +188,12 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
             msg = f"`frame` must have columns {(space.user, space.item)} (found {frame.names})"
             raise ValueError(msg)
         if frame.max_contributions <= max_contributions:
-            return frame.lists
+            return BoundedLists(frame.prepared, space, frame.max_contributions, frame.seeds)
         # bounded to a larger Δ0: bound again, on its prepared rows (a composite key still as one Struct)
         lf, seeds = frame.lists().explode(space.item), fresh_seeds()
     else:
         lf, seeds = _prepare_frame(frame, space), fresh_seeds()  # type: ignore[arg-type]
-
-    def lists(users: pl.Expr | None) -> pl.LazyFrame:
-        return bounded_lists_plan(lf if users is None else lf.filter(users), space, max_contributions, seeds)
-
-    return lists
+    return BoundedLists(lf, space, max_contributions, seeds)
 
 
 def make_weighted_histogram(

@@ -4,10 +4,13 @@
 ``group_by(user)`` building every user's list, each list sorted by the secret key, ``unique().head(Δ0)``). The
 kernel may plan differently (sort by user first, the keyed selection only for users above Δ0), but for the same
 seeds it must keep the same items for every user and give the same Int64 lattice histogram, on every shape:
-users all below Δ0, all above, mixed, Int/String/Categorical items, duplicates, shuffled rows, several passes.
+users all below Δ0, all above, mixed, Int/String/Categorical items, duplicates, shuffled rows, nulls, ids spread
+over a wide range, several passes; and so must the compiled (Numba) per-user step where it runs.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import polars as pl
@@ -65,11 +68,19 @@ def _variant(frame: pl.DataFrame, variant: str) -> pl.DataFrame:
         return frame.with_columns(pl.format("u{}", "user"), pl.format("item-{}", "item")).sample(fraction=1.0, shuffle=True, seed=4)
     if variant == "categorical":
         return frame.with_columns(pl.format("i{}", "item").cast(pl.Categorical))
+    if variant == "nulls":  # dropped before the bound: the frozen kernel reads the same prepared frame
+        every = pl.int_range(pl.len())
+        return frame.with_columns(
+            pl.when(every % 7 == 0).then(None).otherwise(pl.col("user")).alias("user"),
+            pl.when(every % 5 == 0).then(None).otherwise(pl.col("item")).alias("item"),
+        ).sample(fraction=1.0, shuffle=True, seed=5)
+    if variant == "wide":  # ids spread over the whole integer range (the compiled step's hash table)
+        return frame.with_columns(pl.col("user") * 10**12 - 2**62, (pl.col("item").cast(pl.UInt64) + 1) * 2**54)
     return frame
 
 
 SHAPES = ["below", "above", "mixed"]
-VARIANTS = ["sorted", "shuffled", "string", "categorical"]
+VARIANTS = ["sorted", "shuffled", "string", "categorical", "nulls", "wide"]
 
 
 @pytest.mark.parametrize("plan", ["auto", "split", "keyed"])
@@ -112,7 +123,7 @@ def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, 
     frame = _variant(_shape(shape), variant)
     lf = _prepare_frame(frame, SPACE)
     pairs = kernel.distinct_pairs_plan(lf, SPACE).collect()
-    assert pairs.height == frame.unique().height and pairs["user"].is_sorted()
+    assert pairs.height == lf.collect().unique().height and pairs["user"].is_sorted()  # nulls dropped first
     expected = _frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS)
     for rows in (pairs.lazy(), pairs.lazy().filter(pl.col("user").hash(5) % 3 == 1)):  # and a pass's bucket
 
@@ -127,6 +138,81 @@ def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, 
         for passes in (1, 3):
             histogram = kernel.lattice_histogram(lists_of, SPACE, MAX_CONTRIBUTIONS, passes=passes).collect()
             assert dict(histogram.iter_rows()) == _frozen_histogram(kept, MAX_CONTRIBUTIONS)
+
+
+@pytest.fixture(params=["compiled", "polars"])
+def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The per-user step of :func:`kernel.lattice_histogram`: compiled (skipped without Numba) or Polars."""
+    if request.param == "polars":
+        monkeypatch.setattr(kernel, "_jit", lambda: None)
+    else:
+        pytest.importorskip("numba")
+        # also where most users are above Δ0 (the dispatch leaves those to the keyed Polars plan: a speed choice)
+        monkeypatch.setattr(kernel, "_mostly_above", lambda *args: False)
+    return str(request.param)
+
+
+@pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bounded_lists_histogram_equals_the_frozen_kernel(shape: str, variant: str, bound: int, jit: str) -> None:
+    """Through :class:`kernel.BoundedLists` (what make_weighted_histogram passes), on both per-user steps; a
+    bound below the histogram's Δ0 is a bound step with a smaller Δ0 chained into it."""
+    frame = _variant(_shape(shape), variant)
+    lf = _prepare_frame(frame, SPACE)
+    lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
+    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == (jit != "polars")
+    histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
+    assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
+    frozen = _frozen_lists(lf, bound, SEEDS).with_columns(pl.col("item").list.len().alias("t"))
+    weights = pl.Series(lattice_weights(MAX_CONTRIBUTIONS))
+    rows = frozen.explode("item").with_columns(w=pl.col("t").map_batches(lambda t: weights.gather(t - 1)))
+    assert dict(histogram.iter_rows()) == dict(rows.group_by("item").agg(pl.col("w").sum()).iter_rows())
+
+
+def test_compiled_step_leaves_other_inputs_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Struct (composite key) and float items, several passes and the streaming engine take the Polars plans."""
+    pytest.importorskip("numba")
+    calls: list[object] = []
+    compiled = kernel._compiled_histogram
+    monkeypatch.setattr(kernel, "_compiled_histogram", lambda *a: calls.append(a) or compiled(*a))
+    frame = _variant(_shape("mixed"), "shuffled")
+    for items in (pl.struct("item", (pl.col("item") % 3).alias("part")), pl.col("item").cast(pl.Float64) / 2):
+        lf = _prepare_frame(frame.with_columns(item=items), SPACE)
+        assert kernel._compiled_histogram(kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS), 8) is None
+    lists = kernel.BoundedLists(_prepare_frame(frame, SPACE), SPACE, MAX_CONTRIBUTIONS, SEEDS)
+    calls.clear()
+    expected = dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
+    assert len(calls) == 1
+    for passes, engine in ((3, "auto"), (1, "streaming"), (2, "in-memory")):
+        histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS, passes=passes, engine=engine)  # type: ignore[arg-type]
+        assert dict(histogram.collect().iter_rows()) == expected
+    assert len(calls) == 1
+
+
+def test_compiled_step_leaves_mostly_above_to_the_keyed_plan() -> None:
+    """Where most rows belong to users above Δ0 (imdb_50k) the keyed Polars plan is as fast: no compiled step."""
+    pytest.importorskip("numba")
+    for shape, bound, compiled in (("above", MAX_CONTRIBUTIONS, False), ("below", 2 * MAX_CONTRIBUTIONS, True)):
+        lists = kernel.BoundedLists(_prepare_frame(_shape(shape), SPACE), SPACE, bound, SEEDS)
+        assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
+
+
+def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``numba`` not importable: :func:`kernel._jit` is ``None`` and the histogram is the same, from Polars."""
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
+    monkeypatch.delitem(sys.modules, "opendp_wgm.engines._kernel_jit", raising=False)
+    kernel._jit.cache_clear()
+    try:
+        assert kernel._jit() is None
+        lf = _prepare_frame(_variant(_shape("mixed"), "string"), SPACE)
+        lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
+        assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is None
+        histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
+        expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
+        assert dict(histogram.iter_rows()) == expected
+    finally:
+        kernel._jit.cache_clear()
 
 
 def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,208 @@
+r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogram in linear passes over the rows.
+
+Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.engines.polars.lattice_histogram`
+falls back to its Polars plans without it. The result is **identical** to the Polars plans' for the same seeds:
+users and items come in as exact integer codes (one per distinct value), a user with at most Δ0 distinct items
+keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
+Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
+
+No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
+place), each user's items are deduplicated with a per-item marker, and only the distinct items of a user above
+Δ0 are sorted by their keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "count_users",
+    "cursors",
+    "dense_codes",
+    "histogram_above",
+    "histogram_users",
+    "offset_codes",
+    "place_items",
+    "rows_above",
+]
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
+def offset_codes(values: np.ndarray, low: int) -> np.ndarray:  # pragma: no cover - compiled
+    """``values - low`` as int32 codes, for values spanning less than 2^31 (one pass, no temporary)."""
+    codes = np.empty(values.size, dtype=np.int32)
+    for r in range(values.size):
+        codes[r] = values[r] - low
+    return codes
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Dense codes ``0, 1, …`` of int64 ``values`` (equal values, equal codes; in order of first occurrence)
+    and the value of each code, through an open-addressing table kept at most half full (it doubles as codes
+    come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
+    n = values.size
+    codes = np.empty(n, dtype=np.int32)
+    uniques = np.empty(n, dtype=np.int64)
+    size, shift = 1 << 12, np.uint64(64 - 12)
+    table = np.full(size, -1, dtype=np.int32)
+    next_code = 0
+    for r in range(n):
+        v = values[r]
+        i = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift  # Fibonacci hashing: the top bits
+        while True:
+            c = table[i]
+            if c < 0:
+                c = next_code
+                table[i] = c
+                uniques[c] = v
+                next_code += 1
+                break
+            if uniques[c] == v:
+                break
+            i = (i + np.uint64(1)) & np.uint64(size - 1)
+        codes[r] = c
+        if 2 * next_code > size:  # rehash into a table twice the size
+            size *= 2
+            shift -= np.uint64(1)
+            table = np.full(size, -1, dtype=np.int32)
+            for k in range(next_code):
+                j = (np.uint64(uniques[k]) * np.uint64(0x9E3779B97F4A7C15)) >> shift
+                while table[j] >= 0:
+                    j = (j + np.uint64(1)) & np.uint64(size - 1)
+                table[j] = k
+    return codes, uniques[:next_code].copy()
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) -> None:  # pragma: no cover
+    """Add the rows ``first <= r < stop`` of each user code to ``counts`` (in place)."""
+    for r in range(first, stop):
+        counts[users[r]] += 1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def cursors(counts: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Per-chunk row counts of each user (``counts[c, u]``) into the position of chunk ``c``'s first row of user
+    ``u`` among all rows grouped by user (in place); returns where each user's rows start (and the total)."""
+    chunks, n_users = counts.shape
+    start = np.empty(n_users + 1, dtype=np.int64)
+    total = 0
+    for u in range(n_users):
+        start[u] = total
+        for c in range(chunks):
+            k = counts[c, u]
+            counts[c, u] = total
+            total += k
+    start[n_users] = total
+    return start
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def place_items(
+    users: np.ndarray, items: np.ndarray, first: int, stop: int, cursor: np.ndarray, held: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Write the items of rows ``first <= r < stop`` at their user's ``cursor`` in ``held`` (a counting sort's
+    placing pass; chunks of rows with their own cursors write disjoint places)."""
+    for r in range(first, stop):
+        u = users[r]
+        held[cursor[u]] = items[r]
+        cursor[u] += 1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_users(
+    held: np.ndarray,
+    start: np.ndarray,
+    first: int,
+    stop: int,
+    n_items: int,
+    max_contributions: int,
+    weights: np.ndarray,
+    above: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """The lattice histogram (int64 per item code) of the users ``first <= u < stop`` with at most Δ0 distinct
+    items; marks the others in ``above``.
+
+    ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats; overwritten). ``weights[t - 1]``
+    is the lattice weight of a user keeping ``t`` items.
+    """
+    seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
+    histogram = np.zeros(n_items, dtype=np.int64)
+    for u in range(first, stop):
+        t = 0
+        for j in range(start[u], start[u + 1]):
+            i = held[j]
+            if seen[i] != u:
+                seen[i] = u
+                held[start[u] + t] = i  # the distinct items, in place (t <= j - start[u])
+                t += 1
+        if t > max_contributions:
+            above[u] = True
+        elif t:
+            w = weights[t - 1]
+            for j in range(start[u], start[u] + t):
+                histogram[held[j]] += w
+    return histogram
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def rows_above(
+    users: np.ndarray, start: np.ndarray, above: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The rows of the users marked ``above`` (grouped by user in code order; each user's in row order) and
+    the offsets of each such user's rows in that array."""
+    n_users = above.size
+    n_above = 0
+    for u in range(n_users):
+        n_above += above[u]
+    offsets = np.zeros(n_above + 1, dtype=np.int64)
+    slot = np.full(n_users, -1, dtype=np.int64)
+    a = 0
+    for u in range(n_users):
+        if above[u]:
+            slot[u] = offsets[a]
+            offsets[a + 1] = offsets[a] + start[u + 1] - start[u]
+            a += 1
+    rows = np.empty(offsets[n_above], dtype=np.int64)
+    if n_above:
+        for r in range(users.size):
+            k = slot[users[r]]
+            if k >= 0:
+                rows[k] = r
+                slot[users[r]] = k + 1
+    return rows, offsets
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_above(
+    histogram: np.ndarray,
+    items: np.ndarray,
+    rows: np.ndarray,
+    offsets: np.ndarray,
+    keys: np.ndarray,
+    max_contributions: int,
+    weight: int,
+) -> None:  # pragma: no cover - compiled
+    """Add to ``histogram`` (in place) the users above Δ0: each keeps its ``max_contributions`` distinct items of
+    smallest key, with weight ``weight``. ``rows[offsets[a]:offsets[a + 1]]`` are user ``a``'s rows and
+    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys)."""
+    n_items = histogram.size
+    seen = np.full(n_items, -1, dtype=np.int32)
+    longest = 0
+    for a in range(offsets.size - 1):
+        longest = max(longest, offsets[a + 1] - offsets[a])
+    distinct = np.empty(longest, dtype=np.int64)
+    distinct_keys = np.empty(longest, dtype=np.uint64)
+    for a in range(offsets.size - 1):
+        t = 0
+        for j in range(offsets[a], offsets[a + 1]):
+            i = items[rows[j]]
+            if seen[i] != a:
+                seen[i] = a
+                distinct[t] = i
+                distinct_keys[t] = keys[j]
+                t += 1
+        order = np.argsort(distinct_keys[:t])
+        for k in range(max_contributions):
+            histogram[distinct[order[k]]] += weight
