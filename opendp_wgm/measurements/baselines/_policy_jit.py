@@ -228,25 +228,52 @@ def bounded_user_items(
             for i in range(run_start[j], run_start[j + 1]):
                 rows[fill[u]] = i
                 fill[u] += 1
-    # per user: its distinct keys, ascending, the first max_contributions
+    # per user: its distinct keys (a small hash table, reused), the max_contributions smallest (a partition),
+    # in ascending key (a sort of those only)
+    longest = 1
+    for u in range(n_users):
+        longest = max(longest, user_start[u + 1] - user_start[u])
+    slot_row = np.full(2 << int(np.ceil(np.log2(longest))), -1, dtype=np.int64)
+    slot_key = np.zeros(slot_row.size, dtype=np.uint64)
+    distinct_rows = np.empty(longest, dtype=np.int64)
+    distinct_keys = np.empty(longest, dtype=np.uint64)
+    used = np.empty(longest, dtype=np.int64)
     kept = np.empty(n, dtype=np.int64)
     count = np.zeros(n_users, dtype=np.int64)
     size = 0
     for u in range(n_users):
         own = rows[user_start[u] : user_start[u + 1]]
-        _sort_by_key(own, key)
-        last = -1
+        bits = 1
+        while (1 << bits) < 2 * own.size:
+            bits += 1
+        mask, shift = np.uint64((1 << bits) - 1), np.uint64(64 - bits)
+        d = 0
         for r in own:
-            if last >= 0 and key[r] == key[last]:
-                if item_hash[r] != item_hash[last]:
-                    return False, empty, empty, empty, empty, empty, empty
-                continue
-            if count[u] == max_contributions:
-                break
-            kept[size] = r
-            size += 1
-            count[u] += 1
-            last = r
+            value = key[r]
+            slot = (value * _GOLDEN) >> shift
+            while slot_row[slot] >= 0 and slot_key[slot] != value:
+                slot = (slot + np.uint64(1)) & mask
+            if slot_row[slot] < 0:
+                slot_row[slot], slot_key[slot] = r, value
+                used[d], distinct_rows[d], distinct_keys[d] = slot, r, value
+                d += 1
+            elif item_hash[r] != item_hash[slot_row[slot]]:
+                return False, empty, empty, empty, empty, empty, empty
+        for t in range(d):
+            slot_row[used[t]] = -1
+        if d > max_contributions:
+            largest = np.partition(distinct_keys[:d], max_contributions - 1)[max_contributions - 1]
+            b = 0
+            for t in range(d):
+                if distinct_keys[t] <= largest:
+                    distinct_rows[b] = distinct_rows[t]
+                    b += 1
+            d = b
+        chosen = distinct_rows[:d]
+        _sort_by_key(chosen, key)
+        kept[size : size + d] = chosen
+        size += d
+        count[u] = d
     kept = kept[:size]
     kept_hash = np.empty(size, dtype=np.uint64)
     for t in range(size):

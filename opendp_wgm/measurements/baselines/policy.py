@@ -259,12 +259,13 @@ def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key
     user, item = space.user, space.item
     bound_seeds, order_seeds = fresh_seeds(), fresh_seeds()
     order = _value_key(user, lf.collect_schema()[user]).hash(*order_seeds)
-    if not key_order and _numba_installed() and _mostly_above(lf, user, max_contributions):
+    above = _mostly_above(lf, user, max_contributions)  # read once: it also chooses the lists' plan
+    if above and not key_order and _numba_installed():
         data = _hashed_csr(lf, space, max_contributions, bound_seeds, order)
         if data is not None:
             return data
     # before coding: the hash key must read values
-    lists = bounded_lists_plan(lf, space, max_contributions, bound_seeds)
+    lists = bounded_lists_plan(lf, space, max_contributions, bound_seeds, plan="keyed" if above else "split")
     if key_order:
         lists = lists.with_columns(pl.col(item).list.sort())
     lists = lists.select(item, _by=pl.arg_sort_by(order, user)).collect()  # ties (~N²/2^65) by the user's value
