@@ -12,7 +12,8 @@ Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (intege
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
 nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
 applies a vectorised NumPy update to an ``int64`` weight vector; with Numba installed (extra ``[fast]``) the ℓ2
-descent's loop is compiled, with identical results (:mod:`opendp_wgm.measurements.baselines._policy_jit`). The
+descent's loop and Policy Gaussian's preparation are compiled, with identical results
+(:mod:`opendp_wgm.measurements.baselines._policy_jit`). The
 privacy arguments, and the places where they are *not* complete, are in ``docs/baselines.md``.
 """
 
@@ -268,12 +269,12 @@ def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key
     lists = bounded_lists_plan(lf, space, max_contributions, bound_seeds, plan="keyed" if above else "split")
     if key_order:
         lists = lists.with_columns(pl.col(item).list.sort())
-    lists = lists.select(item, _by=pl.arg_sort_by(order, user)).collect()  # ties (~N²/2^65) by the user's value
-    lengths = lists[item].list.len().to_numpy().astype(np.int64)
-    values = lists[item].explode()
+    collected = lists.select(item, _by=pl.arg_sort_by(order, user)).collect()  # ties (~N²/2^65) by user value
+    lengths = collected[item].list.len().to_numpy().astype(np.int64)
+    values = collected[item].explode()
     codes, row_of = _value_codes(values, item)
     # users in hash order: the segments of the flat codes permuted, not the lists of values
-    by = lists["_by"].to_numpy()
+    by = collected["_by"].to_numpy()
     starts = np.cumsum(lengths) - lengths
     offsets = np.concatenate(([0], np.cumsum(lengths[by]))).astype(np.int64)
     codes = codes[np.repeat(starts[by] - offsets[:-1], lengths[by]) + np.arange(offsets[-1])]
@@ -455,6 +456,8 @@ def _l2_steps(codes: np.ndarray, bounds: list[int], weights: np.ndarray, cap: in
 
 #: the compiled loop's signature: (codes, offsets, weights, cap, unit, first user) -> where it stopped
 _L2Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
+#: the compiled hash-table coding's signature: values (uint64) -> (codes, first position of each code)
+_CodesKernel = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 #: the compiled CSR builder's signature (``_policy_jit.bounded_user_items``)
 _BoundedKernel = Callable[..., tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
@@ -485,10 +488,10 @@ def _bounded_kernel() -> _BoundedKernel | None:
     return None if module is None else cast("_BoundedKernel", module.bounded_user_items)
 
 
-def _codes_kernel() -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None:
+def _codes_kernel() -> _CodesKernel | None:
     """The compiled hash-table coding of :func:`_value_codes`, or ``None`` without Numba."""
     module = _jit()
-    return None if module is None else cast("Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]", module.first_appearance_codes)
+    return None if module is None else cast("_CodesKernel", module.first_appearance_codes)
 
 
 def _numba_installed() -> bool:
