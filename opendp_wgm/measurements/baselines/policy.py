@@ -290,7 +290,7 @@ def _value_codes(values: pl.Series, item: str) -> tuple[np.ndarray, np.ndarray]:
     ~D²/2^65 for D distinct values, falls back). Otherwise :func:`_item_codes` (Polars).
     """
     codes = _dense_codes(values) if values.dtype.is_integer() and values.len() else None
-    if codes is None and values.len() >= _JIT_MIN_ROWS and (kernel := _codes_kernel()) is not None:
+    if codes is None and values.len() >= max(_JIT_MIN_ROWS, 1) and (kernel := _codes_kernel()) is not None:
         if values.dtype in (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64):
             wide = pl.UInt64 if values.dtype == pl.UInt64 else pl.Int64
             codes, first = kernel(values.cast(wide).to_numpy().view(np.uint64))
@@ -333,7 +333,7 @@ def _hashed_csr(
     rows = lf.select(
         user, item, _r=pl.col(user).rle_id(), _h=order, _k=key, _x=_value_key(item, schema[item]).hash(*fresh_seeds())
     ).collect()
-    kernel = _bounded_kernel() if rows.height >= _JIT_MIN_ROWS else None
+    kernel = _bounded_kernel() if rows.height >= max(_JIT_MIN_ROWS, 1) else None
     if kernel is None:
         return None
     ok, codes, offsets, kept, kept_codes, run_start, same_user = kernel(

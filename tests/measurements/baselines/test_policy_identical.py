@@ -251,6 +251,12 @@ def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str,
     assert weights.equals(bl._positive_histogram(expected, bl._policy_weights(expected, cap, "l2"), "item"))
 
 
+def test_preparation_of_an_empty_frame(preparation: str) -> None:
+    for frame in (_users_frame("int").head(0), _users_frame("str").head(0)):
+        got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+        assert got.offsets.tolist() == [0] and got.codes.size == 0 and got.n_codes == 0
+
+
 def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     """Arrays the values do not vouch for (two users or two items taken as one: a hash collision) are dropped for
     the Polars lists; simulated by a kernel that merges users, then one that merges items."""
