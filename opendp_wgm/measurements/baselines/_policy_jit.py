@@ -178,40 +178,27 @@ def _sort_by_key(rows: np.ndarray, key: np.ndarray) -> None:  # pragma: no cover
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def bounded_user_items(
-    run: np.ndarray, user_hash: np.ndarray, key: np.ndarray, item_hash: np.ndarray, max_contributions: int
-) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
-    """Policy Gaussian's CSR arrays from per-row hashes: users by ascending ``user_hash``, each with its
+    run_start: np.ndarray, run_hash: np.ndarray, key: np.ndarray, item_hash: np.ndarray, max_contributions: int
+) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Policy Gaussian's CSR arrays from per-row hashes: users by ascending user hash, each with its
     ``max_contributions`` distinct items of smallest ``key``, in ascending ``key``.
 
-    ``run`` numbers the runs of equal users (``rle_id``: 0, 1, …, non-decreasing); runs with the same
-    ``user_hash`` are taken as one user (the caller checks that their user values are equal). Within a user,
-    rows with equal ``key`` are taken as one item; if their ``item_hash`` differs (two items with one key) the
-    arrays are not built (``ok`` False). Items are coded by ``item_hash`` (the caller checks that every kept
-    row's value equals its code's representative). Users are processed in the rows' order (memory order), then
-    laid out in hash order.
+    The rows come in runs of equal users (``rle``): run ``j`` is rows ``run_start[j]:run_start[j + 1]``, of user
+    hash ``run_hash[j]``; runs with the same hash are taken as one user (the caller checks that their user values
+    are equal). Within a user, rows with equal ``key`` are taken as one item; if their ``item_hash`` differs (two
+    items with one key) the arrays are not built (``ok`` False). Items are coded by ``item_hash`` (the caller
+    checks that every kept row's value equals its code's representative). Users are processed in the rows'
+    order (memory order), then laid out in hash order.
 
     Returns
     -------
-    ok, codes, offsets, kept, kept_codes, run_start, same_user
+    ok, codes, offsets, kept, kept_codes, same_user
         ``codes`` and ``offsets``: the CSR arrays; ``kept``: the kept rows (users in the rows' order) and
-        ``kept_codes`` their codes; ``run_start``: first row of each run; ``same_user``: for each run, the
-        first run of its user.
+        ``kept_codes`` their codes; ``same_user``: for each run, the first run of its user.
     """
     empty = np.zeros(0, dtype=np.int64)
-    n = run.size
-    n_runs = int(run[n - 1]) + 1
-    run_start = np.empty(n_runs + 1, dtype=np.int64)
-    run_start[0] = 0
-    j = 1
-    for i in range(1, n):
-        if run[i] != run[i - 1]:
-            run_start[j] = i
-            j += 1
-    run_start[n_runs] = n
-    # users: runs grouped by user hash
-    run_hash = np.empty(n_runs, dtype=np.uint64)
-    for j in range(n_runs):
-        run_hash[j] = user_hash[run_start[j]]
+    n = key.size
+    n_runs = run_hash.size
     user_of_run, first_run = first_appearance_codes(run_hash)
     n_users = first_run.size
     # rows grouped by user (counting sort of the runs; the identity when every user is one run)
@@ -258,7 +245,7 @@ def bounded_user_items(
                 used[d], distinct_rows[d], distinct_keys[d] = slot, r, value
                 d += 1
             elif item_hash[r] != item_hash[slot_row[slot]]:
-                return False, empty, empty, empty, empty, empty, empty
+                return False, empty, empty, empty, empty, empty
         for t in range(d):
             slot_row[used[t]] = -1
         if d > max_contributions:
@@ -294,4 +281,4 @@ def bounded_user_items(
     same_user = np.empty(n_runs, dtype=np.int64)
     for j in range(n_runs):
         same_user[j] = first_run[user_of_run[j]]
-    return True, codes, offsets, kept, kept_codes, run_start[:n_runs], same_user
+    return True, codes, offsets, kept, kept_codes, same_user

@@ -317,7 +317,7 @@ def _hashed_csr(
     """:func:`_bounded_csr` without ``key_order``, from per-row hashes in one compiled pass (no sort of the rows,
     no per-user lists, no string dictionary); ``None`` when it does not apply.
 
-    Polars computes, per row, the run of equal users (``rle_id``), the user's order hash ``order``, the key
+    Polars computes the runs of equal users (``rle``) and each run's order hash ``order``, and, per row, the key
     of :func:`~opendp_wgm.engines.polars.bounded_lists_plan` (the same expression under the same seeds) and a
     hash of the item under fresh seeds; :func:`~opendp_wgm.measurements.baselines._policy_jit.bounded_user_items`
     groups the runs by user hash, keeps each user's ``max_contributions`` distinct keys of smallest value and
@@ -330,18 +330,21 @@ def _hashed_csr(
     user, item = space.user, space.item
     schema = lf.collect_schema()
     key = pl.struct(_value_key(user, schema[user]), _value_key(item, schema[item])).hash(*bound_seeds)
-    rows = lf.select(
-        user, item, _r=pl.col(user).rle_id(), _h=order, _k=key, _x=_value_key(item, schema[item]).hash(*fresh_seeds())
-    ).collect()
+    runs_plan = lf.select(pl.col(user).rle()).unnest(user)  # one row per run of equal users: len, value
+    rows_plan = lf.select(item, _k=key, _x=_value_key(item, schema[item]).hash(*fresh_seeds()))
+    runs, rows = pl.collect_all([runs_plan, rows_plan])
     kernel = _bounded_kernel() if rows.height >= max(_JIT_MIN_ROWS, 1) else None
     if kernel is None:
         return None
-    ok, codes, offsets, kept, kept_codes, run_start, same_user = kernel(
-        *(rows[c].to_numpy() for c in ("_r", "_h", "_k", "_x")), max_contributions
+    run_users = runs["value"].rename(user)
+    run_start = np.concatenate(([0], np.cumsum(runs["len"].to_numpy()))).astype(np.int64)
+    run_hash = run_users.to_frame().select(order).to_series().to_numpy()
+    ok, codes, offsets, kept, kept_codes, same_user = kernel(
+        run_start, run_hash, rows["_k"].to_numpy(), rows["_x"].to_numpy(), max_contributions
     )
-    users, items = rows[user], rows[item]
-    if not ok or not (users.gather(run_start) == users.gather(run_start[same_user])).all():
+    if not ok or not (run_users == run_users.gather(same_user)).all():
         return None
+    items = rows[item]
     n_codes = int(kept_codes.max()) + 1 if kept_codes.size else 0
     first = np.empty(n_codes, dtype=np.int64)
     first[kept_codes[::-1]] = np.arange(kept_codes.size - 1, -1, -1)  # each code's first kept row
@@ -459,7 +462,7 @@ _L2Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
 #: the compiled hash-table coding's signature: values (uint64) -> (codes, first position of each code)
 _CodesKernel = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 #: the compiled CSR builder's signature (``_policy_jit.bounded_user_items``)
-_BoundedKernel = Callable[..., tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+_BoundedKernel = Callable[..., tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 @lru_cache(maxsize=1)

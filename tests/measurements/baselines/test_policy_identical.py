@@ -272,12 +272,12 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pyt
     for corrupt in ("user", "item"):
 
         def wrong(*args: object, corrupt: str = corrupt) -> tuple[object, ...]:
-            ok, codes, offsets, kept, kept_codes, run_start, same_user = kernel(*args)
+            ok, codes, offsets, kept, kept_codes, same_user = kernel(*args)
             if corrupt == "user":
                 same_user = np.zeros_like(same_user)  # every run taken as the first user
             else:
                 kept_codes = np.minimum(kept_codes, 1)  # items taken as one
-            return ok, codes, offsets, kept, kept_codes, run_start, same_user
+            return ok, codes, offsets, kept, kept_codes, same_user
 
         monkeypatch.setattr(bl, "_bounded_kernel", lambda wrong=wrong: wrong)
         assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, pl.lit(0)) is None
