@@ -46,6 +46,7 @@ __all__ = [
     "fresh_seeds",
     "lattice_histogram",
     "lattice_histogram_plan",
+    "mostly_above",
     "noisy_above_threshold",
     "release_above_threshold",
     "weights_frame",
@@ -96,6 +97,12 @@ def _mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
     same subsets, so the choice changes the time only, never the release."""
     sizes = lf.head(_PLAN_SAMPLE_ROWS).group_by(user).agg(pl.len()).collect().get_column("len")
     return 2 * int(sizes.filter(sizes > max_contributions).sum()) > int(sizes.sum())
+
+
+def mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
+    """Whether :func:`bounded_lists_plan`'s ``plan="auto"`` would choose the keyed plan (most of the first rows
+    belong to users above ``max_contributions``), for a caller that picks its own plan from the same reading."""
+    return _mostly_above(lf, user, max_contributions)
 
 
 def bounded_lists_plan(

@@ -34,7 +34,7 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
-from opendp_wgm.engines.polars import _mostly_above, bounded_lists_plan, fresh_seeds, release_above_threshold
+from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, mostly_above, release_above_threshold
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
@@ -260,7 +260,7 @@ def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key
     user, item = space.user, space.item
     bound_seeds, order_seeds = fresh_seeds(), fresh_seeds()
     order = _value_key(user, lf.collect_schema()[user]).hash(*order_seeds)
-    above = _mostly_above(lf, user, max_contributions)  # read once: it also chooses the lists' plan
+    above = mostly_above(lf, user, max_contributions)  # read once: it also chooses the lists' plan
     if above and not key_order and _numba_installed():
         data = _hashed_csr(lf, space, max_contributions, bound_seeds, order)
         if data is not None:

@@ -225,7 +225,7 @@ def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         return str(request.param)
     pytest.importorskip("numba")
     monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
-    monkeypatch.setattr(bl, "_mostly_above", lambda *_: request.param == "hashed")
+    monkeypatch.setattr(bl, "mostly_above", lambda *_: request.param == "hashed")
     return str(request.param)
 
 
@@ -264,7 +264,7 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pyt
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
-    monkeypatch.setattr(bl, "_mostly_above", lambda *_: True)
+    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
     kernel = bl._bounded_kernel()
     assert kernel is not None
     frame = _users_frame("str")
