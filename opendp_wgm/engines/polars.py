@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "WEIGHT_LAT",
     "BoundedLists",
+    "bound_key",
     "bound_plan",
     "bounded_lists_plan",
     "candidate_counts",
@@ -53,6 +54,7 @@ __all__ = [
     "fresh_seeds",
     "lattice_histogram",
     "lattice_histogram_plan",
+    "mostly_above",
     "noisy_above_threshold",
     "release_above_threshold",
     "weights_frame",
@@ -117,11 +119,17 @@ def distinct_pairs_plan(lf: pl.LazyFrame, space: _Space) -> pl.LazyFrame:
     return lf.group_by(user).agg(pl.col(item).unique()).sort(user).explode(item)
 
 
-def _bound_key(lf: pl.LazyFrame, space: _Space, seeds: tuple[int, ...]) -> pl.Expr:
+def bound_key(lf: pl.LazyFrame, space: _Space, seeds: tuple[int, ...]) -> pl.Expr:
     """The secret key of each (user, item) row: a hash of their values under ``seeds`` (equal rows, equal keys)."""
     schema = lf.collect_schema()
     values = (_value_key(column, schema[column]) for column in (space.user, space.item))
     return pl.struct(*values).hash(*seeds)
+
+
+def mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
+    """Whether :func:`bounded_lists_plan`'s ``plan="auto"`` would choose the keyed plan (most of the first rows
+    belong to users above ``max_contributions``), for a caller that picks its own plan from the same reading."""
+    return _mostly_above(lf, user, max_contributions)
 
 
 def bounded_lists_plan(
@@ -153,7 +161,7 @@ def bounded_lists_plan(
     plans then skip their ``unique``, and keep the same items.
     """
     user, item = space.user, space.item
-    key = _bound_key(lf, space, fresh_seeds() if seeds is None else seeds)
+    key = bound_key(lf, space, fresh_seeds() if seeds is None else seeds)
     if plan == "keyed" or (plan == "auto" and _mostly_above(lf, user, max_contributions)):
         by_key = pl.col(item).sort_by("_key")
         return (
@@ -372,7 +380,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     histogram, rows, offsets = _histogram_below(jit, user_codes, item_codes, n_users, n_items, bound, weights)
     if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
         # on the coded values: a fresh category hashes as its string, as the value did
-        keys = frame[rows].select(_bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
+        keys = frame[rows].select(bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
         jit.histogram_above(histogram, item_codes, rows, offsets, keys, bound, int(weights[bound - 1]))
     kept = np.flatnonzero(histogram)
     return pl.DataFrame([decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])

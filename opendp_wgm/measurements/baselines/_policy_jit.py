@@ -1,4 +1,12 @@
-r"""Compiled (Numba) per-user loop of Policy Gaussian's ℓ2 descent; imported only if Numba is installed.
+r"""Compiled (Numba) parts of Policy Gaussian; imported only if Numba is installed.
+
+- :func:`bounded_user_items`: the CSR arrays (Δ0-bounded users in their random order) from per-row hashes, in
+  linear time plus a small sort per user; its output is checked against the values by the caller
+  (:func:`opendp_wgm.measurements.baselines.policy._hashed_csr`);
+- :func:`first_appearance_codes`: dense integer codes of 64-bit values through a hash table (no sort).
+- :func:`l2_policy_run`: the per-user loop of the ℓ2 descent.
+
+The rest of this docstring is about the loop.
 
 The loop over users is sequential by nature; in NumPy each user costs a dozen array calls (~20 µs), here a few
 hundred nanoseconds. The result must be **identical** to the NumPy step of
@@ -26,7 +34,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["l2_policy_run"]
+__all__ = ["bounded_user_items", "first_appearance_codes", "l2_policy_run"]
 
 _EPS = 2.0**-53  # unit roundoff of float64
 _EXACT_SUM = 2.0**53  # integers below this are exact in float64, and so are their sums below it
@@ -95,3 +103,182 @@ def l2_policy_run(
         for i in range(m):
             weights[index[i]] = current[i] + increment[i]
     return n_users
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
+_SHORT = 32  # users with at most this many rows are sorted by insertion (no allocation)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def _slot(table: np.ndarray, code_at: np.ndarray, value: np.uint64, shift: np.uint64) -> int:  # pragma: no cover
+    """The slot of ``value`` in an open-addressing table (linear probing), or the empty one (``code_at`` -1)
+    where it goes.
+
+    Polars' hashes of integers need not have uniform low bits: the first slot is the top bits of ``value`` times
+    an odd constant (Fibonacci hashing). Unsigned arithmetic throughout (Numba types uint64 & int64 as float).
+    """
+    mask = np.uint64(table.size - 1)
+    s = (value * _GOLDEN) >> shift
+    while code_at[s] >= 0 and table[s] != value:
+        s = (s + np.uint64(1)) & mask
+    return int(s)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def _table(bits: int) -> tuple[np.ndarray, np.ndarray, np.uint64]:  # pragma: no cover - compiled
+    """An empty table of ``2^bits`` slots."""
+    return np.zeros(1 << bits, dtype=np.uint64), np.full(1 << bits, -1, dtype=np.int64), np.uint64(64 - bits)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def first_appearance_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Dense codes of ``values`` (uint64) in order of first appearance, and the first position of each code.
+
+    The table starts small and doubles at half full: it stays about the size of the distinct values (cache
+    resident for ~10^5 of them), not of the rows.
+    """
+    bits = 10
+    table, code_at, shift = _table(bits)
+    codes = np.empty(values.size, dtype=np.int64)
+    first = np.empty(values.size, dtype=np.int64)
+    n_codes = 0
+    for i in range(values.size):
+        s = _slot(table, code_at, values[i], shift)
+        if code_at[s] >= 0:
+            codes[i] = code_at[s]
+        else:
+            table[s], code_at[s] = values[i], n_codes
+            codes[i], first[n_codes] = n_codes, i
+            n_codes += 1
+            if 2 * n_codes > table.size:
+                bits += 1
+                old_table, old_code_at = table, code_at
+                table, code_at, shift = _table(bits)
+                for t in range(old_table.size):
+                    if old_code_at[t] >= 0:
+                        s = _slot(table, code_at, old_table[t], shift)
+                        table[s], code_at[s] = old_table[t], old_code_at[t]
+    return codes, first[:n_codes]
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def _sort_by_key(rows: np.ndarray, key: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Sort ``rows`` in place by ascending ``key[row]`` (ties in any order); short ones by insertion."""
+    m = rows.size
+    if m > _SHORT:
+        rows[:] = rows[np.argsort(key[rows], kind="mergesort")]  # Numba's quicksort is slower on short arrays
+        return
+    for i in range(1, m):
+        j, current = i, rows[i]
+        while j > 0 and key[rows[j - 1]] > key[current]:
+            rows[j] = rows[j - 1]
+            j -= 1
+        rows[j] = current
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def bounded_user_items(
+    run_start: np.ndarray, run_hash: np.ndarray, key: np.ndarray, item_hash: np.ndarray, max_contributions: int
+) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Policy Gaussian's CSR arrays from per-row hashes: users by ascending user hash, each with its
+    ``max_contributions`` distinct items of smallest ``key``, in ascending ``key``.
+
+    The rows come in runs of equal users (``rle``): run ``j`` is rows ``run_start[j]:run_start[j + 1]``, of user
+    hash ``run_hash[j]``; runs with the same hash are taken as one user (the caller checks that their user values
+    are equal). Within a user, rows with equal ``key`` are taken as one item; if their ``item_hash`` differs (two
+    items with one key) the arrays are not built (``ok`` False). Items are coded by ``item_hash`` (the caller
+    checks that every kept row's value equals its code's representative). Users are processed in the rows'
+    order (memory order), then laid out in hash order.
+
+    Returns
+    -------
+    ok, codes, offsets, kept, kept_codes, same_user
+        ``codes`` and ``offsets``: the CSR arrays; ``kept``: the kept rows (users in the rows' order) and
+        ``kept_codes`` their codes; ``same_user``: for each run, the first run of its user.
+    """
+    empty = np.zeros(0, dtype=np.int64)
+    n = key.size
+    n_runs = run_hash.size
+    user_of_run, first_run = first_appearance_codes(run_hash)
+    n_users = first_run.size
+    # rows grouped by user (counting sort of the runs; the identity when every user is one run)
+    user_start = np.zeros(n_users + 1, dtype=np.int64)
+    for j in range(n_runs):
+        user_start[user_of_run[j] + 1] += run_start[j + 1] - run_start[j]
+    for u in range(n_users):
+        user_start[u + 1] += user_start[u]
+    rows = np.arange(n)
+    if n_users < n_runs:
+        fill = user_start[:-1].copy()
+        for j in range(n_runs):
+            u = user_of_run[j]
+            for i in range(run_start[j], run_start[j + 1]):
+                rows[fill[u]] = i
+                fill[u] += 1
+    # per user: its distinct keys (a small hash table, reused), the max_contributions smallest (a partition),
+    # in ascending key (a sort of those only)
+    longest = 1
+    for u in range(n_users):
+        longest = max(longest, user_start[u + 1] - user_start[u])
+    slot_row = np.full(2 << int(np.ceil(np.log2(longest))), -1, dtype=np.int64)
+    slot_key = np.zeros(slot_row.size, dtype=np.uint64)
+    distinct_rows = np.empty(longest, dtype=np.int64)
+    distinct_keys = np.empty(longest, dtype=np.uint64)
+    used = np.empty(longest, dtype=np.int64)
+    kept = np.empty(n, dtype=np.int64)
+    count = np.zeros(n_users, dtype=np.int64)
+    size = 0
+    for u in range(n_users):
+        own = rows[user_start[u] : user_start[u + 1]]
+        bits = 1
+        while (1 << bits) < 2 * own.size:
+            bits += 1
+        mask, shift = np.uint64((1 << bits) - 1), np.uint64(64 - bits)
+        d = 0
+        for r in own:
+            value = key[r]
+            slot = (value * _GOLDEN) >> shift
+            while slot_row[slot] >= 0 and slot_key[slot] != value:
+                slot = (slot + np.uint64(1)) & mask
+            if slot_row[slot] < 0:
+                slot_row[slot], slot_key[slot] = r, value
+                used[d], distinct_rows[d], distinct_keys[d] = slot, r, value
+                d += 1
+            elif item_hash[r] != item_hash[slot_row[slot]]:
+                return False, empty, empty, empty, empty, empty
+        for t in range(d):
+            slot_row[used[t]] = -1
+        if d > max_contributions:
+            largest = np.partition(distinct_keys[:d], max_contributions - 1)[max_contributions - 1]
+            b = 0
+            for t in range(d):
+                if distinct_keys[t] <= largest:
+                    distinct_rows[b] = distinct_rows[t]
+                    b += 1
+            d = b
+        chosen = distinct_rows[:d]
+        _sort_by_key(chosen, key)
+        kept[size : size + d] = chosen
+        size += d
+        count[u] = d
+    kept = kept[:size]
+    kept_hash = np.empty(size, dtype=np.uint64)
+    for t in range(size):
+        kept_hash[t] = item_hash[kept[t]]
+    kept_codes, _ = first_appearance_codes(kept_hash)
+    # users in ascending hash (distinct: runs of equal hash are one user)
+    order = np.argsort(run_hash[first_run])
+    begin = np.zeros(n_users + 1, dtype=np.int64)
+    for u in range(n_users):
+        begin[u + 1] = begin[u] + count[u]
+    offsets = np.zeros(n_users + 1, dtype=np.int64)
+    codes = np.empty(size, dtype=np.int64)
+    for position in range(n_users):
+        u = order[position]
+        at = offsets[position]
+        codes[at : at + count[u]] = kept_codes[begin[u] : begin[u + 1]]
+        offsets[position + 1] = at + count[u]
+    same_user = np.empty(n_runs, dtype=np.int64)
+    for j in range(n_runs):
+        same_user[j] = first_run[user_of_run[j]]
+    return True, codes, offsets, kept, kept_codes, same_user

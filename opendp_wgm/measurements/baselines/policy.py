@@ -12,12 +12,14 @@ Everything that is noised lives on the lattice :math:`2^{-20}\mathbb{Z}` (intege
 by exact samplers, as in :mod:`opendp_wgm.measurements.wgm`. The policies are sequential over users by
 nature: the input is turned into CSR arrays (user → item codes) with Polars, and a Python loop over users
 applies a vectorised NumPy update to an ``int64`` weight vector; with Numba installed (extra ``[fast]``) the ℓ2
-descent's loop is compiled, with identical results (:mod:`opendp_wgm.measurements.baselines._policy_jit`). The
+descent's loop and Policy Gaussian's preparation are compiled, with identical results
+(:mod:`opendp_wgm.measurements.baselines._policy_jit`). The
 privacy arguments, and the places where they are *not* complete, are in ``docs/baselines.md``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -32,7 +34,13 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
-from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, release_above_threshold
+from opendp_wgm.engines.polars import (
+    bound_key,
+    bounded_lists_plan,
+    fresh_seeds,
+    mostly_above,
+    release_above_threshold,
+)
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
@@ -249,25 +257,108 @@ def _dense_codes(values: pl.Series) -> np.ndarray | None:
 def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key_order: bool) -> _UserItems:
     """The CSR arrays of Policy Gaussian: Δ0-bounded lists (one row per user), ordered by the user's keyed hash.
 
-    Ordering and (for ``key_order``) sorting happen on the users' list rows — one per user, not one per item —
-    before the lists are laid out flat; the users' offsets are the lists' lengths.
+    When most users hold more than Δ0 items (the keyed plan's case), without ``key_order``, with Numba and at
+    least :data:`_JIT_MIN_ROWS` rows: :func:`_hashed_csr`. Otherwise (and whenever that cannot vouch for its
+    arrays) Polars builds the lists; the order (and, for ``key_order``, sorting) is decided on the users' list
+    rows — one per user, not one per item — and applied to the flat item codes; the users' offsets are the
+    lists' lengths. Both keep the same items for the same seeds, in the same user order.
     """
     user, item = space.user, space.item
-    lists = bounded_lists_plan(lf, space, max_contributions)  # before coding: the hash key must read values
-    order = _value_key(user, lf.collect_schema()[user]).hash(*fresh_seeds())
-    lists = lists.sort(order, user)  # ties (probability ~N²/2^65) by the user's value
+    bound_seeds, order_seeds = fresh_seeds(), fresh_seeds()
+    order = _value_key(user, lf.collect_schema()[user]).hash(*order_seeds)
+    above = mostly_above(lf, user, max_contributions)  # read once: it also chooses the lists' plan
+    if above and not key_order and _numba_installed():
+        data = _hashed_csr(lf, space, max_contributions, bound_seeds, order)
+        if data is not None:
+            return data
+    # before coding: the hash key must read values
+    lists = bounded_lists_plan(lf, space, max_contributions, bound_seeds, plan="keyed" if above else "split")
     if key_order:
         lists = lists.with_columns(pl.col(item).list.sort())
-    column = lists.select(item).collect()[item]
-    offsets = np.concatenate(([0], np.cumsum(column.list.len().to_numpy()))).astype(np.int64)
-    values = column.explode()
+    collected = lists.select(item, _by=pl.arg_sort_by(order, user)).collect()  # ties (~N²/2^65) by user value
+    lengths = collected[item].list.len().to_numpy().astype(np.int64)
+    values = collected[item].explode()
+    codes, row_of = _value_codes(values, item)
+    # users in hash order: the segments of the flat codes permuted, not the lists of values
+    by = collected["_by"].to_numpy()
+    starts = np.cumsum(lengths) - lengths
+    offsets = np.concatenate(([0], np.cumsum(lengths[by]))).astype(np.int64)
+    codes = codes[np.repeat(starts[by] - offsets[:-1], lengths[by]) + np.arange(offsets[-1])]
+    return _coded(codes, offsets, values, row_of)
+
+
+def _value_codes(values: pl.Series, item: str) -> tuple[np.ndarray, np.ndarray]:
+    """``int64`` codes of ``values`` and a row holding each code (to decode them); codes are a relabelling.
+
+    Integers in a small range: ``value - min`` (:func:`_dense_codes`). With Numba and at least
+    :data:`_JIT_MIN_ROWS` values, a hash table (no sort, no string dictionary): of the integers themselves
+    (exact), or of a keyed hash of other values, checked exactly against the values (a collision, probability
+    ~D²/2^65 for D distinct values, falls back). Otherwise :func:`_item_codes` (Polars).
+    """
     codes = _dense_codes(values) if values.dtype.is_integer() and values.len() else None
+    if codes is None and values.len() >= max(_JIT_MIN_ROWS, 1) and (kernel := _codes_kernel()) is not None:
+        if values.dtype in (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64):
+            wide = pl.UInt64 if values.dtype == pl.UInt64 else pl.Int64
+            codes, first = kernel(values.cast(wide).to_numpy().view(np.uint64))
+            return codes, first
+        codes, first = kernel(values.hash(*fresh_seeds()).to_numpy())
+        if (values == values.gather(first[codes])).all():
+            return codes, first
+        codes = None
     if codes is None:
         codes = values.to_frame().select(_item_codes(item, values.dtype)[0])[item].to_numpy()
     codes = codes.astype(np.int64, copy=False)
     row_of = np.zeros(int(codes.max()) + 1 if codes.size else 1, dtype=np.int64)
     row_of[codes] = np.arange(codes.size)  # any row holding the code decodes it
-    return _coded(codes, offsets, values, row_of)
+    return codes, row_of
+
+
+#: below this many rows the Polars plan of :func:`_bounded_csr` (< ~0.1 s) beats importing Numba
+_JIT_MIN_ROWS = 200_000
+
+
+def _hashed_csr(
+    lf: pl.LazyFrame, space: _Space, max_contributions: int, bound_seeds: tuple[int, ...], order: pl.Expr
+) -> _UserItems | None:
+    """:func:`_bounded_csr` without ``key_order``, from per-row hashes in one compiled pass (no sort of the rows,
+    no per-user lists, no string dictionary); ``None`` when it does not apply.
+
+    Polars computes the runs of equal users (``rle``) and each run's order hash ``order``, and, per row, the key
+    of :func:`~opendp_wgm.engines.polars.bounded_lists_plan` (:func:`~opendp_wgm.engines.polars.bound_key`) and a
+    hash of the item under fresh seeds; :func:`~opendp_wgm.measurements.baselines._policy_jit.bounded_user_items`
+    groups the runs by user hash, keeps each user's ``max_contributions`` distinct keys of smallest value and
+    codes the items by hash. Its arrays are those of the Polars plan whenever the hashes tell the values apart;
+    that is checked exactly against the values (runs merged as one user hold equal users; every kept row holds
+    its code's item), and two items of one user with one key make the kernel give up; in either case (probability
+    ~N²/2^64) ``None`` sends the caller to the Polars plan. A user's items come in ascending key (the order of
+    the keyed plan), users in ascending order hash (no two users share one, as checked).
+    """
+    user, item = space.user, space.item
+    schema = lf.collect_schema()
+    key = bound_key(lf, space, bound_seeds)
+    runs_plan = lf.select(pl.col(user).rle()).unnest(user)  # one row per run of equal users: len, value
+    rows_plan = lf.select(item, _k=key, _x=_value_key(item, schema[item]).hash(*fresh_seeds()))
+    runs, rows = pl.collect_all([runs_plan, rows_plan])
+    kernel = _bounded_kernel() if rows.height >= max(_JIT_MIN_ROWS, 1) else None
+    if kernel is None:
+        return None
+    run_users = runs["value"].rename(user)
+    run_start = np.concatenate(([0], np.cumsum(runs["len"].to_numpy()))).astype(np.int64)
+    run_hash = run_users.to_frame().select(order).to_series().to_numpy()
+    ok, codes, offsets, kept, kept_codes, same_user = kernel(
+        run_start, run_hash, rows["_k"].to_numpy(), rows["_x"].to_numpy(), max_contributions
+    )
+    if not ok or not (run_users == run_users.gather(same_user)).all():
+        return None
+    items = rows[item]
+    n_codes = int(kept_codes.max()) + 1 if kept_codes.size else 0
+    first = np.empty(n_codes, dtype=np.int64)
+    first[kept_codes[::-1]] = np.arange(kept_codes.size - 1, -1, -1)  # each code's first kept row
+    values = items.gather(kept[first])
+    kept_values = items.gather(kept)  # near the rows' order: users in memory order, a few items each
+    if not (kept_values == values.gather(kept_codes)).all():
+        return None
+    return _UserItems(codes=codes, offsets=offsets, n_codes=values.len(), decode=values.gather)
 
 
 def _csr(
@@ -374,26 +465,55 @@ def _l2_steps(codes: np.ndarray, bounds: list[int], weights: np.ndarray, cap: in
 
 #: the compiled loop's signature: (codes, offsets, weights, cap, unit, first user) -> where it stopped
 _L2Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
+#: the compiled hash-table coding's signature: values (uint64) -> (codes, first position of each code)
+_CodesKernel = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+#: the compiled CSR builder's signature (``_policy_jit.bounded_user_items``)
+_BoundedKernel = Callable[..., tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 
 @lru_cache(maxsize=1)
-def _l2_kernel() -> _L2Kernel | None:
-    """The compiled ℓ2 loop (``opendp-wgm[fast]``, Numba), or ``None`` when Numba is not installed.
+def _jit() -> Any:
+    """The compiled helpers' module (``opendp-wgm[fast]``, Numba), or ``None`` when Numba is not installed.
 
-    Imported on first use, not with the package (importing Numba takes a few tenths of a second). Its results are
-    identical to :func:`_l2_steps` (``_policy_jit`` says why; the tests compare both).
+    Imported on first use, not with the package (importing Numba takes a few tenths of a second).
     """
     try:
-        from opendp_wgm.measurements.baselines._policy_jit import l2_policy_run
+        from opendp_wgm.measurements.baselines import _policy_jit
     except ImportError:
         return None
-    return cast("_L2Kernel", l2_policy_run)
+    return _policy_jit
+
+
+def _l2_kernel() -> _L2Kernel | None:
+    """The compiled ℓ2 loop, or ``None`` without Numba. Its results are identical to :func:`_l2_steps`
+    (``_policy_jit`` says why; the tests compare both)."""
+    module = _jit()
+    return None if module is None else cast("_L2Kernel", module.l2_policy_run)
+
+
+def _bounded_kernel() -> _BoundedKernel | None:
+    """The compiled CSR builder of :func:`_hashed_csr`, or ``None`` without Numba."""
+    module = _jit()
+    return None if module is None else cast("_BoundedKernel", module.bounded_user_items)
+
+
+def _codes_kernel() -> _CodesKernel | None:
+    """The compiled hash-table coding of :func:`_value_codes`, or ``None`` without Numba."""
+    module = _jit()
+    return None if module is None else cast("_CodesKernel", module.first_appearance_codes)
+
+
+def _numba_installed() -> bool:
+    """Whether Numba can be imported, without importing it (a few tenths of a second)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def _positive_histogram(data: _UserItems, weights: np.ndarray, item: str) -> pl.DataFrame:
     """The items with positive weight (only these are ever noised or released) and their lattice weight."""
     positive = np.flatnonzero(weights > 0)
-    return pl.DataFrame({item: data.decode(positive), "weight_lat": weights[positive]})
+    histogram = pl.DataFrame({item: data.decode(positive), "weight_lat": weights[positive]})
+    # by item value, not by code: the noise is drawn row by row, and codes are only a relabelling
+    return histogram.sort(_value_key(item, histogram.schema[item]))
 
 
 def _cap_on_lattice(cap: float) -> int:

@@ -1,8 +1,9 @@
 """Policy Gaussian's faster paths give the release of the code they replaced, bit for bit, for fixed randomness.
 
-The pre-change implementation (per-user NumPy loop, row-level CSR) is kept frozen here. Compared: the ℓ2 weights
-on the same CSR (compiled Numba loop when installed, and the NumPy fallback), and the histogram that reaches the
-noise (same seeds) end to end.
+The pre-change implementations (per-user NumPy loop, row-level CSR; the list-level CSR preparation) are kept
+frozen here. Compared: the ℓ2 weights on the same CSR (compiled Numba loop when installed, and the NumPy
+fallback), the CSR arrays of every preparation path (same users in the same order, same kept items), and the
+histogram that reaches the noise (same seeds) end to end.
 """
 
 from __future__ import annotations
@@ -74,6 +75,23 @@ def _frozen_histogram(frame: pl.DataFrame, max_contributions: int, cap: int) -> 
     positive = np.flatnonzero(weights > 0)
     table = pl.DataFrame({"_x": positive, "weight_lat": weights[positive]})
     return table.join(dictionary, on="_x").select(pl.col("_value").alias("item"), "weight_lat").sort("item")
+
+
+def _frozen_bounded_csr(frame: pl.DataFrame, max_contributions: int) -> bl._UserItems:
+    """The list-level ``_bounded_csr`` before the hashed (Numba) preparation: lists sorted by the user's hash."""
+    lf = _prepare_frame(frame, SPACE)
+    lists = engine.bounded_lists_plan(lf, SPACE, max_contributions, SEEDS)
+    order = _value_key("user", lf.collect_schema()["user"]).hash(*SEEDS)
+    column = lists.sort(order, "user").select("item").collect()["item"]
+    offsets = np.concatenate(([0], np.cumsum(column.list.len().to_numpy()))).astype(np.int64)
+    values = column.explode()
+    codes = bl._dense_codes(values) if values.dtype.is_integer() and values.len() else None
+    if codes is None:
+        codes = values.to_frame().select(bl._item_codes("item", values.dtype)[0])["item"].to_numpy()
+    codes = codes.astype(np.int64, copy=False)
+    row_of = np.zeros(int(codes.max()) + 1 if codes.size else 1, dtype=np.int64)
+    row_of[codes] = np.arange(codes.size)
+    return bl._coded(codes, offsets, values, row_of)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -170,3 +188,121 @@ def test_policy_gaussian_histogram_identical_to_the_frozen_code(
     expected = _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
     assert seen[0].sort("item").equals(expected)
     assert expected.height > 100 and (expected["weight_lat"] > 30 * U).sum() >= 3  # near the cap
+
+
+# ------------------------------------------------------------------------------------------------------
+# the preparation: every path against the frozen list-level one
+# ------------------------------------------------------------------------------------------------------
+def _users_frame(shape: str) -> pl.DataFrame:
+    """Users of 1 to 90 rows (repeats included) at Δ0 = 20: many above Δ0, many below."""
+    rng = np.random.default_rng(11)
+    sizes = np.concatenate((rng.integers(1, 15, 150), rng.integers(15, 90, 150)))
+    users = np.repeat(rng.permutation(sizes.size) * 7 - 300, sizes)  # unsorted, negative ids too
+    items = rng.zipf(1.4, users.size) % 400
+    df = pl.DataFrame({"user": users, "item": items})
+    if shape in ("wide int", "shuffled wide int"):  # codes by hash table (Numba) or rank, not by offset
+        df = df.with_columns(pl.col("item") * 10**12 - 7)
+    if shape in ("str", "shuffled str"):
+        df = df.with_columns(pl.format("u{}", "user"), pl.format("w{}", "item"))
+    if shape.startswith("shuffled"):  # a user's rows are not contiguous
+        df = df.sample(fraction=1.0, shuffle=True, seed=3)
+    return df
+
+
+def _segments(data: bl._UserItems) -> list[list[object]]:
+    return [data.decode(data.codes[a:b]).to_list() for a, b in itertools.pairwise(data.offsets.tolist())]
+
+
+@pytest.fixture(params=["hashed", "polars, hash-coded", "no numba"])
+def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The preparation paths: the compiled one (most users above Δ0), Polars lists coded by the compiled hash
+    table, and everything without Numba. The first two run on these small frames only with the threshold at 0."""
+    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
+    if request.param == "no numba":
+        monkeypatch.setattr(bl, "_jit", lambda: None)
+        monkeypatch.setattr(bl, "_numba_installed", lambda: False)
+        return str(request.param)
+    pytest.importorskip("numba")
+    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(bl, "mostly_above", lambda *_: request.param == "hashed")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("shape", ["int", "wide int", "str", "shuffled str", "shuffled wide int"])
+def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    frame = _users_frame(shape)
+    built: list[bool] = []  # whether the compiled preparation ran, and vouched for its arrays
+    hashed = bl._hashed_csr
+    monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
+    got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+    expected = _frozen_bounded_csr(frame, 20)
+    assert built == ([True] if preparation == "hashed" else [])
+    assert np.array_equal(got.offsets, expected.offsets)  # same users, same order, same list lengths
+    got_segments, expected_segments = _segments(got), _segments(expected)
+    assert [sorted(s) for s in got_segments] == [sorted(s) for s in expected_segments]  # same kept items
+    assert (np.diff(got.offsets) == 20).sum() > 50 and (np.diff(got.offsets) < 20).sum() > 50  # above and below Δ0
+    if preparation == "hashed":  # a user's items in ascending key: the order of the keyed plan
+        keyed = engine.bounded_lists_plan(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, plan="keyed").collect()
+        order = _value_key("user", keyed.schema["user"]).hash(*SEEDS)
+        assert got_segments == keyed.sort(order)["item"].to_list()
+    cap = bl._cap_on_lattice(32.44)
+    weights = bl._positive_histogram(got, bl._policy_weights(got, cap, "l2"), "item")
+    assert weights.equals(bl._positive_histogram(expected, bl._policy_weights(expected, cap, "l2"), "item"))
+
+
+def test_preparation_of_an_empty_frame(preparation: str) -> None:
+    for frame in (_users_frame("int").head(0), _users_frame("str").head(0)):
+        got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+        assert got.offsets.tolist() == [0] and got.codes.size == 0 and got.n_codes == 0
+
+
+def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Arrays the values do not vouch for (two users or two items taken as one: a hash collision) are dropped for
+    the Polars lists; simulated by a kernel that merges users, then one that merges items."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
+    kernel = bl._bounded_kernel()
+    assert kernel is not None
+    frame = _users_frame("str")
+    expected = _frozen_bounded_csr(frame, 20)
+    for corrupt in ("user", "item"):
+
+        def wrong(*args: object, corrupt: str = corrupt) -> tuple[object, ...]:
+            ok, codes, offsets, kept, kept_codes, same_user = kernel(*args)
+            if corrupt == "user":
+                same_user = np.zeros_like(same_user)  # every run taken as the first user
+            else:
+                kept_codes = np.minimum(kept_codes, 1)  # items taken as one
+            return ok, codes, offsets, kept, kept_codes, same_user
+
+        monkeypatch.setattr(bl, "_bounded_kernel", lambda wrong=wrong: wrong)
+        assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, pl.lit(0)) is None
+        got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+        assert np.array_equal(got.offsets, expected.offsets)
+        assert [sorted(s) for s in _segments(got)] == [sorted(s) for s in _segments(expected)]
+
+
+def test_hash_coding_falls_back_on_a_collision(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("numba")
+    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
+    values = pl.Series("item", ["b", "a", "b", "c", "a"])
+    codes, row_of = bl._value_codes(values, "item")
+    assert values.gather(row_of[codes]).equals(values) and codes.max() == 2
+    # a hash under which "a" and "c" collide: the check against the values sends it to Polars' coding
+    monkeypatch.setattr(pl.Series, "hash", lambda self, *_: (self == "b").cast(pl.UInt64))
+    codes, row_of = bl._value_codes(values, "item")
+    assert values.gather(row_of[codes]).equals(values) and codes.max() == 2
+
+
+def test_histogram_rows_in_item_order_not_code_order() -> None:
+    """The noise is drawn row by row: the rows that reach it are in item order, so which item gets which draw
+    does not depend on the codes (a relabelling: first appearance, a string dictionary, a hash table)."""
+    values = pl.Series("item", ["w", "b", "k", "a"])
+    data = bl._UserItems(np.array([0, 1, 2, 3]), np.array([0, 2, 4]), 4, values.gather)
+    histogram = bl._positive_histogram(data, np.array([5, 0, 7, 9]), "item")
+    assert histogram["item"].to_list() == ["a", "k", "w"]
+    assert histogram["weight_lat"].to_list() == [9, 7, 5]
