@@ -352,7 +352,7 @@ def _hashed_pairs(rows: pl.LazyFrame, user: str, dtype: pl.DataType, *, contiguo
         by_user = rows.group_by(user).agg(pl.col(_POSITION).unique()).with_row_index(_USER_CODE)
         return by_user.explode(_POSITION).select(_USER_CODE, _POSITION).collect()
     pair = (code.cast(pl.UInt64) * 2**32 + pl.col(_POSITION).cast(pl.UInt64)).alias(_PAIR)
-    split = ((pl.col(_PAIR) >> 32).alias(_USER_CODE), (pl.col(_PAIR) & (2**32 - 1)).alias(_POSITION))
+    split = ((pl.col(_PAIR) // 2**32).alias(_USER_CODE), (pl.col(_PAIR) % 2**32).alias(_POSITION))
     return rows.select(pair.unique()).select(*split).collect()
 
 
