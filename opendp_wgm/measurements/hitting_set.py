@@ -58,7 +58,7 @@ from opendp_wgm.privacy.calibrate import (
     calibrate_wgm_hitting_set,
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
-from opendp_wgm.samplers import NoiseMethod, noisy_max
+from opendp_wgm.samplers import NoiseMethod, csprng, noisy_max
 
 __all__ = [
     "HittingSetCalibration",
@@ -164,10 +164,11 @@ def peel(
     rounds = min(k, n)
     alive = np.arange(n, dtype=np.int64)  # alive[:n - r]: candidates not chosen in rounds < r
     chosen = np.empty(rounds, dtype=np.int64)
+    source = csprng()  # keyed once for all the rounds: keying per round cost about as much as a draw
     for r in range(rounds):  # inherently sequential: round r's scores depend on the picks of rounds < r
         m = n - r
         # exact EM draw (Gumbel form); the level-grouping sampler is 3-14x faster than OpenDP's per round
-        position = noisy_max(state.counts[alive[:m]], scale, measure="zcdp", method="fast")
+        position = noisy_max(state.counts[alive[:m]], scale, measure="zcdp", method="fast", generator=source)
         j = alive[position]
         alive[position] = alive[m - 1]  # swap-remove: O(1), order of the alive list carries nothing
         alive[m - 1] = j

@@ -76,6 +76,8 @@ def _as_scores(scores: object) -> np.ndarray:
         raise ValueError(msg)
     if arr.size == 0:
         return np.zeros(0, dtype=np.int64)
+    if arr.dtype == np.int64:  # the usual case, without NumPy's slower dtype queries (noisy_max runs per round)
+        return arr
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         msg = f"`scores` must hold integers (found dtype {arr.dtype})"
         raise TypeError(msg)
@@ -106,6 +108,7 @@ def noisy_top_k(
     *,
     measure: SelectionMeasure = "max_divergence",
     method: SelectionMethod = "auto",
+    generator: np.random.Generator | None = None,
 ) -> np.ndarray:
     r"""Indices of a private top-k of integer ``scores``, best first.
 
@@ -126,6 +129,10 @@ def noisy_top_k(
         ``'zcdp'``: exponential-mechanism peeling (OpenDP's Gumbel noise), ρ = k Δ² / (8 scale²).
     method : {'auto', 'opendp', 'fast'}
         Which exact sampler to use (same distribution); see the module docstring.
+    generator
+        The fast sampler's randomness: a :func:`opendp_wgm.samplers.csprng` generator (default: a fresh one
+        per call). A caller that selects many times in one release (user peeling's rounds) passes one, keyed
+        once (keying costs about as much as a small selection). OpenDP's sampler draws its own.
 
     Returns
     -------
@@ -175,7 +182,7 @@ def noisy_top_k(
     if spread >= _MAX_SPREAD:
         msg = f"method='fast' needs scores spread over less than 2**52 (found a spread of {spread})"
         raise ValueError(msg)
-    return _fast_top_k(arr, k, scale, measure, csprng())
+    return _fast_top_k(arr, k, scale, measure, csprng() if generator is None else generator)
 
 
 def noisy_max(
@@ -184,11 +191,13 @@ def noisy_max(
     *,
     measure: SelectionMeasure = "max_divergence",
     method: SelectionMethod = "auto",
+    generator: np.random.Generator | None = None,
 ) -> int:
     r"""Index of a private argmax of integer ``scores``: :func:`noisy_top_k` with ``k = 1``.
 
     ``measure='max_divergence'`` is permute-and-flip (OpenDP's ``make_noisy_max`` with exponential noise),
-    ``measure='zcdp'`` the exponential mechanism :math:`\Pr[i] \propto e^{x_i/\text{scale}}`.
+    ``measure='zcdp'`` the exponential mechanism :math:`\Pr[i] \propto e^{x_i/\text{scale}}`. ``generator`` as
+    for :func:`noisy_top_k`.
 
     Raises
     ------
@@ -205,7 +214,7 @@ def noisy_max(
     if arr.shape[0] == 0:
         msg = "`scores` must not be empty for noisy_max"
         raise ValueError(msg)
-    return int(noisy_top_k(arr, 1, scale, measure=measure, method=method)[0])
+    return int(noisy_top_k(arr, 1, scale, measure=measure, method=method, generator=generator)[0])
 
 
 # --------------------------------------------------------------------------------------------------------------

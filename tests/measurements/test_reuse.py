@@ -310,3 +310,106 @@ def test_dp_sips_rounds_bound_the_distinct_pairs(monkeypatch) -> None:
     assert frame.unique().height < frame.height  # the data has duplicate rows
     wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(frame)
     assert len(seen) == 3 and all(distinct and height == unique for distinct, height, unique in seen)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stage 2's pairs: users coded by their runs when each user's rows are adjacent, by hashing otherwise
+
+
+def _frozen_candidate_pairs(lf: pl.LazyFrame, space, items: pl.Series, *, contiguous: bool = False):
+    """``candidate_pairs`` before the runs path (frozen copy: is_in, replace_strict, hashed user codes)."""
+    user, item = space.user, space.item
+    position = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
+    rows = lf.filter(pl.col(item).is_in(items.implode())).with_columns(
+        pl.col(item).replace_strict(items, position).alias("_p")
+    )
+    coded = rows.group_by(user).agg(pl.col("_p").unique()).with_row_index("_u").explode("_p").collect()
+    return coded["_u"].to_numpy().astype(np.int64), coded["_p"].to_numpy().astype(np.int64)
+
+
+def shapes() -> dict[str, pl.DataFrame]:
+    """Users adjacent or not, String or Int64 ids, duplicate rows, Categorical and Int64 items."""
+    base = data(n_users=300, seed=11)  # users adjacent (written user by user), with duplicate rows
+    shuffled = base.sample(fraction=1.0, shuffle=True, seed=1)
+    return {
+        "adjacent string users": base,
+        "adjacent int users": base.with_columns(pl.col("user").str.slice(1).cast(pl.Int64)),
+        "sorted int users": base.with_columns(pl.col("user").str.slice(1).cast(pl.Int64)).sort("user"),
+        "shuffled string users": shuffled,
+        "shuffled int users": shuffled.with_columns(pl.col("user").str.slice(1).cast(pl.Int64)),
+        "a user in two runs": pl.concat([base, base.head(40)]),  # adjacent values, but u0's rows twice
+        "categorical items": base.with_columns(pl.col("item").cast(pl.Categorical)),
+        "int items": base.with_columns(pl.col("item").str.slice(1).cast(pl.Int64)),
+        "float users": base.with_columns(pl.col("user").str.slice(1).cast(pl.Float64)),
+    }
+
+
+def _pair_set(frame: pl.DataFrame, users: np.ndarray, positions: np.ndarray, items: pl.Series) -> set:
+    """The (user value, candidate) pairs named by user codes: each code's candidates, as sorted tuples."""
+    held: dict[int, set] = {}
+    for code, position in zip(users.tolist(), positions.tolist(), strict=True):
+        held.setdefault(code, set()).add(items[position])
+    assert sum(map(len, held.values())) == len(users)  # no pair twice
+    return {tuple(sorted(map(str, s))) for s in held.values()}
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_candidate_pairs_are_those_of_the_frozen_path(shape: str, contiguous: bool) -> None:
+    frame = shapes()[shape]
+    space = _resolve_space(*wgm.user_items_space())
+    lf = _prepare_frame(frame, space)
+    items = frame.get_column("item").unique().sort().head(25)
+    items = kernel.cast_candidates(pl.concat([items, items.head(0)]), lf.collect_schema()["item"])
+    new_users, new_positions = kernel.candidate_pairs(lf, space, items, contiguous=contiguous)
+    old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
+    assert _pair_set(frame, new_users, new_positions, items) == _pair_set(frame, old_users, old_positions, items)
+    assert kernel.candidate_counts(lf, space, items).tolist() == np.bincount(old_positions, minlength=25).tolist()
+    if contiguous:  # each user's pairs in one run, users coded 0, 1, ... in pair order
+        assert np.all(np.diff(new_users) >= 0) and np.all(np.diff(new_users) <= 1)
+
+
+def test_adjacent_users_are_coded_by_runs_without_hashing(monkeypatch) -> None:
+    """Users written user by user are coded by their runs: the hashed user code is never built (it was)."""
+
+    def no_hash(*_args):
+        raise AssertionError("the user key was hashed")
+
+    monkeypatch.setattr(kernel, "_dense_user_code", no_hash)
+    frame = shapes()["adjacent string users"]
+    space = _resolve_space(*wgm.user_items_space())
+    counts = kernel.candidate_counts(_prepare_frame(frame, space), space, pl.Series("item", ["i1", "i2"]))
+    assert counts.tolist() == [frame.filter(pl.col("item") == x)["user"].n_unique() for x in ("i1", "i2")]
+    with pytest.raises(AssertionError, match="hashed"):  # a user in two runs: the runs are not the users
+        kernel.candidate_counts(_prepare_frame(shapes()["a user in two runs"], space), space, pl.Series(["i1"]))
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_two_stage_releases_are_those_of_the_frozen_pairs(fixed_randomness, monkeypatch, shape: str, make) -> None:
+    """For fixed randomness, a two-stage release on the new pairs is the release on the frozen ones."""
+    frame = shapes()[shape]
+    options = dict(k=5, max_contributions=3, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    releases = []
+    for pairs in (kernel.candidate_pairs, _frozen_candidate_pairs):
+        monkeypatch.setattr(kernel, "candidate_pairs", pairs)
+        monkeypatch.setattr(hitting_set, "candidate_pairs", pairs)
+        fixed_randomness()
+        releases.append(make(*wgm.user_items_space(), **options)(frame))
+    assert releases[0].height == 5
+    assert releases[0].equals(releases[1])
+
+
+def test_user_peeling_keys_one_generator_per_release(monkeypatch) -> None:
+    """The k rounds draw from one CSPRNG keyed once (was: a new key per round, as costly as a small draw)."""
+    from opendp_wgm.samplers import selection
+
+    keyed: list[int] = []
+    for module in (selection, hitting_set):
+        if hasattr(module, "csprng"):
+            original = module.csprng
+            monkeypatch.setattr(module, "csprng", lambda original=original: keyed.append(1) or original())
+    candidates = [f"i{x}" for x in range(1, 30)]
+    m = hitting_set.make_user_peeling(*wgm.user_items_space(), candidates=candidates, k=20, scale=1.0)
+    assert m(data(seed=2)).height == 20
+    assert len(keyed) == 1
