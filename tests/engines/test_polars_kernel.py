@@ -253,3 +253,18 @@ def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() ->
     above = _prepare_frame(_shape("above"), SPACE)
     assert not kernel._mostly_above(below, "user", 2 * MAX_CONTRIBUTIONS)
     assert kernel._mostly_above(above, "user", MAX_CONTRIBUTIONS)
+
+
+def test_compiled_step_leaves_large_sorted_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Users flagged sorted from ``_SORTED_POLARS_ROWS`` rows on: the Polars plans (they slice the runs on every
+    core); unsorted users, or fewer rows, the compiled step; the same histogram either way."""
+    pytest.importorskip("numba")
+    frame, bound = _shape("below").sort("user"), 2 * MAX_CONTRIBUTIONS  # no user above the bound
+    monkeypatch.setattr(kernel, "_SORTED_POLARS_ROWS", frame.height)
+    histograms = []
+    for rows, compiled in ((frame, False), (frame.head(-1), True), (_variant(frame, "shuffled"), True)):
+        lists = kernel.BoundedLists(_prepare_frame(rows, SPACE), SPACE, bound, SEEDS)
+        assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
+        if rows.height == frame.height:
+            histograms.append(dict(kernel.lattice_histogram(lists, SPACE, bound).collect().iter_rows()))
+    assert histograms[0] == histograms[1]
