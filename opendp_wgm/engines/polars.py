@@ -352,10 +352,11 @@ def _histogram_below(
     return histogram, rows, offsets
 
 
-#: From this many rows on, a frame whose users are sorted takes the Polars plans: they slice the users' runs on
-#: every core, and the one-thread compiled step paid 2.0x at 10^6 Zipf rows, 1.1x at 3·10^6 and 0.9x at 10^7
-#: (idle, ``benchmarks/bench_wgm.py``); unsorted users always pay (2.4x at 10^7 shuffled rows).
-_SORTED_POLARS_ROWS = 2**21
+#: From this many rows on, a frame whose users are sorted, or text, takes the Polars plans: they slice sorted
+#: users' runs on every core, and the one-thread compiled step paid 2.0x at 10^6 sorted Zipf rows, 1.1x at
+#: 3·10^6 and 0.9x at 10^7, 0.9x on 10^7 rows of String ids (idle, ``benchmarks/bench_wgm.py``); unsorted
+#: integer users pay (2.5x at 10^7 shuffled rows).
+_POLARS_ROWS = 2**21
 
 
 def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataFrame | None:
@@ -368,8 +369,8 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     (a composite key's Struct, floats, ...), from 2^31 rows on (int32 row positions), and where the compiled
     step does not pay: when most of the first rows belong to users above Δ0 (:func:`_mostly_above`, the
     ``"auto"`` plan's test), the keyed Polars plan is about as fast (every row needs its key anyway); when the
-    users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) and the frame holds at least
-    :data:`_SORTED_POLARS_ROWS` rows, the Polars plans are faster.
+    users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text and the frame holds at
+    least :data:`_POLARS_ROWS` rows, the Polars plans are faster.
     """
     jit = _jit()
     space, bound = lists.space, lists.max_contributions
@@ -380,8 +381,8 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     if _mostly_above(lists.lf, space.user, bound):
         return None  # the keyed Polars plan: the compiled step measured only 1.07x faster (imdb_50k, docs/engines.md)
     users = lists.lf.select(space.user).collect().get_column(space.user)  # sorted flag: set by _prepare_frame
-    if users.flags["SORTED_ASC"] and users.len() >= _SORTED_POLARS_ROWS:
-        return None  # sorted users: the Polars plan slices their runs on every core (docs/engines.md)
+    if (users.flags["SORTED_ASC"] or users.dtype == pl.String) and users.len() >= _POLARS_ROWS:
+        return None  # the Polars plans slice sorted users' runs on every core; coding text costs what they save
     frame = lists.lf.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype)).collect()
     if frame.height >= 2**31:
         return None

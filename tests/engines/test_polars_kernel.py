@@ -256,13 +256,15 @@ def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() ->
 
 
 def test_compiled_step_leaves_large_sorted_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Users flagged sorted from ``_SORTED_POLARS_ROWS`` rows on: the Polars plans (they slice the runs on every
-    core); unsorted users, or fewer rows, the compiled step; the same histogram either way."""
+    """Users flagged sorted, or text, from ``_POLARS_ROWS`` rows on: the Polars plans; unsorted integer users,
+    or fewer rows, the compiled step; the same histogram either way."""
     pytest.importorskip("numba")
     frame, bound = _shape("below").sort("user"), 2 * MAX_CONTRIBUTIONS  # no user above the bound
-    monkeypatch.setattr(kernel, "_SORTED_POLARS_ROWS", frame.height)
+    monkeypatch.setattr(kernel, "_POLARS_ROWS", frame.height)
     histograms = []
-    for rows, compiled in ((frame, False), (frame.head(-1), True), (_variant(frame, "shuffled"), True)):
+    text = _variant(frame, "string")
+    for rows, compiled in ((frame, False), (frame.head(-1), True), (_variant(frame, "shuffled"), True),
+                           (text, False), (text.head(-1), True)):
         lists = kernel.BoundedLists(_prepare_frame(rows, SPACE), SPACE, bound, SEEDS)
         assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
         if rows.height == frame.height:
