@@ -203,10 +203,12 @@ class BoundedLists:
     space: _Space
     max_contributions: int
     seeds: tuple[int, ...]
+    #: ``lf``'s (user, item) rows are distinct (:func:`distinct_pairs_plan`): the Polars plans skip their ``unique``
+    distinct: bool = False
 
     def __call__(self, users: pl.Expr | None) -> pl.LazyFrame:
         lf = self.lf if users is None else self.lf.filter(users)
-        return bounded_lists_plan(lf, self.space, self.max_contributions, self.seeds)
+        return bounded_lists_plan(lf, self.space, self.max_contributions, self.seeds, distinct=self.distinct)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
 from opendp_wgm.engines.polars import (
-    bounded_lists_plan,
+    BoundedLists,
     collect_once,
     distinct_pairs_plan,
     fresh_seeds,
@@ -259,12 +259,9 @@ def make_dp_sips(
     item = space.item
 
     def one_round(lf: pl.LazyFrame, scale: float, threshold: float) -> pl.DataFrame:
-        seeds = fresh_seeds()  # a fresh seed per round: the bound is a new uniform subset of what remains
-
-        def lists_of(users: pl.Expr | None) -> pl.LazyFrame:
-            rows = lf if users is None else lf.filter(users)
-            return bounded_lists_plan(rows, space, max_contributions, seeds, distinct=True)
-
+        # a fresh seed per round: the bound is a new uniform subset of what remains; BoundedLists lets the
+        # kernel take its compiled step where it pays, with the same histogram
+        lists_of = BoundedLists(lf, space, max_contributions, fresh_seeds(), distinct=True)
         histogram = lattice_histogram(lists_of, space, max_contributions, passes=passes, engine=engine).collect()
         return release_above_threshold(histogram, item, scale=scale, threshold=threshold, noise=noise)
 

@@ -298,14 +298,14 @@ def test_dp_sips_rounds_bound_the_distinct_pairs(monkeypatch) -> None:
     """Every round bounds distinct (user, item) pairs, deduplicated once per call, and skips the kernel's own
     ``unique`` (before: each round deduplicated the prepared rows again)."""
     seen: list[tuple[bool, int, int]] = []
-    bound = dp_sips.bounded_lists_plan
+    lists = dp_sips.BoundedLists
 
     def spy(lf: pl.LazyFrame, *args, **options):
         rows = lf.collect()
         seen.append((options.get("distinct", False), rows.height, rows.unique().height))
-        return bound(lf, *args, **options)
+        return lists(lf, *args, **options)
 
-    monkeypatch.setattr(dp_sips, "bounded_lists_plan", spy)
+    monkeypatch.setattr(dp_sips, "BoundedLists", spy)
     frame = data()
     assert frame.unique().height < frame.height  # the data has duplicate rows
     wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(frame)
