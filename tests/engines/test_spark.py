@@ -439,7 +439,8 @@ def test_dp_sips_adaptive_release_takes_the_branch_the_count_chooses(spark, ws, 
 def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
     """The two-bin count on Spark: users still holding an unreleased item, boosted or not, each in one bin."""
     from opendp_wgm._spaces import _prepare_frame, _resolve_space
-    from opendp_wgm.measurements.dp_sips import _user_bins
+    from opendp_wgm.engines.polars import distinct_pairs_plan
+    from opendp_wgm.measurements.dp_sips import _flag_released, _user_bins
 
     rows = [
         (1, "a"), (1, "x1"),  # 1 of 2 released: boosted
@@ -456,7 +457,8 @@ def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
     descriptor = ws.SparkUserItemsDescriptor("user", "item")
     for released in (["a", "b"], [], ["zz"]):
         keys = spark.createDataFrame([(x,) for x in released], "item string")
-        expected = _user_bins(_prepare_frame(frame, space), pl.DataFrame({"item": released}, schema={"item": pl.String}), space)
+        pairs = distinct_pairs_plan(_prepare_frame(frame, space), space)
+        expected = _user_bins(_flag_released(pairs, pl.DataFrame({"item": released}, schema={"item": pl.String}), "item"), space)
         assert ws._spark_user_bins(sdf, descriptor, keys).tolist() == expected.tolist()
     assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([("a",), ("b",)], "item string")).tolist() == [2, 2]
     assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([], "item string")).tolist() == [0, 5]

@@ -143,9 +143,9 @@ def stage_1_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     plans: list[int] = []
     bounded_lists_plan = kernel.bounded_lists_plan
 
-    def counted(*args):
+    def counted(*args, **options):
         plans.append(1)
-        return bounded_lists_plan(*args)
+        return bounded_lists_plan(*args, **options)
 
     monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
     return plans
