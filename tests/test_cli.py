@@ -365,9 +365,9 @@ def test_passes_on_a_parquet_file(
     plans: list[int] = []
     bounded_lists_plan = kernel.bounded_lists_plan
 
-    def counted(*args):
+    def counted(*args, **options):
         plans.append(1)
-        return bounded_lists_plan(*args)
+        return bounded_lists_plan(*args, **options)
 
     monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
     source = tmp_path / "ranked.parquet"
