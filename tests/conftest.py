@@ -19,3 +19,35 @@ def shared_data() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared data not found at {path} (set OPENDP_WGM_DATA to its location)")
     return path
+
+
+def _interrupt_when_releasing(code: str, arguments: list[str]) -> tuple[int, str, str]:
+    """Run ``python -c code *arguments``, send SIGINT once it prints ``RELEASING`` on stderr (from inside the
+    measurement's callback), and return its status, stdout and stderr; never a crash in OpenDP's FFI."""
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # a background job ignores SIGINT; the test process starts no thread before forking
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line == "RELEASING\n", line + process.stderr.read()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "double free" not in err and "Traceback" not in err, err
+    return process.returncode, out, err
+
+
+@pytest.fixture
+def interrupt_when_releasing():  # type: ignore[no-untyped-def]
+    """:func:`_interrupt_when_releasing`, for the Ctrl-C tests of the command-line entry points."""
+    return _interrupt_when_releasing

@@ -627,29 +627,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def test_ctrl_c_during_the_release_exits_130_and_writes_nothing(csv_path: Path, tmp_path: Path) -> None:
-    import signal
-    import sys
-
+def test_ctrl_c_during_the_release_exits_130_and_writes_nothing(
+    csv_path: Path, tmp_path: Path, interrupt_when_releasing
+) -> None:
     output = tmp_path / "released.parquet"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    process = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_RELEASE, "discover", str(csv_path), "--user", "uid", "--item", "thing",
-         "-o", str(output)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        # a background job ignores SIGINT; the test process starts no thread before forking
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
+    code, out, err = interrupt_when_releasing(
+        _SLOW_RELEASE, ["discover", str(csv_path), "--user", "uid", "--item", "thing", "-o", str(output)]
     )
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        assert line == "RELEASING\n", line + process.stderr.read()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert "double free" not in err and "Traceback" not in err, err
-    assert process.returncode == 130, err
+    assert code == 130, err
     assert err.strip() == "opendp-wgm: interrupted; nothing was written"
     assert out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == [csv_path.name]

@@ -313,31 +313,13 @@ _ENTRIES = {
 
 
 @pytest.mark.parametrize("entry", list(_ENTRIES))
-def test_ctrl_c_during_a_trial_exits_130_and_keeps_the_rows(entry: str, data_dir: Path, tmp_path: Path) -> None:
-    import os
-    import signal
-    import subprocess
-    import sys
-
+def test_ctrl_c_during_a_trial_exits_130_and_keeps_the_rows(
+    entry: str, data_dir: Path, tmp_path: Path, interrupt_when_releasing
+) -> None:
     arguments = ["set-union", "--data", str(data_dir), "--out", str(tmp_path), "--datasets", "movielens_100k",
                  "--methods", "wgm", "--trials", "2", "--l0", "3", "--no-progress", "--no-plots"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    process = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_SECOND_RELEASE.format(entry=_ENTRIES[entry]), *arguments],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        # a background job ignores SIGINT; the test process starts no thread before forking
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
-    )
-    try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
-        assert line == "RELEASING\n", line + process.stderr.read()
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert "double free" not in err and "Traceback" not in err, err
-    assert process.returncode == 130, err
+    code, _, err = interrupt_when_releasing(_SLOW_SECOND_RELEASE.format(entry=_ENTRIES[entry]), arguments)
+    assert code == 130, err
     trials = tmp_path / "set-union" / "trials.csv"
     assert err.strip() == (
         f"opendp-wgm reproduce: interrupted; the trials done so far are kept in {trials} (rerun with --resume)"
