@@ -239,22 +239,18 @@ def make_wgm_then_peeling(
         output_measure, wgm_epsilon, peel_delta, zero_delta=accounting.zero_delta
     )
     passes, engine = _check_execution(passes, engine)
-    options: dict[str, Any] = {}  # an engine's WGM has its own execution options
-    if make_stage_1 is None:
-        make_stage_1, options = make_wgm, {"noise": noise, "passes": passes, "engine": engine}
-    stage_1 = functools.partial(
-        make_stage_1,
-        max_contributions=max_contributions,
-        scale=wgm_scale,
-        threshold=wgm_threshold,
-        output_measure=output_measure,
-        epsilon=wgm_epsilon,
-        **options,
-    )
     return _then_peeling(
         input_domain,
         input_metric,
-        stage_1=stage_1,
+        make_stage_1=make_stage_1,
+        default_stage_1=make_wgm,
+        stage_1_parameters={
+            "max_contributions": max_contributions,
+            "scale": wgm_scale,
+            "threshold": wgm_threshold,
+            "epsilon": wgm_epsilon,
+        },
+        noise=noise,
         k=k,
         peel_scale=peel_scale,
         output_measure=output_measure,
@@ -306,25 +302,21 @@ def make_dp_sips_then_peeling(
     output_measure, kind, sips_epsilon, peel_delta_value = check_two_stage_measure(
         output_measure, sips_epsilon, peel_delta, zero_delta=accounting.zero_delta, stage_1_epsilon="sips_epsilon"
     )
-    options: dict[str, Any] = {}  # an engine's DP-SIPS has its own execution options
-    if make_stage_1 is None:
-        make_stage_1, options = make_dp_sips, {"noise": noise, "passes": passes, "engine": engine}
-    stage_1 = functools.partial(
-        make_stage_1,
-        max_contributions=max_contributions,
-        scales=sips_scales,
-        thresholds=sips_thresholds,
-        output_measure=output_measure,
-        epsilon=sips_epsilon,
-        statistic_scale=sips_statistic_scale,
-        branch_scales=sips_branch_scales,
-        branch_thresholds=sips_branch_thresholds,
-        **options,
-    )
     return _then_peeling(
         input_domain,
         input_metric,
-        stage_1=stage_1,
+        make_stage_1=make_stage_1,
+        default_stage_1=make_dp_sips,
+        stage_1_parameters={
+            "max_contributions": max_contributions,
+            "scales": sips_scales,
+            "thresholds": sips_thresholds,
+            "epsilon": sips_epsilon,
+            "statistic_scale": sips_statistic_scale,
+            "branch_scales": sips_branch_scales,
+            "branch_thresholds": sips_branch_thresholds,
+        },
+        noise=noise,
         k=k,
         peel_scale=peel_scale,
         output_measure=output_measure,
@@ -343,7 +335,10 @@ def _then_peeling(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    stage_1: Stage1,
+    make_stage_1: Callable[..., dp.Measurement] | None,
+    default_stage_1: Callable[..., dp.Measurement],
+    stage_1_parameters: dict[str, Any],
+    noise: NoiseMethod,
     k: int,
     peel_scale: float,
     output_measure: dp.Measure,
@@ -356,10 +351,15 @@ def _then_peeling(
     passes: int,
     engine: Engine,
 ) -> dp.Measurement:
-    """``stage_1`` (a key release), then ``peeling`` of ``k`` rounds on its candidates (stage 2, on the
-    unclipped data), charged ``k`` rounds whatever the number of candidates (:func:`make_two_stage`). Without a
-    ``preparation``, the Polars frame's at stage 1's ``passes`` and ``engine`` (collected once at one in-memory
-    pass)."""
+    """Stage 1, ``make_stage_1`` (a key release: an engine's, without the Polars execution options; None:
+    ``default_stage_1`` with ``noise``, ``passes``, ``engine``) on ``stage_1_parameters`` at ``output_measure``,
+    then ``peeling`` of ``k`` rounds on its candidates (stage 2, on the unclipped data), charged ``k`` rounds
+    whatever the number of candidates (:func:`make_two_stage`). Without a ``preparation``, the Polars frame's
+    at stage 1's ``passes`` and ``engine`` (collected once at one in-memory pass)."""
+    options: dict[str, Any] = {}  # an engine's key release has its own execution options
+    if make_stage_1 is None:
+        make_stage_1, options = default_stage_1, {"noise": noise, "passes": passes, "engine": engine}
+    stage_1 = functools.partial(make_stage_1, **stage_1_parameters, output_measure=output_measure, **options)
     delta = peel_delta if kind == "approx_dp" else None
     if preparation is None:
         preparation = _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
