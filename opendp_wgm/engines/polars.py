@@ -98,11 +98,13 @@ def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> pl.LazyFr
 _PLAN_SAMPLE_ROWS = 1 << 16
 
 
-def _mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
+def mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
     """Whether most of the first :data:`_PLAN_SAMPLE_ROWS` rows belong to users with more than
     ``max_contributions`` of them: then sorting every list by the key is faster than building the lists and
     cutting the long ones again (imdb_50k, 61% of users above Δ0: 0.63 s against 1.05 s). Both plans keep the
-    same subsets, so the choice changes the time only, never the release."""
+    same subsets, so the choice changes the time only, never the release. :func:`bounded_lists_plan`'s
+    ``plan="auto"`` reads it, and callers that pick their own plan from the same reading (the policy
+    baselines)."""
     sizes = lf.head(_PLAN_SAMPLE_ROWS).group_by(user).agg(pl.len()).collect().get_column("len")
     return 2 * int(sizes.filter(sizes > max_contributions).sum()) > int(sizes.sum())
 
@@ -124,12 +126,6 @@ def bound_key(lf: pl.LazyFrame, space: _Space, seeds: tuple[int, ...]) -> pl.Exp
     schema = lf.collect_schema()
     values = (_value_key(column, schema[column]) for column in (space.user, space.item))
     return pl.struct(*values).hash(*seeds)
-
-
-def mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
-    """Whether :func:`bounded_lists_plan`'s ``plan="auto"`` would choose the keyed plan (most of the first rows
-    belong to users above ``max_contributions``), for a caller that picks its own plan from the same reading."""
-    return _mostly_above(lf, user, max_contributions)
 
 
 def bounded_lists_plan(
@@ -155,14 +151,14 @@ def bounded_lists_plan(
     key: the same kept subset as sorting every list by the key (``docs/engines.md``, *Speed and memory of the
     per-user step*). That is ``plan="split"``; ``plan="keyed"`` sorts every user's rows by the key instead (faster
     when most users hold more than ``max_contributions`` items); ``"auto"`` chooses from the first rows
-    (:func:`_mostly_above`). Every plan keeps the same items for the same seeds.
+    (:func:`mostly_above`). Every plan keeps the same items for the same seeds.
 
     ``distinct=True`` promises that ``lf``'s (user, item) rows are distinct (:func:`distinct_pairs_plan`): the
     plans then skip their ``unique``, and keep the same items.
     """
     user, item = space.user, space.item
     key = bound_key(lf, space, fresh_seeds() if seeds is None else seeds)
-    if plan == "keyed" or (plan == "auto" and _mostly_above(lf, user, max_contributions)):
+    if plan == "keyed" or (plan == "auto" and mostly_above(lf, user, max_contributions)):
         by_key = pl.col(item).sort_by("_key")
         return (
             lf.with_columns(_key=key)
@@ -369,7 +365,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None`` (the
     caller runs the Polars plans) when Numba is not installed, for a column dtype :func:`_codes_dtype` rejects
     (a composite key's Struct, floats, ...), from 2^31 rows on (int32 row positions), and where the compiled
-    step does not pay: when most of the first rows belong to users above Δ0 (:func:`_mostly_above`, the
+    step does not pay: when most of the first rows belong to users above Δ0 (:func:`mostly_above`, the
     ``"auto"`` plan's test), the keyed Polars plan is about as fast (every row needs its key anyway); when the
     users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text and the frame holds at
     least :data:`_POLARS_ROWS` rows, the Polars plans are faster.
@@ -380,7 +376,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     user_dtype, item_dtype = schema[space.user], schema[space.item]
     if jit is None or not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
         return None
-    if _mostly_above(lists.lf, space.user, bound):
+    if mostly_above(lists.lf, space.user, bound):
         return None  # the keyed Polars plan: the compiled step measured only 1.07x faster (imdb_50k, docs/engines.md)
     users = lists.lf.select(space.user).collect().get_column(space.user)  # sorted flag: set by _prepare_frame
     if (users.flags["SORTED_ASC"] or users.dtype == pl.String) and users.len() >= _POLARS_ROWS:

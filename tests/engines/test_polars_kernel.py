@@ -148,7 +148,7 @@ def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     else:
         pytest.importorskip("numba")
         # also where most users are above Δ0 (the dispatch leaves those to the keyed Polars plan: a speed choice)
-        monkeypatch.setattr(kernel, "_mostly_above", lambda *args: False)
+        monkeypatch.setattr(kernel, "mostly_above", lambda *args: False)
     return str(request.param)
 
 
@@ -251,8 +251,8 @@ def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() ->
     # a speed choice only (every plan keeps the same items: above); it reads the first rows
     below = _prepare_frame(_shape("below"), SPACE)
     above = _prepare_frame(_shape("above"), SPACE)
-    assert not kernel._mostly_above(below, "user", 2 * MAX_CONTRIBUTIONS)
-    assert kernel._mostly_above(above, "user", MAX_CONTRIBUTIONS)
+    assert not kernel.mostly_above(below, "user", 2 * MAX_CONTRIBUTIONS)
+    assert kernel.mostly_above(above, "user", MAX_CONTRIBUTIONS)
 
 
 def test_compiled_step_leaves_large_sorted_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
