@@ -17,13 +17,11 @@ import numpy as np
 from numba import njit
 
 __all__ = [
-    "count_users",
-    "cursors",
     "dense_codes",
     "histogram_above",
     "histogram_users",
+    "items_by_user",
     "offset_codes",
-    "place_items",
     "rows_above",
 ]
 
@@ -75,61 +73,43 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma:
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) -> None:  # pragma: no cover
-    """Add the rows ``first <= r < stop`` of each user code to ``counts`` (in place)."""
-    for r in range(first, stop):
-        counts[users[r]] += 1
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def cursors(counts: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """Per-chunk row counts of each user (``counts[c, u]``) into the position of chunk ``c``'s first row of user
-    ``u`` among all rows grouped by user (in place); returns where each user's rows start (and the total)."""
-    chunks, n_users = counts.shape
-    start = np.empty(n_users + 1, dtype=np.int64)
-    total = 0
+def items_by_user(
+    users: np.ndarray, items: np.ndarray, n_users: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """A counting sort of the rows' items by user: ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes
+    (with repeats, in row order). One pass counts, one places; no comparison sort."""
+    start = np.zeros(n_users + 1, dtype=np.int64)
+    for r in range(users.size):
+        start[users[r] + 1] += 1
     for u in range(n_users):
-        start[u] = total
-        for c in range(chunks):
-            k = counts[c, u]
-            counts[c, u] = total
-            total += k
-    start[n_users] = total
-    return start
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def place_items(
-    users: np.ndarray, items: np.ndarray, first: int, stop: int, cursor: np.ndarray, held: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """Write the items of rows ``first <= r < stop`` at their user's ``cursor`` in ``held`` (a counting sort's
-    placing pass; chunks of rows with their own cursors write disjoint places)."""
-    for r in range(first, stop):
+        start[u + 1] += start[u]
+    cursor = start[:-1].copy()
+    held = np.empty(users.size, dtype=items.dtype)
+    for r in range(users.size):
         u = users[r]
         held[cursor[u]] = items[r]
         cursor[u] += 1
+    return held, start
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def histogram_users(
     held: np.ndarray,
     start: np.ndarray,
-    first: int,
-    stop: int,
     n_items: int,
     max_contributions: int,
     weights: np.ndarray,
     above: np.ndarray,
 ) -> np.ndarray:  # pragma: no cover - compiled
-    """The lattice histogram (int64 per item code) of the users ``first <= u < stop`` with at most Δ0 distinct
-    items; marks the others in ``above``.
+    """The lattice histogram (int64 per item code) of the users with at most Δ0 distinct items; marks the others
+    in ``above``.
 
     ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats; overwritten). ``weights[t - 1]``
     is the lattice weight of a user keeping ``t`` items.
     """
     seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
     histogram = np.zeros(n_items, dtype=np.int64)
-    for u in range(first, stop):
+    for u in range(start.size - 1):
         t = 0
         for j in range(start[u], start[u + 1]):
             i = held[j]
