@@ -190,16 +190,30 @@ def histogram_above(
 
 # --------------------------------------------------------------------------------------------------------------
 # steps that bound the same users several times (DP-SIPS's rounds): the distinct pairs grouped by user once, then
-# every round over them with a per-item mask of the items still in play
+# every round over them, the items a round released dropped from the arrays
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def distinct_items_by_user(
     users: np.ndarray, items: np.ndarray, n_users: int, n_items: int
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """Each user's distinct item codes: ``held[start[u]:start[u + 1]]`` (int32), from the counting sort of
-    :func:`items_by_user`, each user's repeats dropped in place with a per-item marker."""
-    held, start = items_by_user(users, items, n_users)
+    """Each user's distinct item codes: ``held[start[u]:start[u + 1]]`` (int32). Rows whose user codes are sorted
+    (files written user by user) are each user's run already; other rows go through the counting sort of
+    :func:`items_by_user`. Each user's repeats are then dropped in place with a per-item marker."""
+    ordered = True
+    for r in range(1, users.size):
+        if users[r] < users[r - 1]:
+            ordered = False
+            break
+    if ordered:
+        held = items.astype(np.int32)
+        start = np.zeros(n_users + 1, dtype=np.int64)
+        for r in range(users.size):
+            start[users[r] + 1] += 1
+        for u in range(n_users):
+            start[u + 1] += start[u]
+    else:
+        held, start = items_by_user(users, items, n_users)
     seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
     distinct_start = np.zeros(n_users + 1, dtype=np.int64)
     t = 0
@@ -215,44 +229,39 @@ def distinct_items_by_user(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def histogram_in_play(
+def histogram_distinct(
     held: np.ndarray,
     start: np.ndarray,
-    in_play: np.ndarray,
+    n_items: int,
     max_contributions: int,
     weights: np.ndarray,
     above: np.ndarray,
 ) -> np.ndarray:  # pragma: no cover - compiled
-    """:func:`histogram_users` on distinct items (``held``, ``start`` of :func:`distinct_items_by_user`) restricted
-    to the item codes ``in_play``: the lattice histogram of the users with at most Δ0 such items; marks the
-    others in ``above``."""
-    histogram = np.zeros(in_play.size, dtype=np.int64)
+    """:func:`histogram_users` on distinct items (``held``, ``start`` of :func:`distinct_items_by_user`): the
+    lattice histogram of the users with at most Δ0 items; marks the others in ``above``."""
+    histogram = np.zeros(n_items, dtype=np.int64)
     for u in range(start.size - 1):
-        t = 0
-        for j in range(start[u], start[u + 1]):
-            t += in_play[held[j]]
+        t = start[u + 1] - start[u]
         if t > max_contributions:
             above[u] = True
         elif t:
             w = weights[t - 1]
             for j in range(start[u], start[u + 1]):
-                if in_play[held[j]]:
-                    histogram[held[j]] += w
+                histogram[held[j]] += w
     return histogram
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def pairs_in_play(
-    held: np.ndarray, start: np.ndarray, in_play: np.ndarray, above: np.ndarray
+def pairs_of(
+    held: np.ndarray, start: np.ndarray, above: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The (user code, item code) pairs in play of the users marked ``above``, grouped by user, and the offsets of
-    each such user's pairs (the rows :func:`histogram_above` reads)."""
+    """The (user code, item code) pairs of the users marked ``above``, grouped by user, and the offsets of each
+    such user's pairs (the rows :func:`histogram_above` reads)."""
     n_pairs, n_above = 0, 0
     for u in range(start.size - 1):
         if above[u]:
             n_above += 1
-            for j in range(start[u], start[u + 1]):
-                n_pairs += in_play[held[j]]
+            n_pairs += start[u + 1] - start[u]
     users = np.empty(n_pairs, dtype=np.int64)
     items = np.empty(n_pairs, dtype=np.int64)
     offsets = np.zeros(n_above + 1, dtype=np.int64)
@@ -260,29 +269,40 @@ def pairs_in_play(
     for u in range(start.size - 1):
         if above[u]:
             for j in range(start[u], start[u + 1]):
-                if in_play[held[j]]:
-                    users[p] = u
-                    items[p] = held[j]
-                    p += 1
+                users[p] = u
+                items[p] = held[j]
+                p += 1
             a += 1
             offsets[a] = p
     return users, items, offsets
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def boosted_users(
-    held: np.ndarray, start: np.ndarray, in_play: np.ndarray, released: np.ndarray
-) -> np.ndarray:  # pragma: no cover - compiled
-    """The two-bin count of the users still holding items in play that ``released`` does not flag: those holding
-    a flagged item in play (boosted), then the others (int64, two entries)."""
+def boosted_users(held: np.ndarray, start: np.ndarray, flags: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The two-bin count of the users holding an item that ``flags`` (per item code) does not flag: those also
+    holding a flagged item (boosted), then the others (int64, two entries)."""
     bins = np.zeros(2, dtype=np.int64)
     for u in range(start.size - 1):
-        n, r = 0, 0
+        r = 0
         for j in range(start[u], start[u + 1]):
-            i = held[j]
-            if in_play[i]:
-                n += 1
-                r += released[i]
-        if n > r:
+            r += flags[held[j]]
+        if start[u + 1] - start[u] > r:
             bins[0 if r else 1] += 1
     return bins
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def drop_items(
+    held: np.ndarray, start: np.ndarray, flags: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """``held`` and ``start`` without the item codes ``flags`` flags (new arrays; each user's order kept)."""
+    kept = np.empty(held.size, dtype=held.dtype)
+    kept_start = np.zeros(start.size, dtype=np.int64)
+    t = 0
+    for u in range(start.size - 1):
+        for j in range(start[u], start[u + 1]):
+            if not flags[held[j]]:
+                kept[t] = held[j]
+                t += 1
+        kept_start[u + 1] = t
+    return kept[:t], kept_start

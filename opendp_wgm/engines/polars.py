@@ -409,12 +409,12 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
 @dataclass(frozen=True)
 class CodedPairs:
     """The distinct (user, item) pairs of a prepared frame as the compiled step's arrays, coded and grouped by user
-    once per call (:func:`coded_pairs`), and the items still in play: every DP-SIPS round, its flags and its
-    two-bin count run on them, with no Polars plan, no coding and no deduplication per round.
+    once per call (:func:`coded_pairs`): every DP-SIPS round, its flags and its two-bin count run on them, with no
+    Polars plan, no coding and no deduplication per round.
 
-    ``held[start[u]:start[u + 1]]`` are user ``u``'s distinct item codes; ``in_play`` flags the item codes that
-    no earlier step dropped (:meth:`without`); ``values`` is the item value of each code. Codes only index
-    arrays: the bound reads the Polars keys of the values (:func:`bound_key`), never the codes.
+    ``held[start[u]:start[u + 1]]`` are user ``u``'s distinct item codes (those no earlier step dropped:
+    :meth:`without`); ``values`` is the item value of each code. Codes only index arrays: the bound reads the
+    Polars keys of the values (:func:`bound_key`), never the codes.
     """
 
     jit: ModuleType
@@ -423,7 +423,6 @@ class CodedPairs:
     prepared: pl.DataFrame
     held: NDArray[np.int32]
     start: NDArray[np.int64]
-    in_play: NDArray[np.bool_]
     user_of: Callable[[NDArray[np.int64]], pl.Series]
     item_of: Callable[[NDArray[np.int64]], pl.Series]
     values: pl.Series
@@ -434,25 +433,28 @@ class CodedPairs:
 
     def without(self, flags: NDArray[np.bool_]) -> CodedPairs:
         """The pairs without the items ``flags`` flags (the rows a filter on the flags keeps)."""
-        return replace(self, in_play=self.in_play & ~flags)
+        held, start = self.jit.drop_items(self.held, self.start, flags)
+        return replace(self, held=held, start=start)
 
     def user_bins(self, flags: NDArray[np.bool_]) -> NDArray[np.int64]:
-        """The two-bin count of the users still holding unflagged items in play: holding a flagged one (boosted),
+        """The two-bin count of the users still holding unflagged items: holding a flagged one too (boosted),
         then the others; DP-SIPS's count (:func:`opendp_wgm.measurements.dp_sips.dense_branch`)."""
-        bins: NDArray[np.int64] = self.jit.boosted_users(self.held, self.start, self.in_play, flags)
+        bins: NDArray[np.int64] = self.jit.boosted_users(self.held, self.start, flags)
         return bins
 
     def histogram(self, bound: int, seeds: tuple[int, ...], max_contributions: int) -> pl.DataFrame:
-        """The lattice histogram of the pairs in play, each user bounded to ``bound`` items under ``seeds``, with
-        the lattice weights of ``max_contributions``: the one :func:`lattice_histogram_plan` computes from
-        :func:`bounded_lists_plan` of the same rows (``distinct=True``), bit for bit (:func:`_compiled_histogram`'s
-        argument: all items up to ``bound``, else the ``bound`` distinct items of smallest key)."""
+        """The lattice histogram of the pairs, each user bounded to ``bound`` items under ``seeds``, with the
+        lattice weights of ``max_contributions``: the one :func:`lattice_histogram_plan` computes from
+        :func:`bounded_lists_plan` of the same rows (``distinct=True``), bit for bit (as :func:`_compiled_histogram`:
+        all items up to ``bound``, else the ``bound`` distinct items of smallest key)."""
         jit = self.jit
         weights = lattice_weights(max_contributions)
         above = np.zeros(self.start.size - 1, dtype=np.bool_)
-        histogram: NDArray[np.int64] = jit.histogram_in_play(self.held, self.start, self.in_play, bound, weights, above)
-        if above.any():  # the users above Δ0: keyed on their pairs in play only, by the values
-            users, items, offsets = jit.pairs_in_play(self.held, self.start, self.in_play, above)
+        histogram: NDArray[np.int64] = jit.histogram_distinct(
+            self.held, self.start, self.values.len(), bound, weights, above
+        )
+        if above.any():  # the users above Δ0: keyed on their pairs only, by the values
+            users, items, offsets = jit.pairs_of(self.held, self.start, above)
             rows = pl.DataFrame([self.user_of(users), self.item_of(items)])
             keys = rows.select(bound_key(rows.lazy(), self.space, seeds)).to_series().to_numpy()
             positions = np.arange(items.size, dtype=np.int64)
@@ -480,9 +482,8 @@ def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine
     user_codes, n_users, user_of = _codes(frame.get_column(space.user), user_dtype, jit)
     item_codes, n_items, item_of = _codes(frame.get_column(space.item), item_dtype, jit)
     held, start = jit.distinct_items_by_user(user_codes, item_codes, n_users, n_items)
-    in_play = np.ones(n_items, dtype=np.bool_)
     values = item_of(np.arange(n_items, dtype=np.int64))
-    return CodedPairs(jit, space, prepared, held, start, in_play, user_of, item_of, values)
+    return CodedPairs(jit, space, prepared, held, start, user_of, item_of, values)
 
 
 # --------------------------------------------------------------------------------------------------------------
