@@ -8,6 +8,8 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
 - :func:`lattice_histogram_plan` / :func:`lattice_histogram`: per-item sums of the lattice weights
   :math:`\lfloor 2^{20}/\sqrt t\rfloor`, in one plan or over disjoint user buckets (``passes``), or by the
   compiled step of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (the same sums);
+- :func:`coded_pairs` / :class:`CodedPairs`: the distinct (user, item) pairs coded once for the compiled step, for
+  steps that bound the same users several times (DP-SIPS's rounds, flags and count);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
@@ -257,8 +259,9 @@ def lattice_histogram(
     needs no secrecy: it only decides which pass handles a user.
 
     With one pass, an in-memory engine and ``lists_of`` a :class:`BoundedLists`, the histogram is computed by
-    the compiled kernel when Numba is installed and the columns are supported (:func:`_compiled_histogram`):
-    the same histogram, bit for bit; the Polars plan otherwise.
+    the compiled kernel when Numba is installed and the columns are supported (:func:`_compiled_histogram`, or
+    :meth:`CodedPairs.histogram` when the lists carry their coded pairs): the same histogram, bit for bit; the
+    Polars plan otherwise.
     """
     if passes == 1 and engine != "streaming" and isinstance(lists_of, BoundedLists):
         coded = lists_of.coded

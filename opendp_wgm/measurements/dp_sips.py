@@ -215,7 +215,10 @@ def make_dp_sips(
     round i reads the pairs whose item no earlier round released (each round's items are flagged once on the
     pairs still in play and dropped; the adaptive count reads round 1's flags), bounds every user to Δ0 of
     those items under a fresh seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise
-    of scale σ_i and releases the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
+    of scale σ_i and releases the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`). Where
+    the compiled per-user step runs (Numba installed, one pass in memory, integer or text columns), the pairs
+    are coded and grouped by user once (:class:`~opendp_wgm.engines.polars.CodedPairs`), and every round, the
+    flags and the count run on those arrays: the same histograms, bit for bit (``docs/dp_sips.md``, *Cost*).
 
     Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Round i is the WGM at
     (σ_i, T_i) on a dataset that is a function of the input and of rounds 1..i−1's releases only, and removing
