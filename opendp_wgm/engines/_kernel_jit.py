@@ -230,16 +230,12 @@ def distinct_items_by_user(
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def histogram_distinct(
-    held: np.ndarray,
-    start: np.ndarray,
-    n_items: int,
-    max_contributions: int,
-    weights: np.ndarray,
-    above: np.ndarray,
-) -> np.ndarray:  # pragma: no cover - compiled
-    """:func:`histogram_users` on distinct items (``held``, ``start`` of :func:`distinct_items_by_user`): the
-    lattice histogram of the users with at most Δ0 items; marks the others in ``above``."""
+    held: np.ndarray, start: np.ndarray, n_items: int, max_contributions: int, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """:func:`histogram_users` on distinct items (``held``, ``start`` of :func:`distinct_items_by_user`), with no
+    marker pass: the lattice histogram of the users with at most Δ0 items, and which users hold more."""
     histogram = np.zeros(n_items, dtype=np.int64)
+    above = np.zeros(start.size - 1, dtype=np.bool_)
     for u in range(start.size - 1):
         t = start[u + 1] - start[u]
         if t > max_contributions:
@@ -248,7 +244,7 @@ def histogram_distinct(
             w = weights[t - 1]
             for j in range(start[u], start[u + 1]):
                 histogram[held[j]] += w
-    return histogram
+    return histogram, above
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

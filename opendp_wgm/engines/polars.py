@@ -452,10 +452,8 @@ class CodedPairs:
         all items up to ``bound``, else the ``bound`` distinct items of smallest key)."""
         jit = self.jit
         weights = lattice_weights(max_contributions)
-        above = np.zeros(self.start.size - 1, dtype=np.bool_)
-        histogram: NDArray[np.int64] = jit.histogram_distinct(
-            self.held, self.start, self.values.len(), bound, weights, above
-        )
+        histogram: NDArray[np.int64]
+        histogram, above = jit.histogram_distinct(self.held, self.start, self.values.len(), bound, weights)
         if above.any():  # the users above Δ0: keyed on their pairs only, by the values
             users, items, offsets = jit.pairs_of(self.held, self.start, above)
             rows = pl.DataFrame([self.user_of(users), self.item_of(items)])
