@@ -420,9 +420,11 @@ def test_user_peeling_keys_one_generator_per_release(monkeypatch) -> None:
 
 
 def _sips_shapes() -> dict[str, pl.DataFrame]:
-    """:func:`_sips_data`'s shapes and two more dtypes: Categorical items, String users with Int64 items."""
+    """:func:`_sips_data`'s shapes and more dtypes: Categorical and Enum items, String users with Int64 items."""
     shapes_ = {shape: _sips_data(shape) for shape in ("below", "above", "mixed", "strings", "sparse")}
     shapes_["categorical items"] = _sips_data("mixed").with_columns(pl.format("c{}", "item").cast(pl.Categorical))
+    enum = pl.Enum([f"e{x}" for x in range(100, 0, -1)])  # categories not in the items' order
+    shapes_["enum items"] = _sips_data("mixed").with_columns(pl.format("e{}", "item").cast(enum))
     shapes_["string users"] = _sips_data("above").with_columns(pl.format("u{}", "user"))
     return shapes_
 
