@@ -186,3 +186,119 @@ def histogram_above(
         order = np.argsort(distinct_keys[:t])
         for k in range(max_contributions):
             histogram[distinct[order[k]]] += weight
+
+
+# --------------------------------------------------------------------------------------------------------------
+# steps that bound the same users several times (DP-SIPS's rounds): the distinct pairs grouped by user once, then
+# every round over them, the items a round released dropped from the arrays
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def distinct_items_by_user(
+    users: np.ndarray, items: np.ndarray, n_users: int, n_items: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Each user's distinct item codes: ``held[start[u]:start[u + 1]]`` (int32). Rows whose user codes are sorted
+    (files written user by user) are each user's run already; other rows go through the counting sort of
+    :func:`items_by_user`. Each user's repeats are then dropped in place with a per-item marker."""
+    ordered = True
+    for r in range(1, users.size):
+        if users[r] < users[r - 1]:
+            ordered = False
+            break
+    if ordered:
+        held = items.astype(np.int32)
+        start = np.zeros(n_users + 1, dtype=np.int64)
+        for r in range(users.size):
+            start[users[r] + 1] += 1
+        for u in range(n_users):
+            start[u + 1] += start[u]
+    else:
+        held, start = items_by_user(users, items, n_users)
+    seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
+    distinct_start = np.zeros(n_users + 1, dtype=np.int64)
+    t = 0
+    for u in range(n_users):
+        for j in range(start[u], start[u + 1]):
+            i = held[j]
+            if seen[i] != u:
+                seen[i] = u
+                held[t] = i  # t <= j: compacted in place
+                t += 1
+        distinct_start[u + 1] = t
+    return held[:t].astype(np.int32), distinct_start
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_distinct(
+    held: np.ndarray, start: np.ndarray, n_items: int, max_contributions: int, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """:func:`histogram_users` on distinct items (``held``, ``start`` of :func:`distinct_items_by_user`), with no
+    marker pass: the lattice histogram of the users with at most Δ0 items, and which users hold more."""
+    histogram = np.zeros(n_items, dtype=np.int64)
+    above = np.zeros(start.size - 1, dtype=np.bool_)
+    for u in range(start.size - 1):
+        t = start[u + 1] - start[u]
+        if t > max_contributions:
+            above[u] = True
+        elif t:
+            w = weights[t - 1]
+            for j in range(start[u], start[u + 1]):
+                histogram[held[j]] += w
+    return histogram, above
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def pairs_of(
+    held: np.ndarray, start: np.ndarray, above: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The (user code, item code) pairs of the users marked ``above``, grouped by user, and the offsets of each
+    such user's pairs (the rows :func:`histogram_above` reads)."""
+    n_pairs, n_above = 0, 0
+    for u in range(start.size - 1):
+        if above[u]:
+            n_above += 1
+            n_pairs += start[u + 1] - start[u]
+    users = np.empty(n_pairs, dtype=np.int64)
+    items = np.empty(n_pairs, dtype=np.int64)
+    offsets = np.zeros(n_above + 1, dtype=np.int64)
+    p, a = 0, 0
+    for u in range(start.size - 1):
+        if above[u]:
+            for j in range(start[u], start[u + 1]):
+                users[p] = u
+                items[p] = held[j]
+                p += 1
+            a += 1
+            offsets[a] = p
+    return users, items, offsets
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def boosted_users(held: np.ndarray, start: np.ndarray, flags: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The two-bin count of the users holding an item that ``flags`` (per item code) does not flag: those also
+    holding a flagged item (boosted), then the others (int64, two entries)."""
+    bins = np.zeros(2, dtype=np.int64)
+    for u in range(start.size - 1):
+        r = 0
+        for j in range(start[u], start[u + 1]):
+            r += flags[held[j]]
+        if start[u + 1] - start[u] > r:
+            bins[0 if r else 1] += 1
+    return bins
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def drop_items(
+    held: np.ndarray, start: np.ndarray, flags: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """``held`` and ``start`` without the item codes ``flags`` flags (new arrays; each user's order kept)."""
+    kept = np.empty(held.size, dtype=held.dtype)
+    kept_start = np.zeros(start.size, dtype=np.int64)
+    t = 0
+    for u in range(start.size - 1):
+        for j in range(start[u], start[u + 1]):
+            if not flags[held[j]]:
+                kept[t] = held[j]
+                t += 1
+        kept_start[u + 1] = t
+    return kept[:t], kept_start

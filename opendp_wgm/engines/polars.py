@@ -8,6 +8,8 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
 - :func:`lattice_histogram_plan` / :func:`lattice_histogram`: per-item sums of the lattice weights
   :math:`\lfloor 2^{20}/\sqrt t\rfloor`, in one plan or over disjoint user buckets (``passes``), or by the
   compiled step of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (the same sums);
+- :func:`coded_pairs` / :class:`CodedPairs`: the distinct (user, item) pairs coded once for the compiled step, for
+  steps that bound the same users several times (DP-SIPS's rounds, flags and count);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
@@ -23,7 +25,7 @@ import importlib
 import math
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Literal
@@ -43,12 +45,14 @@ if TYPE_CHECKING:
 __all__ = [
     "WEIGHT_LAT",
     "BoundedLists",
+    "CodedPairs",
     "bound_key",
     "bound_plan",
     "bounded_lists_plan",
     "candidate_counts",
     "candidate_pairs",
     "cast_candidates",
+    "coded_pairs",
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
@@ -201,6 +205,9 @@ class BoundedLists:
     seeds: tuple[int, ...]
     #: ``lf``'s (user, item) rows are distinct (:func:`distinct_pairs_plan`): the Polars plans skip their ``unique``
     distinct: bool = False
+    #: the same rows as the compiled step's arrays, coded once per call (:func:`coded_pairs`): with one in-memory
+    #: pass, :func:`lattice_histogram` reads them instead of running or coding ``lf``
+    coded: CodedPairs | None = None
 
     def __call__(self, users: pl.Expr | None) -> pl.LazyFrame:
         lf = self.lf if users is None else self.lf.filter(users)
@@ -252,11 +259,17 @@ def lattice_histogram(
     needs no secrecy: it only decides which pass handles a user.
 
     With one pass, an in-memory engine and ``lists_of`` a :class:`BoundedLists`, the histogram is computed by
-    the compiled kernel when Numba is installed and the columns are supported (:func:`_compiled_histogram`):
-    the same histogram, bit for bit; the Polars plan otherwise.
+    the compiled kernel when Numba is installed and the columns are supported (:func:`_compiled_histogram`, or
+    :meth:`CodedPairs.histogram` when the lists carry their coded pairs): the same histogram, bit for bit; the
+    Polars plan otherwise.
     """
     if passes == 1 and engine != "streaming" and isinstance(lists_of, BoundedLists):
-        histogram = _compiled_histogram(lists_of, max_contributions)
+        coded = lists_of.coded
+        histogram = (
+            _compiled_histogram(lists_of, max_contributions)
+            if coded is None
+            else coded.histogram(lists_of.max_contributions, lists_of.seeds, max_contributions)
+        )
         if histogram is not None:
             return histogram.lazy()
     if passes == 1:
@@ -390,6 +403,88 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
         jit.histogram_above(histogram, item_codes, rows, offsets, keys, bound, int(weights[bound - 1]))
     kept = np.flatnonzero(histogram)
     return pl.DataFrame([decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the distinct pairs coded once, for steps that bound the same users several times (DP-SIPS's rounds)
+
+
+@dataclass(frozen=True)
+class CodedPairs:
+    """The distinct (user, item) pairs of a prepared frame as the compiled step's arrays, coded and grouped by user
+    once per call (:func:`coded_pairs`): every DP-SIPS round, its flags and its two-bin count run on them, with no
+    Polars plan, no coding and no deduplication per round.
+
+    ``held[start[u]:start[u + 1]]`` are user ``u``'s distinct item codes (those no earlier step dropped:
+    :meth:`without`); ``values`` is the item value of each code. Codes only index arrays: the bound reads the
+    Polars keys of the values (:func:`bound_key`), never the codes.
+    """
+
+    jit: ModuleType
+    space: _Space
+    #: the collected prepared frame whose distinct pairs these are (for the Polars plans: :func:`distinct_pairs_plan`)
+    prepared: pl.DataFrame
+    held: NDArray[np.int32]
+    start: NDArray[np.int64]
+    user_of: Callable[[NDArray[np.int64]], pl.Series]
+    item_of: Callable[[NDArray[np.int64]], pl.Series]
+    values: pl.Series
+
+    def flags(self, items: pl.Series) -> NDArray[np.bool_]:
+        """Per item code, whether its value is among ``items`` (values of the item column: a release's)."""
+        return self.values.is_in(items.implode()).to_numpy()
+
+    def without(self, flags: NDArray[np.bool_]) -> CodedPairs:
+        """The pairs without the items ``flags`` flags (the rows a filter on the flags keeps)."""
+        held, start = self.jit.drop_items(self.held, self.start, flags)
+        return replace(self, held=held, start=start)
+
+    def user_bins(self, flags: NDArray[np.bool_]) -> NDArray[np.int64]:
+        """The two-bin count of the users still holding unflagged items: holding a flagged one too (boosted),
+        then the others; DP-SIPS's count (:func:`opendp_wgm.measurements.dp_sips.dense_branch`)."""
+        bins: NDArray[np.int64] = self.jit.boosted_users(self.held, self.start, flags)
+        return bins
+
+    def histogram(self, bound: int, seeds: tuple[int, ...], max_contributions: int) -> pl.DataFrame:
+        """The lattice histogram of the pairs, each user bounded to ``bound`` items under ``seeds``, with the
+        lattice weights of ``max_contributions``: the one :func:`lattice_histogram_plan` computes from
+        :func:`bounded_lists_plan` of the same rows (``distinct=True``), bit for bit (as :func:`_compiled_histogram`:
+        all items up to ``bound``, else the ``bound`` distinct items of smallest key)."""
+        jit = self.jit
+        weights = lattice_weights(max_contributions)
+        histogram: NDArray[np.int64]
+        histogram, above = jit.histogram_distinct(self.held, self.start, self.values.len(), bound, weights)
+        if above.any():  # the users above Δ0: keyed on their pairs only, by the values
+            users, items, offsets = jit.pairs_of(self.held, self.start, above)
+            rows = pl.DataFrame([self.user_of(users), self.item_of(items)])
+            keys = rows.select(bound_key(rows.lazy(), self.space, seeds)).to_series().to_numpy()
+            positions = np.arange(items.size, dtype=np.int64)
+            jit.histogram_above(histogram, items, positions, offsets, keys, bound, int(weights[bound - 1]))
+        kept = np.flatnonzero(histogram)
+        return pl.DataFrame([self.item_of(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
+
+
+def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine) -> CodedPairs | None:
+    """The distinct pairs of the prepared frame ``lf`` as :class:`CodedPairs` (``lf`` collected once), or ``None``
+    where the compiled step does not run (the caller keeps the Polars plans): Numba not installed, ``passes > 1``
+    or the streaming engine (they bound the memory: nothing is collected), a column dtype :func:`_codes_dtype`
+    rejects, 2^31 rows or more (``lf`` is then collected again by the Polars plans)."""
+    jit = _jit()
+    schema = lf.collect_schema()
+    user_dtype, item_dtype = schema[space.user], schema[space.item]
+    if jit is None or passes != 1 or engine == "streaming":
+        return None
+    if not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
+        return None
+    prepared = lf.collect()
+    if prepared.height >= 2**31:
+        return None
+    frame = prepared.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype))
+    user_codes, n_users, user_of = _codes(frame.get_column(space.user), user_dtype, jit)
+    item_codes, n_items, item_of = _codes(frame.get_column(space.item), item_dtype, jit)
+    held, start = jit.distinct_items_by_user(user_codes, item_codes, n_users, n_items)
+    values = item_of(np.arange(n_items, dtype=np.int64))
+    return CodedPairs(jit, space, prepared, held, start, user_of, item_of, values)
 
 
 # --------------------------------------------------------------------------------------------------------------

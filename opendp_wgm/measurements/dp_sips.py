@@ -11,7 +11,8 @@ data depends only on the input and on what earlier rounds released, so the round
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,8 @@ from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _res
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
 from opendp_wgm.engines.polars import (
     BoundedLists,
+    CodedPairs,
+    coded_pairs,
     collect_once,
     distinct_pairs_plan,
     fresh_seeds,
@@ -212,7 +215,10 @@ def make_dp_sips(
     round i reads the pairs whose item no earlier round released (each round's items are flagged once on the
     pairs still in play and dropped; the adaptive count reads round 1's flags), bounds every user to Δ0 of
     those items under a fresh seed, sums the lattice weights :math:`w(t)`, adds exact discrete Gaussian noise
-    of scale σ_i and releases the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`).
+    of scale σ_i and releases the items above T_i (the WGM's kernel, :mod:`opendp_wgm.engines.polars`). Where
+    the compiled per-user step runs (Numba installed, one pass in memory, integer or text columns), the pairs
+    are coded and grouped by user once (:class:`~opendp_wgm.engines.polars.CodedPairs`), and every round, the
+    flags and the count run on those arrays: the same histograms, bit for bit (``docs/dp_sips.md``, *Cost*).
 
     Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Round i is the WGM at
     (σ_i, T_i) on a dataset that is a function of the input and of rounds 1..i−1's releases only, and removing
@@ -258,35 +264,51 @@ def make_dp_sips(
     passes, engine = _check_execution(passes, engine)
     item = space.item
 
-    def one_round(lf: pl.LazyFrame, scale: float, threshold: float) -> pl.DataFrame:
+    def one_round(lf: pl.LazyFrame, coded: CodedPairs | None, scale: float, threshold: float) -> pl.DataFrame:
         # a fresh seed per round: the bound is a new uniform subset of what remains; BoundedLists lets the
-        # kernel take its compiled step where it pays, with the same histogram
-        lists_of = BoundedLists(lf, space, max_contributions, fresh_seeds(), distinct=True)
+        # kernel take its compiled step where it pays (on the coded pairs when given), with the same histogram
+        lists_of = BoundedLists(lf, space, max_contributions, fresh_seeds(), distinct=True, coded=coded)
         histogram = lattice_histogram(lists_of, space, max_contributions, passes=passes, engine=engine).collect()
         return release_above_threshold(histogram, item, scale=scale, threshold=threshold, noise=noise)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         # the distinct pairs, each user's adjacent, prepared once (and collected once, in one in-memory pass):
-        # no round re-scans the input or re-hashes a user's items to deduplicate them
-        remaining = collect_once(distinct_pairs_plan(_prepare_frame(frame, space), space), passes=passes, engine=engine)
+        # no round re-scans the input or re-hashes a user's items to deduplicate them. Where the compiled step
+        # runs, they are coded once too, and every round, flag and count runs on those arrays (the plan
+        # ``remaining`` is then the same rows, for the Polars plans, never run)
+        prepared = _prepare_frame(frame, space)
+        coded = coded_pairs(prepared, space, passes=passes, engine=engine)
+        if coded is None:
+            remaining = collect_once(distinct_pairs_plan(prepared, space), passes=passes, engine=engine)
+        else:
+            remaining = distinct_pairs_plan(coded.prepared.lazy(), space)
         rounds: list[pl.DataFrame] = []
         plan = list(zip(scales, thresholds, strict=True))
         number = 0
         while number < len(plan):
             scale, threshold = plan[number]
             number += 1
-            released = one_round(remaining, scale, threshold)
+            released = one_round(remaining, coded, scale, threshold)
             rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
             if number == len(plan):
                 break  # the last round: nothing to flag or drop (with the adaptive schedule, never round 1)
-            # this round's items flagged once on the rows still in play: the count and the next round read the flags
-            flagged = collect_once(_flag_released(remaining, released, item), passes=passes, engine=engine)
+            count: Callable[[], NDArray[np.int64]]
+            if coded is not None:  # the same steps on the arrays: flags per item code, the count, the filter
+                flags = coded.flags(released.get_column(item))
+                count = partial(coded.user_bins, flags)  # round 1's pairs, before the drop
+                coded = coded.without(flags)
+                remaining = remaining.filter(~pl.col(item).is_in(released.get_column(item).implode()))
+            else:
+                # this round's items flagged once on the rows still in play: the count and the next round read them
+                flagged = collect_once(_flag_released(remaining, released, item), passes=passes, engine=engine)
+                count = partial(_user_bins, flagged, space)
+                # a filter on the flags, not an anti-join: the same rows (the prepared items have no nulls), in
+                # their order (the users stay sorted), without a hash join of every row (~2x faster on 7e6 string
+                # rows)
+                remaining = flagged.filter(~pl.col(_RELEASED)).drop(_RELEASED)
             if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
-                dense = noisy_dense_branch(_user_bins(flagged, space), adaptive[0], noise)
+                dense = noisy_dense_branch(count(), adaptive[0], noise)
                 plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True)) if dense else plan
-            # a filter on the flags, not an anti-join: the same rows (the prepared items have no nulls), in their
-            # order (the users stay sorted), without a hash join of every row (~2x faster on 7e6 string rows)
-            remaining = flagged.filter(~pl.col(_RELEASED)).drop(_RELEASED)
         return _released(pl.concat(rounds).sort(item), space)
 
     def privacy_map(d_in: int) -> tuple[float, float]:

@@ -270,3 +270,60 @@ def test_compiled_step_leaves_large_sorted_users_to_polars(monkeypatch: pytest.M
         if rows.height == frame.height:
             histograms.append(dict(kernel.lattice_histogram(lists, SPACE, bound).collect().iter_rows()))
     assert histograms[0] == histograms[1]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the distinct pairs coded once (DP-SIPS's rounds): the same histograms and counts as the plans on the same rows
+
+
+def _bins_of(lf: pl.LazyFrame, released: pl.Series) -> list[int]:
+    """The two-bin count by Polars on the rows ``lf`` (distinct items per user; boosted: holding a released one)."""
+    per_user = (
+        lf.group_by("user")
+        .agg(n=pl.col("item").n_unique(), r=pl.col("item").filter(pl.col("item").is_in(released.implode())).n_unique())
+        .filter(pl.col("n") > pl.col("r"))
+        .collect()
+    )
+    return [int((per_user["r"] > 0).sum()), int((per_user["r"] == 0).sum())]
+
+
+@pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_coded_pairs_give_the_frozen_histograms_round_after_round(shape: str, variant: str, bound: int) -> None:
+    """:class:`kernel.CodedPairs` (coded once, items dropped by a mask) bound and histogram every round's rows as
+    the frozen kernel does on those rows, for the same seeds; the flags and the two-bin count are Polars'."""
+    pytest.importorskip("numba")
+    frame = _variant(_shape(shape), variant)
+    lf = _prepare_frame(frame, SPACE)
+    coded = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
+    assert coded is not None
+    rows = lf.collect()
+    items = rows.get_column("item").unique().sort()
+    weights = pl.Series(lattice_weights(MAX_CONTRIBUTIONS))
+    for number, seeds in enumerate([SEEDS, (5, 6, 7, 8), (9, 10, 11, 12)]):
+        histogram = coded.histogram(bound, seeds, MAX_CONTRIBUTIONS)
+        assert histogram.schema == pl.Schema({"item": rows.schema["item"], kernel.WEIGHT_LAT: pl.Int64})
+        frozen = _frozen_lists(rows.lazy(), bound, seeds).with_columns(pl.col("item").list.len().alias("t"))
+        exploded = frozen.explode("item").with_columns(w=pl.col("t").map_batches(lambda t: weights.gather(t - 1)))
+        assert dict(histogram.iter_rows()) == dict(exploded.group_by("item").agg(pl.col("w").sum()).iter_rows())
+        if number == 0 and shape != "below":
+            assert (frozen["t"] == bound).any()  # the keyed selection ran
+        released = items.gather_every(4, offset=number)  # a quarter of the items, each round another
+        flags = coded.flags(released)
+        assert coded.user_bins(flags).tolist() == _bins_of(rows.lazy(), released)
+        coded = coded.without(flags)
+        rows = rows.filter(~pl.col("item").is_in(released.implode()))
+        assert rows.height > 0
+
+
+def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several passes, streaming, a Struct or float item, and no Numba: ``None`` (the Polars rounds run)."""
+    frame = _variant(_shape("mixed"), "shuffled")
+    lf = _prepare_frame(frame, SPACE)
+    for passes, engine in ((3, "auto"), (1, "streaming")):
+        assert kernel.coded_pairs(lf, SPACE, passes=passes, engine=engine) is None  # type: ignore[arg-type]
+    for items in (pl.struct("item", (pl.col("item") % 3).alias("part")), pl.col("item").cast(pl.Float64) / 2):
+        assert kernel.coded_pairs(_prepare_frame(frame.with_columns(item=items), SPACE), SPACE, passes=1, engine="auto") is None
+    monkeypatch.setattr(kernel, "_jit", lambda: None)
+    assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None

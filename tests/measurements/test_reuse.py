@@ -413,3 +413,74 @@ def test_user_peeling_keys_one_generator_per_release(monkeypatch) -> None:
     m = hitting_set.make_user_peeling(*wgm.user_items_space(), candidates=candidates, k=20, scale=1.0)
     assert m(data(seed=2)).height == 20
     assert len(keyed) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DP-SIPS on the pairs coded once: every round's histogram is the one the rounds on the Polars frames give
+
+
+def _sips_shapes() -> dict[str, pl.DataFrame]:
+    """:func:`_sips_data`'s shapes and more dtypes: Categorical and Enum items, String users with Int64 items."""
+    shapes_ = {shape: _sips_data(shape) for shape in ("below", "above", "mixed", "strings", "sparse")}
+    shapes_["categorical items"] = _sips_data("mixed").with_columns(pl.format("c{}", "item").cast(pl.Categorical))
+    enum = pl.Enum([f"e{x}" for x in range(100, 0, -1)])  # categories not in the items' order
+    shapes_["enum items"] = _sips_data("mixed").with_columns(pl.format("e{}", "item").cast(enum))
+    shapes_["string users"] = _sips_data("above").with_columns(pl.format("u{}", "user"))
+    return shapes_
+
+
+@pytest.mark.parametrize("shape", list(_sips_shapes()))
+@pytest.mark.parametrize("schedule", ["fixed", "adaptive"])
+def test_dp_sips_on_coded_pairs_gives_each_rounds_histogram(fixed_randomness, monkeypatch, shape: str, schedule: str) -> None:
+    """For fixed seeds and noise, the rounds on the coded pairs (numba present) compute, round by round, the
+    histogram of the rounds on the distinct pairs' frames (each round's compiled step or Polars plan) and of the
+    Polars plans alone (numba absent), bit for bit, and release the same frame."""
+    pytest.importorskip("numba")
+    options = dict(SIPS, max_contributions=4) if schedule == "fixed" else ADAPTIVE
+    frame = _sips_shapes()[shape]
+    histogram_of = dp_sips.lattice_histogram
+    coded_pairs = dp_sips.coded_pairs
+    seen: list[tuple[bool, pl.DataFrame]] = []
+
+    def spy(lists_of, *args, **kwargs):
+        histogram = histogram_of(lists_of, *args, **kwargs).collect()
+        seen.append((lists_of.coded is not None, histogram.sort("item")))
+        return histogram.lazy()
+
+    monkeypatch.setattr(dp_sips, "lattice_histogram", spy)
+    runs: dict[str, tuple[list[tuple[bool, pl.DataFrame]], pl.DataFrame]] = {}
+    for path in ("coded", "frames", "no numba"):
+        if path == "frames":
+            monkeypatch.setattr(dp_sips, "coded_pairs", lambda *args, **kwargs: None)
+        if path == "no numba":
+            monkeypatch.setattr(dp_sips, "coded_pairs", coded_pairs)
+            monkeypatch.setattr(kernel, "_jit", lambda: None)
+        seen.clear()
+        fixed_randomness()
+        released = wgm.make_dp_sips(*wgm.user_items_space(), **options)(frame)
+        runs[path] = (list(seen), released)
+    coded, expected = runs["coded"]
+    assert all(was_coded for was_coded, _ in coded) and len(coded) >= 2
+    assert expected.height > 5 and expected["round"].n_unique() >= 2
+    if schedule == "adaptive":  # both branches occur: the dense one (a round 3) on all shapes but "sparse"
+        assert (expected["round"].max() == 3) == (shape != "sparse")
+    for path in ("frames", "no numba"):
+        rounds, released = runs[path]
+        assert not any(was_coded for was_coded, _ in rounds)
+        assert len(rounds) == len(coded)
+        for (_, histogram), (_, other) in zip(coded, rounds, strict=True):
+            assert histogram.equals(other)
+        assert released.equals(expected)
+
+
+def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
+    """Where the compiled step runs, the user and item columns are coded once per call, not once per round, and
+    no round runs the per-round compiled dispatch (which executed the round's plan and coded it again)."""
+    pytest.importorskip("numba")
+    coded: list[int] = []
+    codes, compiled = kernel._codes, kernel._compiled_histogram
+    monkeypatch.setattr(kernel, "_codes", lambda *args: coded.append(1) or codes(*args))
+    monkeypatch.setattr(kernel, "_compiled_histogram", lambda *args: coded.append(100) or compiled(*args))
+    released = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(data())
+    assert released["round"].n_unique() == 3  # three rounds ran
+    assert coded == [1, 1]  # was six codings and three dispatches: two columns coded in each of three rounds
