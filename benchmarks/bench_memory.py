@@ -15,6 +15,12 @@ Two measurements (issue 13):
    ``make_wgm_from_budget(..., passes=P, engine="streaming")`` on ``pl.scan_parquet`` and prints peak RSS and
    wall time; ``--keep-data`` keeps the files (deleted otherwise).
 
+``--return-freed-memory`` runs the children with ``_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0``:
+Polars' allocator (jemalloc) then returns freed pages to the system at once instead of keeping them for reuse
+by the thread arena that freed them, which lowers the peak of a release in passes (``docs/engines.md``). The
+variable is read when Polars loads, so it cannot be set from inside a process that has imported it; it is
+printed with the results (set or not).
+
 Δ0 = 100, ε = 1, δ = 1e-5. The machine is shared: the load average is printed with the results.
 """
 
@@ -40,6 +46,9 @@ DRAWS_PER_USER = 20
 PART_ROWS = 2 * 10**6
 DEFAULT_DATA = Path("/tmp/opendp_wgm_memory")
 GIB = 2**30
+#: Polars' jemalloc (symbols prefixed ``_rjem_``) reads its options from this variable when it loads.
+MALLOC_CONF = "_RJEM_MALLOC_CONF"
+RETURN_FREED = "dirty_decay_ms:0,muzzy_decay_ms:0"
 
 
 def _status(field: str) -> int:
@@ -148,6 +157,9 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--keep-data", action="store_true")
     parser.add_argument("--generate-only", action="store_true", help="write the Parquet data and stop")
+    parser.add_argument(
+        "--return-freed-memory", action="store_true", help=f"run the releases with {MALLOC_CONF}={RETURN_FREED}"
+    )
     parser.add_argument("--worker", choices=["in-memory", "parquet"], help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="current", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -158,8 +170,11 @@ def main() -> int:
         print(json.dumps(worker_parquet(args.data, args.passes)))
         return 0
 
+    if args.return_freed_memory:
+        os.environ[MALLOC_CONF] = RETURN_FREED  # inherited by the children, which load Polars afresh
     print("## WGM release memory\n")
     print(f"Δ0 = {MAX_CONTRIBUTIONS}, ε = {EPSILON:g}, δ = {DELTA:g}; one release per fresh process; "
+          f"{MALLOC_CONF}={os.environ.get(MALLOC_CONF, '(not set)')}; "
           f"load average at start: {', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
     if args.rows:
         kind = "shuffled users" if args.shuffled else "contiguous users"

@@ -109,7 +109,9 @@ def mostly_above(lf: pl.LazyFrame, user: str, max_contributions: int) -> bool:
     same subsets, so the choice changes the time only, never the release. :func:`bounded_lists_plan`'s
     ``plan="auto"`` reads it, and callers that pick their own plan from the same reading (the policy
     baselines)."""
-    sizes = lf.head(_PLAN_SAMPLE_ROWS).group_by(user).agg(pl.len()).collect().get_column("len")
+    # the streaming engine stops reading once it has the rows: the in-memory engine read every file of a pass's
+    # filtered scan (a whole bucket, 1.1 GiB and a full scan per pass at 5·10^7 rows per pass) for these rows
+    sizes = lf.head(_PLAN_SAMPLE_ROWS).group_by(user).agg(pl.len()).collect(engine="streaming").get_column("len")
     return 2 * int(sizes.filter(sizes > max_contributions).sum()) > int(sizes.sum())
 
 
@@ -253,9 +255,10 @@ def lattice_histogram(
 
     ``lists_of(filter)`` gives the bounded lists of the users ``filter`` keeps (a filter on the prepared
     frame's user-key column). With one pass and the default engine the result is the lazy plan itself (the
-    caller collects it once); otherwise each bucket's plan is collected with ``engine`` and the partial
-    histograms are added up. Bounding is per user, so the buckets' sums are the same function of the data and
-    the seed; each pass holds about 1/``passes`` of the users in memory (``docs/engines.md``). The bucket hash
+    caller collects it once); otherwise each bucket's plan is collected with ``engine`` and its partial
+    histogram added into a running sum at once (:func:`_add_histograms`), so that the passes never hold every
+    partial histogram. Bounding is per user, so the buckets' sums are the same function of the data and the
+    seed; each pass holds about 1/``passes`` of the users in memory (``docs/engines.md``). The bucket hash
     needs no secrecy: it only decides which pass handles a user.
 
     With one pass, an in-memory engine and ``lists_of`` a :class:`BoundedLists`, the histogram is computed by
@@ -276,12 +279,27 @@ def lattice_histogram(
         plan = lattice_histogram_plan(lists_of(None), space, max_contributions)
         return plan if engine == "auto" else plan.collect(engine=engine).lazy()
     bucket_seed = secrets.randbits(64)
-    parts = []
-    for bucket in range(passes):  # a loop over passes, not rows: each pass is one lazy plan
+
+    def bucket_histogram(bucket: int) -> pl.DataFrame:
         users = pl.col(space.user).hash(bucket_seed) % passes == bucket
-        plan = lattice_histogram_plan(lists_of(users), space, max_contributions)
-        parts.append(plan.collect(engine=engine))
-    return pl.concat(parts).group_by(space.item).agg(pl.col(WEIGHT_LAT).sum()).lazy()
+        return lattice_histogram_plan(lists_of(users), space, max_contributions).collect(engine=engine)
+
+    histogram = bucket_histogram(0)
+    for bucket in range(1, passes):  # a loop over passes, not rows: each pass is one lazy plan
+        # folded in at once: no pass's partial histogram outlives its fold (only the running sum does)
+        histogram = _add_histograms(histogram, bucket_histogram(bucket), space.item)
+    return histogram.lazy()
+
+
+def _add_histograms(histogram: pl.DataFrame, part: pl.DataFrame, item: str) -> pl.DataFrame:
+    """The sum of two lattice histograms (item, :data:`WEIGHT_LAT`): one row per item of either, Int64 sums.
+
+    :func:`lattice_histogram` folds each pass's histogram into the running sum as soon as it is collected, so
+    it holds one running histogram (at most the distinct items of the passes so far) instead of every pass's
+    partial histogram until the end (an item held by users of several buckets has a row in each). Integer sums
+    are exact and associative: the same histogram as adding all the parts at once, bit for bit.
+    """
+    return pl.concat([histogram, part]).group_by(item).agg(pl.col(WEIGHT_LAT).sum())
 
 
 @lru_cache(maxsize=1)

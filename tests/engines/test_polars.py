@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import polars as pl
 import pytest
@@ -44,6 +47,64 @@ def test_passes_give_the_one_pass_histogram_exactly(engine: str) -> None:
     t = kept.group_by("user").len().rename({"len": "t"})
     expected = kept.join(t, on="user").with_columns(pl.col("t").map_elements(lambda n: int(w[n - 1]), return_dtype=pl.Int64))
     assert dict(one.iter_rows()) == dict(expected.group_by("item").agg(pl.col("t").sum()).iter_rows())
+
+
+@pytest.mark.parametrize("engine", ["in-memory", "streaming"])
+def test_passes_keep_only_the_running_sum(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pass's partial histogram is added into the running sum as soon as it is collected: while pass b
+    runs, no earlier pass's partial histogram is alive but the first one's, the start of the sum, during pass 1
+    (they were all kept until the end, the peak memory of a release in passes). Weak references spy on them."""
+    parts: list[weakref.ref[pl.DataFrame]] = []
+    alive: list[int] = []  # how many earlier partial histograms are alive as each pass starts
+    plan_of = kernel.lattice_histogram_plan
+
+    class SpiedPlan:
+        def __init__(self, plan: pl.LazyFrame) -> None:
+            self.plan = plan
+
+        def collect(self, **options: object) -> pl.DataFrame:
+            gc.collect()
+            alive.append(sum(ref() is not None for ref in parts))
+            part = self.plan.collect(**options)  # type: ignore[call-overload]
+            parts.append(weakref.ref(part))
+            return part
+
+    monkeypatch.setattr(kernel, "lattice_histogram_plan", lambda *args: SpiedPlan(plan_of(*args)))
+
+    def lists_of(users):
+        lf = frame() if users is None else frame().filter(users)
+        return kernel.bounded_lists_plan(lf, SPACE, 5, SEEDS)
+
+    histogram = kernel.lattice_histogram(lists_of, SPACE, 5, passes=6, engine=engine).collect().sort("item")
+    assert alive == [0, 1, 0, 0, 0, 0]
+    monkeypatch.setattr(kernel, "lattice_histogram_plan", plan_of)
+    assert histogram.equals(kernel.lattice_histogram(lists_of, SPACE, 5).collect().sort("item"))
+
+
+def test_adding_histograms_is_exact() -> None:
+    """Items of either histogram, Int64 sums; near 2^62 nothing is lost (no float on the way)."""
+    big = 2**62 - 1
+    first = pl.DataFrame({"item": ["a", "b"], kernel.WEIGHT_LAT: [big - 5, 3]})
+    second = pl.DataFrame({"item": ["c", "a"], kernel.WEIGHT_LAT: [7, 5]})
+    total = kernel._add_histograms(first, second, "item").sort("item")
+    assert total.rows() == [("a", big), ("b", 3), ("c", 7)] and total[kernel.WEIGHT_LAT].dtype == pl.Int64
+
+
+def test_plan_sample_reads_only_the_first_rows_of_a_filtered_scan(tmp_path) -> None:
+    """:func:`kernel.mostly_above` reads the first rows a pass's filter keeps and stops: it no longer reads the
+    whole bucket (every file) to take them. The last of 40 files is unreadable and is never reached."""
+    rng = np.random.default_rng(5)
+    first = pl.DataFrame({"user": np.arange(300_000) // 30, "item": rng.integers(0, 1000, 300_000)})
+    first.write_parquet(tmp_path / "part-000.parquet")  # alone, ~150,000 rows pass the filter: enough
+    for i in range(1, 40):
+        pl.DataFrame({"user": [10**6 + i], "item": [0]}).write_parquet(tmp_path / f"part-{i:03d}.parquet")
+    valid = (tmp_path / "part-039.parquet").read_bytes()
+    (tmp_path / "part-039.parquet").write_bytes(valid[:4] + bytes(len(valid) - 8) + valid[-4:])
+    bucket = pl.scan_parquet(tmp_path / "part-*.parquet").filter(pl.col("user").hash(3) % 2 == 0)
+    assert not kernel.mostly_above(bucket, "user", 100)  # 30 rows per user, all at most Δ0 = 100
+    assert kernel.mostly_above(bucket, "user", 10)
+    with pytest.raises(pl.exceptions.ComputeError):  # the file is unreadable indeed
+        bucket.collect()
 
 
 def test_threshold_in_integers() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import secrets
 
 import numpy as np
 import opendp.prelude as dp
@@ -263,3 +264,47 @@ def test_passes_upper_bound() -> None:
     dp.enable_features("contrib", "honest-but-curious")
     with pytest.raises(ValueError, match=r"`passes` must be an integer <= 1024 \(found 1025\)"):
         wgm.make_wgm(*wgm.user_items_space(), max_contributions=3, scale=1.0, threshold=5.0, passes=1025)
+
+
+def _shapes() -> dict[str, pl.DataFrame]:
+    """Integer ids with every user at most Δ0 = 6 items; String ids with most users above Δ0 (subsampled, with
+    duplicate rows); users not contiguous, ids mixed below and above Δ0."""
+    rng = np.random.default_rng(11)
+    sizes = rng.integers(1, 7, 400)
+    below = pl.DataFrame({"user": np.repeat(np.arange(400), sizes), "item": rng.zipf(1.5, int(sizes.sum())) % 60})
+    sizes = rng.integers(1, 30, 300)
+    items = rng.zipf(1.3, int(sizes.sum())) % 90
+    above = pl.DataFrame({"user": [f"u{u}" for u in np.repeat(np.arange(300), sizes)], "item": [f"s{v}" for v in items]})
+    mixed = pl.DataFrame({"user": rng.integers(0, 250, 2000), "item": rng.zipf(1.4, 2000) % 120}).sample(fraction=1.0, shuffle=True, seed=2)
+    return {"int-below": below, "string-above": above, "shuffled-mixed": mixed}
+
+
+@pytest.mark.parametrize(("passes", "engine"), [(3, "in-memory"), (7, "streaming"), (4, "auto")])
+@pytest.mark.parametrize("shape", ["int-below", "string-above", "shuffled-mixed"])
+def test_passes_give_the_one_pass_release_for_fixed_seeds(shape: str, passes: int, engine: str, monkeypatch) -> None:
+    """With every random word fixed (bound seed, bucket seed, noise key), the release in passes is the one-pass
+    release, noisy weight for noisy weight: the histograms are the same integers, and one noise draw per item.
+
+    The noise is drawn in the histogram's row order, which a group-by leaves arbitrary: the spy hands the
+    release the histogram sorted by item, so that both runs draw item i's noise at the same position."""
+    from opendp_wgm.measurements import wgm as wgm_module
+
+    monkeypatch.setattr(secrets, "randbits", lambda bits: 0x5EED)
+    release = wgm_module.release_above_threshold
+    histograms: list[pl.DataFrame] = []
+
+    def sorted_release(histogram: pl.DataFrame, item: str, **options: object) -> pl.DataFrame:
+        histograms.append(histogram.sort(item))
+        return release(histograms[-1], item, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wgm_module, "release_above_threshold", sorted_release)
+    data = _shapes()[shape]
+    space = wgm.user_items_space()
+    # σ = 1, T = 1: real noise on weights of 1/√6 .. tens, so about half of the items are released
+    params = dict(max_contributions=6, scale=1.0, threshold=1.0)
+    one_pass = wgm.make_wgm(*space, **params)(data)
+    released = wgm.make_wgm(*space, **params, passes=passes, engine=engine)(data)
+    one, many = histograms
+    assert many.equals(one) and one.height > 50
+    assert released.equals(one_pass)
+    assert 0 < released.height < one.height  # the noise decided: neither every item nor none
