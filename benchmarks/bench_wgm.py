@@ -108,10 +108,16 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int) -> tupl
 
 
 def previous_lists_plan(
-    lf: pl.LazyFrame, space: _Space, max_contributions: int, seeds: tuple[int, ...] | None = None
+    lf: pl.LazyFrame,
+    space: _Space,
+    max_contributions: int,
+    seeds: tuple[int, ...] | None = None,
+    *,
+    distinct: bool = False,
 ) -> pl.LazyFrame:
     """The kernel's bound step before issue 13 (frozen, the baseline): every user's list sorted by the secret
-    key, ``unique``, ``head(Δ0)``."""
+    key, ``unique``, ``head(Δ0)``. ``distinct`` (:func:`bounded_lists_plan`'s promise of distinct rows) is
+    accepted and ignored: the previous plan always ran its ``unique`` (the same items either way)."""
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
