@@ -37,6 +37,7 @@ __all__ = [
     "recode",
     "rows_above",
     "user_cursors",
+    "value_range",
 ]
 
 def max_threads() -> int:
@@ -70,15 +71,31 @@ def mark_offsets(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def compact_ranks(present: np.ndarray) -> tuple[np.ndarray, int]:  # pragma: no cover - compiled
-    """The rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in value order) and
-    their number."""
+def compact_ranks(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in value order), and
+    the present offsets in that order (the offset of each compact code)."""
     rank = np.empty(present.size, dtype=np.int32)
+    offsets = np.empty(present.size, dtype=np.int64)
     k = 0
     for c in range(present.size):
         rank[c] = k
-        k += present[c]
-    return rank, k
+        if present[c]:
+            offsets[k] = c
+            k += 1
+    return rank, offsets[:k].copy()
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def value_range(values: np.ndarray, first: int, stop: int, bounds: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``bounds = (min, max)`` of ``values[first:stop]`` (a non-empty range, ``first < stop``), in one pass."""
+    low = high = values[first]
+    for r in range(first + 1, stop):
+        v = values[r]
+        if v < low:
+            low = v
+        elif v > high:
+            high = v
+    bounds[0], bounds[1] = low, high
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -155,7 +172,7 @@ def user_cursors(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma
     order, so each user's rows stay in row order)."""
     n_chunks, n_users = counts.shape
     start = np.empty(n_users + 1, dtype=np.int64)
-    cursors = np.empty((n_chunks, n_users), dtype=np.int64)
+    cursors = np.empty_like(counts)  # as counts: int32 below 2^31 rows (half the memory the placing pass hits)
     at = 0
     for u in range(n_users):
         start[u] = at

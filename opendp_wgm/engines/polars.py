@@ -312,17 +312,19 @@ def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int 
     physical = column.to_physical() if categorical else column
     values = physical.to_numpy()
     as_int64 = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
-    low, high = (int(as_int64.min()), int(as_int64.max())) if values.size else (0, -1)
+    chunks = _even_ranges(values.size, threads)
+    bounds = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min]), (threads, 1))  # empty chunks
+    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(as_int64, first, stop, bounds[k]))
+    low, high = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if values.size else (0, -1)
     value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
     if high - low < 2 * values.size + 1024:
-        span, chunks = high - low + 1, _even_ranges(values.size, threads)
+        span = high - low + 1
         codes, present = np.empty(values.size, dtype=np.int32), np.zeros(span, dtype=np.uint8)
         _in_threads(chunks, lambda _, first, stop: jit.mark_offsets(as_int64, low, first, stop, codes, present))
-        rank, size = jit.compact_ranks(present)
-        if 2 * size <= span:
+        rank, offsets = jit.compact_ranks(present)
+        if 2 * offsets.size <= span:
             _in_threads(chunks, lambda _, first, stop: jit.recode(codes, rank, first, stop))
-            offsets = np.flatnonzero(present) + np.int64(low)
-            value_of = offsets.__getitem__
+            size, value_of = offsets.size, (offsets + np.int64(low)).__getitem__
         else:
             size = span
             value_of = lambda kept: kept + np.int64(low)  # noqa: E731
@@ -387,7 +389,7 @@ def _histogram_below(
     and the histograms are added up: integer sums, the same whatever their order.
     """
     chunks = _even_ranges(users.size, threads)
-    counts = np.zeros((threads, n_users), dtype=np.int64)
+    counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
     _in_threads(chunks, lambda k, first, stop: jit.count_users(users, first, stop, counts[k]))
     start, cursors = jit.user_cursors(counts)
     held = np.empty(users.size, dtype=items.dtype)
