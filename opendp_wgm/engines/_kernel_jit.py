@@ -43,7 +43,7 @@ __all__ = [
 def max_threads() -> int:
     """Numba's thread count setting (``NUMBA_NUM_THREADS``; default: the machine's cores): the most threads
     the caller runs these functions in."""
-    return int(config.NUMBA_NUM_THREADS)
+    return int(config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined, unused-ignore]  # set at import from the env
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is

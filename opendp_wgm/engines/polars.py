@@ -352,7 +352,7 @@ def _kernel_threads(rows: int, jit: ModuleType) -> int:
     launch parallel loops at once."""
     if rows < _THREAD_ROWS:
         return 1
-    return max(1, min(pl.thread_pool_size(), jit.max_threads()))
+    return max(1, min(pl.thread_pool_size(), int(jit.max_threads())))
 
 
 def _even_ranges(size: int, parts: int) -> NDArray[np.int64]:
@@ -410,8 +410,9 @@ def _histogram_below(
 
 #: From this many rows on, a frame whose users are sorted, or text, takes the Polars plans: they slice sorted
 #: users' runs on every core, and the one-thread compiled step paid 2.0x at 10^6 sorted Zipf rows, 1.1x at
-#: 3·10^6 and 0.9x at 10^7, 0.9x on 10^7 rows of String ids (idle, ``benchmarks/bench_wgm.py``); unsorted
-#: integer users pay (2.5x at 10^7 shuffled rows).
+#: 3·10^6 and 0.9x at 10^7, 0.9x on 10^7 rows of String ids (idle, ``benchmarks/bench_wgm.py``); in threads
+#: about 1.3x at 10^7 sorted rows (CPU 0.46 s against 0.61 s), short of the 1.5x a second path needs;
+#: unsorted integer users pay (2.5x at 10^7 shuffled rows in one thread).
 _POLARS_ROWS = 2**21
 
 
