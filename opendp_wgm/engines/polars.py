@@ -297,14 +297,15 @@ def _code_expr(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.col(column).cast(pl.Categorical(pl.Categories.random())) if dtype == pl.String else pl.col(column)
 
 
-def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int = 1) -> _Codes:
+def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int = 1, *, compact: bool = True) -> _Codes:
     """Exact integer codes of a column without nulls, as :func:`_code_expr` gave it (equal values, equal codes),
     and their decoding back to values of ``dtype`` (the column's dtype before :func:`_code_expr`).
 
     Integers (a category's physical code among them) are coded by their offset from the smallest value when they
     span fewer than about twice the rows, else through a hash table. Offsets of which at most half are taken
     (items Zipf mod 10^7: 3·10^5 values over 10^7) are renumbered ``0, 1, …`` in value order, so the per-item
-    arrays of the histogram hold the values present only (they stay in cache). The passes over rows run in
+    arrays of the histogram hold the values present only (they stay in cache); ``compact=False`` keeps the
+    offsets (user codes: they index no per-thread array that grows with them). The passes over rows run in
     ``threads`` chunks. Codes only index arrays inside one histogram: the bound reads the Polars keys of the
     values, never the codes.
     """
@@ -319,10 +320,10 @@ def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int 
     value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
     if high - low < 2 * values.size + 1024:
         span = high - low + 1
-        codes, present = np.empty(values.size, dtype=np.int32), np.zeros(span, dtype=np.uint8)
+        codes, present = np.empty(values.size, dtype=np.int32), np.zeros(span if compact else 0, dtype=np.uint8)
         _in_threads(chunks, lambda _, first, stop: jit.mark_offsets(as_int64, low, first, stop, codes, present))
         rank, offsets = jit.compact_ranks(present)
-        if 2 * offsets.size <= span:
+        if compact and 2 * offsets.size <= span:
             _in_threads(chunks, lambda _, first, stop: jit.recode(codes, rank, first, stop))
             size, value_of = offsets.size, (offsets + np.int64(low)).__getitem__
         else:
@@ -446,7 +447,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     if frame.height >= 2**31:
         return None
     threads = _kernel_threads(frame.height, jit)
-    user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit, threads)
+    user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
     item_codes, n_items, decode = _codes(frame.get_column(space.item), item_dtype, jit, threads)
     weights = lattice_weights(max_contributions)
     histogram, rows, offsets = _histogram_below(

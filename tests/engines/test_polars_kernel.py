@@ -290,8 +290,10 @@ def test_compiled_codes_are_exact_in_any_number_of_threads(variant: str) -> None
         assert codes.min() >= 0 and codes.max() < size
         assert np.unique(codes).size == frame.get_column(column).n_unique()
         assert decode(codes.astype(np.int64)).equals(frame.get_column(column))
-        if variant == "sparse":  # 3x - 7 and 5x - 3: no more codes than values
+        if variant == "sparse":  # 3x - 7 and 5x - 3: no more codes than values, or the offsets
             assert size == frame.get_column(column).n_unique()
+            offsets, span, _ = kernel._codes(values, dtype, jit, compact=False)
+            assert np.array_equal(offsets, values.to_numpy() - values.min()) and span == values.max() - values.min() + 1
         threaded, threaded_size, _ = kernel._codes(values, dtype, jit, 3)
         assert np.array_equal(threaded, codes) and threaded_size == size
 
