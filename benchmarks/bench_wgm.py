@@ -108,10 +108,16 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int) -> tupl
 
 
 def previous_lists_plan(
-    lf: pl.LazyFrame, space: _Space, max_contributions: int, seeds: tuple[int, ...] | None = None
+    lf: pl.LazyFrame,
+    space: _Space,
+    max_contributions: int,
+    seeds: tuple[int, ...] | None = None,
+    *,
+    distinct: bool = False,
 ) -> pl.LazyFrame:
     """The kernel's bound step before issue 13 (frozen, the baseline): every user's list sorted by the secret
-    key, ``unique``, ``head(Δ0)``."""
+    key, ``unique``, ``head(Δ0)``. ``distinct`` (:func:`bounded_lists_plan`'s promise of distinct rows) is
+    accepted and ignored: the previous plan always ran its ``unique`` (the same items either way)."""
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds
@@ -151,16 +157,17 @@ def previous_kernel() -> Iterator[None]:
 
 def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] | None:
     """The bare compiled pass over the (user, item) pairs (bucket by user, dedup, histogram of the users at or
-    below Δ0, as ``m(df)`` runs it) on codes computed beforehand, or ``None`` without Numba: the floor of the
-    compiled step."""
+    below Δ0, as ``m(df)`` runs it, in as many threads) on codes computed beforehand, or ``None`` without Numba:
+    the floor of the compiled step."""
     jit = kernel._jit()
     if jit is None:
         return None
     coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
-    users, n_users, _ = kernel._codes(coded.get_column(user), df.schema[user], jit)
-    items, n_items, _ = kernel._codes(coded.get_column(item), df.schema[item], jit)
+    threads = kernel._kernel_threads(df.height, jit)
+    users, n_users, _ = kernel._codes(coded.get_column(user), df.schema[user], jit, threads, compact=False)
+    items, n_items, _ = kernel._codes(coded.get_column(item), df.schema[item], jit, threads)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    return lambda: kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights)
+    return lambda: kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights, threads)
 
 
 def median_time(fn: Callable[[], T], repeats: int, *, warmup: bool = False) -> tuple[float, T]:
@@ -487,8 +494,9 @@ def report(
         "medians), so the load of the machine weighs on them alike: compare the ratios, not the seconds. *WGM*: "
         f"`m(df)` as installed (compiled per-user step: {'on' if kernel._jit() else 'off, Numba not installed'}). "
         "*Polars plans*: the same `m(df)` with the compiled step switched off (as without Numba). *Compiled "
-        "floor*: the bare compiled pass over the (user, item) codes (bucket by user, dedup, histogram; codes, "
-        "keys, decoding and noise excluded). *Previous kernel*: `m(df)` with the bound step before issue 13 "
+        "floor*: the bare compiled pass over the (user, item) codes (bucket by user, dedup, histogram, in the "
+        f"step's {kernel._kernel_threads(10**7, kernel._jit()) if kernel._jit() else 1} thread(s) at 10^7 rows; "
+        "codes, keys, decoding and noise excluded). *Previous kernel*: `m(df)` with the bound step before issue 13 "
         "(every user's list sorted by the secret key)."
     )
     add("")

@@ -9,29 +9,100 @@ Polars plans' own secret keyed hashes of (user, item), computed by the same Pola
 No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
 place), each user's items are deduplicated with a per-item marker, and only the distinct items of a user above
 Δ0 are sorted by their keys.
+
+The passes over rows take a range (``first``, ``stop``) so that the caller may run them on disjoint chunks in
+threads (the functions release the GIL): chunks of rows for the coding and the counting sort, ranges of users
+with one marker and one histogram each for the rest. The histogram sums integers, so their order does not
+change them; the counting sort places each chunk's rows after the previous chunk's, so each user's rows keep
+their row order whatever the number of chunks.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import config, njit
 
 __all__ = [
+    "compact_ranks",
+    "count_users",
     "dense_codes",
     "histogram_above",
+    "histogram_user_range",
     "histogram_users",
     "items_by_user",
+    "mark_offsets",
+    "max_threads",
     "offset_codes",
+    "place_items",
+    "recode",
     "rows_above",
+    "user_cursors",
+    "value_range",
 ]
+
+def max_threads() -> int:
+    """Numba's thread count setting (``NUMBA_NUM_THREADS``; default: the machine's cores): the most threads
+    the caller runs these functions in."""
+    return int(config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined, unused-ignore]  # set at import from the env
+
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
 def offset_codes(values: np.ndarray, low: int) -> np.ndarray:  # pragma: no cover - compiled
     """``values - low`` as int32 codes, for values spanning less than 2^31 (one pass, no temporary)."""
     codes = np.empty(values.size, dtype=np.int32)
-    for r in range(values.size):
-        codes[r] = values[r] - low
+    mark_offsets(values, low, 0, values.size, codes, np.empty(0, dtype=np.uint8))
     return codes
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def mark_offsets(
+    values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray, present: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``codes[r] = values[r] - low`` for the rows ``first <= r < stop``, and ``present[code] = 1`` when
+    ``present`` is not empty (threads may mark the same code: they all write 1)."""
+    if present.size:
+        for r in range(first, stop):
+            c = values[r] - low
+            codes[r] = c
+            present[c] = 1
+    else:
+        for r in range(first, stop):
+            codes[r] = values[r] - low
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def compact_ranks(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in value order), and
+    the present offsets in that order (the offset of each compact code)."""
+    rank = np.empty(present.size, dtype=np.int32)
+    offsets = np.empty(present.size, dtype=np.int64)
+    k = 0
+    for c in range(present.size):
+        rank[c] = k
+        if present[c]:
+            offsets[k] = c
+            k += 1
+    return rank, offsets[:k].copy()
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def value_range(values: np.ndarray, first: int, stop: int, bounds: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``bounds = (min, max)`` of ``values[first:stop]`` (a non-empty range, ``first < stop``), in one pass."""
+    low = high = values[first]
+    for r in range(first + 1, stop):
+        v = values[r]
+        if v < low:
+            low = v
+        elif v > high:
+            high = v
+    bounds[0], bounds[1] = low, high
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def recode(codes: np.ndarray, rank: np.ndarray, first: int, stop: int) -> None:  # pragma: no cover - compiled
+    """``codes[r] = rank[codes[r]]`` (in place) for the rows ``first <= r < stop``."""
+    for r in range(first, stop):
+        codes[r] = rank[codes[r]]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -77,19 +148,50 @@ def items_by_user(
     users: np.ndarray, items: np.ndarray, n_users: int
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """A counting sort of the rows' items by user: ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes
-    (with repeats, in row order). One pass counts, one places; no comparison sort."""
-    start = np.zeros(n_users + 1, dtype=np.int64)
-    for r in range(users.size):
-        start[users[r] + 1] += 1
-    for u in range(n_users):
-        start[u + 1] += start[u]
-    cursor = start[:-1].copy()
+    (with repeats, in row order). One pass counts, one places; no comparison sort. (In one chunk:
+    :func:`count_users`, :func:`user_cursors` and :func:`place_items` run it in several.)"""
+    counts = np.zeros((1, n_users), dtype=np.int64)
+    count_users(users, 0, users.size, counts[0])
+    start, cursors = user_cursors(counts)
     held = np.empty(users.size, dtype=items.dtype)
-    for r in range(users.size):
+    place_items(users, items, 0, users.size, cursors[0], held)
+    return held, start
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Add to ``counts[u]`` the rows ``first <= r < stop`` of each user ``u``."""
+    for r in range(first, stop):
+        counts[users[r]] += 1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def user_cursors(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """From the rows of each user in each chunk (``counts[chunk, u]``): the start of each user's rows
+    (``start``, ``n_users + 1`` offsets) and where each chunk places its first row of each user (the chunks in
+    order, so each user's rows stay in row order)."""
+    n_chunks, n_users = counts.shape
+    start = np.empty(n_users + 1, dtype=np.int64)
+    cursors = np.empty_like(counts)  # as counts: int32 below 2^31 rows (half the memory the placing pass hits)
+    at = 0
+    for u in range(n_users):
+        start[u] = at
+        for c in range(n_chunks):
+            cursors[c, u] = at
+            at += counts[c, u]
+    start[n_users] = at
+    return start, cursors
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def place_items(
+    users: np.ndarray, items: np.ndarray, first: int, stop: int, cursor: np.ndarray, held: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Place the items of the rows ``first <= r < stop`` at their user's ``cursor`` in ``held`` (advancing it)."""
+    for r in range(first, stop):
         u = users[r]
         held[cursor[u]] = items[r]
         cursor[u] += 1
-    return held, start
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -105,11 +207,30 @@ def histogram_users(
     in ``above``.
 
     ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats; overwritten). ``weights[t - 1]``
-    is the lattice weight of a user keeping ``t`` items.
+    is the lattice weight of a user keeping ``t`` items. (Every user at once: :func:`histogram_user_range` runs
+    ranges of users.)
     """
     seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
     histogram = np.zeros(n_items, dtype=np.int64)
-    for u in range(start.size - 1):
+    histogram_user_range(held, start, 0, start.size - 1, max_contributions, weights, above, seen, histogram)
+    return histogram
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def histogram_user_range(
+    held: np.ndarray,
+    start: np.ndarray,
+    first: int,
+    stop: int,
+    max_contributions: int,
+    weights: np.ndarray,
+    above: np.ndarray,
+    seen: np.ndarray,
+    histogram: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """:func:`histogram_users` of the users ``first <= u < stop``, added to ``histogram``; ``seen`` (int32 per
+    item code, ``-1`` or a user code below ``first``) is the per-item marker of the dedup."""
+    for u in range(first, stop):
         t = 0
         for j in range(start[u], start[u + 1]):
             i = held[j]
@@ -123,7 +244,6 @@ def histogram_users(
             w = weights[t - 1]
             for j in range(start[u], start[u] + t):
                 histogram[held[j]] += w
-    return histogram
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

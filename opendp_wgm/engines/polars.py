@@ -25,6 +25,7 @@ import importlib
 import math
 import secrets
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import ModuleType
@@ -327,22 +328,38 @@ def _code_expr(column: str, dtype: pl.DataType) -> pl.Expr:
     return pl.col(column).cast(pl.Categorical(pl.Categories.random())) if dtype == pl.String else pl.col(column)
 
 
-def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType) -> _Codes:
+def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int = 1, *, compact: bool = True) -> _Codes:
     """Exact integer codes of a column without nulls, as :func:`_code_expr` gave it (equal values, equal codes),
     and their decoding back to values of ``dtype`` (the column's dtype before :func:`_code_expr`).
 
     Integers (a category's physical code among them) are coded by their offset from the smallest value when they
-    span fewer than about twice the rows, else through a hash table. Codes only index arrays inside one
-    histogram: the bound reads the Polars keys of the values, never the codes.
+    span fewer than about twice the rows, else through a hash table. Offsets of which at most half are taken
+    (items Zipf mod 10^7: 3·10^5 values over 10^7) are renumbered ``0, 1, …`` in value order, so the per-item
+    arrays of the histogram hold the values present only (they stay in cache); ``compact=False`` keeps the
+    offsets (user codes: they index no per-thread array that grows with them). The passes over rows run in
+    ``threads`` chunks. Codes only index arrays inside one histogram: the bound reads the Polars keys of the
+    values, never the codes.
     """
     categorical = isinstance(column.dtype, (pl.Categorical, pl.Enum))
     physical = column.to_physical() if categorical else column
     values = physical.to_numpy()
     as_int64 = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
-    low, high = (int(as_int64.min()), int(as_int64.max())) if values.size else (0, -1)
+    chunks = _even_ranges(values.size, threads)
+    bounds = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min]), (threads, 1))  # empty chunks
+    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(as_int64, first, stop, bounds[k]))
+    low, high = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if values.size else (0, -1)
+    value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
     if high - low < 2 * values.size + 1024:
-        codes, size = jit.offset_codes(as_int64, low), high - low + 1
-        value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]] = lambda kept: kept + np.int64(low)  # noqa: E731
+        span = high - low + 1
+        codes, present = np.empty(values.size, dtype=np.int32), np.zeros(span if compact else 0, dtype=np.uint8)
+        _in_threads(chunks, lambda _, first, stop: jit.mark_offsets(as_int64, low, first, stop, codes, present))
+        rank, offsets = jit.compact_ranks(present)
+        if compact and 2 * offsets.size <= span:
+            _in_threads(chunks, lambda _, first, stop: jit.recode(codes, rank, first, stop))
+            size, value_of = offsets.size, (offsets + np.int64(low)).__getitem__
+        else:
+            size = span
+            value_of = lambda kept: kept + np.int64(low)  # noqa: E731
     else:
         codes, uniques = jit.dense_codes(as_int64)
         size, value_of = int(uniques.size), uniques.__getitem__
@@ -353,6 +370,38 @@ def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType) -> _Codes:
     return codes, size, lambda kept: pl.Series(column.name, value_of(kept).astype(back), dtype=dtype)
 
 
+#: From this many rows on, the compiled step runs its passes in threads (below, starting them costs more than
+#: they save).
+_THREAD_ROWS = 2**18
+
+
+def _kernel_threads(rows: int, jit: ModuleType) -> int:
+    """Threads for the compiled step's passes over ``rows`` rows: one below :data:`_THREAD_ROWS`, else as many
+    as Polars' pool, at most ``NUMBA_NUM_THREADS``. The step runs between two Polars collects, so its threads
+    and Polars' pool do not run at once (no oversubscription). Plain Python threads calling the compiled
+    functions, which release the GIL: Numba's own parallel loops would depend on its threading layer, and its
+    default one on a machine without TBB or OpenMP (``workqueue``) aborts the process when two Python threads
+    launch parallel loops at once."""
+    if rows < _THREAD_ROWS:
+        return 1
+    return max(1, min(pl.thread_pool_size(), int(jit.max_threads())))
+
+
+def _even_ranges(size: int, parts: int) -> NDArray[np.int64]:
+    """``parts + 1`` bounds cutting ``0 … size`` into ``parts`` ranges of (nearly) equal length."""
+    return np.linspace(0, size, parts + 1).astype(np.int64)
+
+
+def _in_threads(bounds: NDArray[np.int64], run: Callable[[int, int, int], object]) -> None:
+    """``run(k, bounds[k], bounds[k + 1])`` for each range ``k``: in this thread for one range, else one thread
+    per range (the compiled functions release the GIL)."""
+    if bounds.size <= 2:
+        run(0, int(bounds[0]), int(bounds[-1]))
+        return
+    with ThreadPoolExecutor(max_workers=bounds.size - 1) as pool:
+        list(pool.map(lambda k: run(k, int(bounds[k]), int(bounds[k + 1])), range(bounds.size - 1)))
+
+
 def _histogram_below(
     jit: ModuleType,
     users: NDArray[np.integer],
@@ -361,16 +410,30 @@ def _histogram_below(
     n_items: int,
     bound: int,
     weights: NDArray[np.int64],
+    threads: int = 1,
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """The histogram of the users with at most ``bound`` distinct items, and the rows (grouped by user) and
     offsets of the others: a counting sort of the items by user, then each user's distinct items.
 
-    One thread: the passes in threads (chunks of rows, ranges of users, one histogram per thread) measured
-    slower, 2.7 s against 1.7 s on 10^7 shuffled rows (``docs/engines.md``).
+    In ``threads`` threads: each counts and then places a chunk of the rows (after the previous chunks' rows
+    of each user: the same order as in one pass), then each takes a range of users holding about as many rows,
+    with its own per-item marker and histogram (one per thread: the item codes are compact, :func:`_codes`),
+    and the histograms are added up: integer sums, the same whatever their order.
     """
-    held, start = jit.items_by_user(users, items, n_users)
+    chunks = _even_ranges(users.size, threads)
+    counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
+    _in_threads(chunks, lambda k, first, stop: jit.count_users(users, first, stop, counts[k]))
+    start, cursors = jit.user_cursors(counts)
+    held = np.empty(users.size, dtype=items.dtype)
+    _in_threads(chunks, lambda k, first, stop: jit.place_items(users, items, first, stop, cursors[k], held))
+    ranges = np.searchsorted(start, chunks).astype(np.int64)  # users cut where the row chunks are
+    ranges[0], ranges[-1] = 0, n_users
     above = np.zeros(n_users, dtype=np.bool_)
-    histogram: NDArray[np.int64] = jit.histogram_users(held, start, n_items, bound, weights, above)
+    seen = np.full((threads, n_items), -1, dtype=np.int32)
+    histograms = np.zeros((threads, n_items), dtype=np.int64)
+    _in_threads(ranges, lambda k, first, stop: jit.histogram_user_range(
+        held, start, first, stop, bound, weights, above, seen[k], histograms[k]))
+    histogram: NDArray[np.int64] = histograms[0] if threads == 1 else histograms.sum(axis=0)
     if not above.any():
         return histogram, np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     rows, offsets = jit.rows_above(users, start, above)
@@ -379,8 +442,9 @@ def _histogram_below(
 
 #: From this many rows on, a frame whose users are sorted, or text, takes the Polars plans: they slice sorted
 #: users' runs on every core, and the one-thread compiled step paid 2.0x at 10^6 sorted Zipf rows, 1.1x at
-#: 3·10^6 and 0.9x at 10^7, 0.9x on 10^7 rows of String ids (idle, ``benchmarks/bench_wgm.py``); unsorted
-#: integer users pay (2.5x at 10^7 shuffled rows).
+#: 3·10^6 and 0.9x at 10^7, 0.9x on 10^7 rows of String ids (idle, ``benchmarks/bench_wgm.py``); in threads
+#: about 1.3x at 10^7 sorted rows (CPU 0.46 s against 0.61 s), short of the 1.5x a second path needs;
+#: unsorted integer users pay (2.5x at 10^7 shuffled rows in one thread).
 _POLARS_ROWS = 2**21
 
 
@@ -395,7 +459,8 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     step does not pay: when most of the first rows belong to users above Δ0 (:func:`mostly_above`, the
     ``"auto"`` plan's test), the keyed Polars plan is about as fast (every row needs its key anyway); when the
     users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text and the frame holds at
-    least :data:`_POLARS_ROWS` rows, the Polars plans are faster.
+    least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the coded columns; text
+    users are counted first, so that a large text frame is not coded for nothing).
     """
     jit = _jit()
     space, bound = lists.space, lists.max_contributions
@@ -405,16 +470,20 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
         return None
     if mostly_above(lists.lf, space.user, bound):
         return None  # the keyed Polars plan: the compiled step measured only 1.07x faster (imdb_50k, docs/engines.md)
-    users = lists.lf.select(space.user).collect().get_column(space.user)  # sorted flag: set by _prepare_frame
-    if (users.flags["SORTED_ASC"] or users.dtype == pl.String) and users.len() >= _POLARS_ROWS:
-        return None  # the Polars plans slice sorted users' runs on every core; coding text costs what they save
+    if user_dtype == pl.String and lists.lf.select(pl.len()).collect().item() >= _POLARS_ROWS:
+        return None  # coding text costs what the compiled step saves
     frame = lists.lf.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype)).collect()
+    if frame.get_column(space.user).flags["SORTED_ASC"] and frame.height >= _POLARS_ROWS:
+        return None  # the Polars plans slice sorted users' runs on every core (the flag: set by _prepare_frame)
     if frame.height >= 2**31:
         return None
-    user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit)
-    item_codes, n_items, decode = _codes(frame.get_column(space.item), item_dtype, jit)
+    threads = _kernel_threads(frame.height, jit)
+    user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
+    item_codes, n_items, decode = _codes(frame.get_column(space.item), item_dtype, jit, threads)
     weights = lattice_weights(max_contributions)
-    histogram, rows, offsets = _histogram_below(jit, user_codes, item_codes, n_users, n_items, bound, weights)
+    histogram, rows, offsets = _histogram_below(
+        jit, user_codes, item_codes, n_users, n_items, bound, weights, threads
+    )
     if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
         # on the coded values: a fresh category hashes as its string, as the value did
         keys = frame[rows].select(bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()

@@ -76,11 +76,13 @@ def _variant(frame: pl.DataFrame, variant: str) -> pl.DataFrame:
         ).sample(fraction=1.0, shuffle=True, seed=5)
     if variant == "wide":  # ids spread over the whole integer range (the compiled step's hash table)
         return frame.with_columns(pl.col("user") * 10**12 - 2**62, (pl.col("item").cast(pl.UInt64) + 1) * 2**54)
+    if variant == "sparse":  # fewer than half of the offsets taken (the compiled step renumbers them), shuffled
+        return frame.with_columns(pl.col("user") * 3 - 7, pl.col("item") * 5 - 3).sample(fraction=1.0, shuffle=True, seed=6)
     return frame
 
 
 SHAPES = ["below", "above", "mixed"]
-VARIANTS = ["sorted", "shuffled", "string", "categorical", "nulls", "wide"]
+VARIANTS = ["sorted", "shuffled", "string", "categorical", "nulls", "wide", "sparse"]
 
 
 @pytest.mark.parametrize("plan", ["auto", "split", "keyed"])
@@ -140,13 +142,16 @@ def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, 
             assert dict(histogram.iter_rows()) == _frozen_histogram(kept, MAX_CONTRIBUTIONS)
 
 
-@pytest.fixture(params=["compiled", "polars"])
+@pytest.fixture(params=["compiled", "threads", "polars"])
 def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The per-user step of :func:`kernel.lattice_histogram`: compiled (skipped without Numba) or Polars."""
+    """The per-user step of :func:`kernel.lattice_histogram`: compiled in one thread or in three (chunks of rows
+    and ranges of users; skipped without Numba), or Polars."""
     if request.param == "polars":
         monkeypatch.setattr(kernel, "_jit", lambda: None)
     else:
         pytest.importorskip("numba")
+        if request.param == "threads":  # more threads than cores is fine: the same histogram, bit for bit
+            monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: 3)
         # also where most users are above Δ0 (the dispatch leaves those to the keyed Polars plan: a speed choice)
         monkeypatch.setattr(kernel, "mostly_above", lambda *args: False)
     return str(request.param)
@@ -327,3 +332,51 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
         assert kernel.coded_pairs(_prepare_frame(frame.with_columns(item=items), SPACE), SPACE, passes=1, engine="auto") is None
     monkeypatch.setattr(kernel, "_jit", lambda: None)
     assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
+
+
+@pytest.mark.parametrize("variant", ["sorted", "sparse", "wide", "string", "categorical"])
+def test_compiled_codes_are_exact_in_any_number_of_threads(variant: str) -> None:
+    """Equal values, equal codes; distinct values, distinct codes below the size; decoding gives the values back;
+    offsets of which at most half are taken are renumbered compactly; and the same codes in 1 or 3 threads."""
+    jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
+    frame = _variant(_shape("mixed"), variant)
+    for column in ("user", "item"):
+        dtype = frame.schema[column]
+        values = frame.select(kernel._code_expr(column, dtype)).to_series()
+        codes, size, decode = kernel._codes(values, dtype, jit)
+        assert codes.min() >= 0 and codes.max() < size
+        assert np.unique(codes).size == frame.get_column(column).n_unique()
+        assert decode(codes.astype(np.int64)).equals(frame.get_column(column))
+        if variant == "sparse":  # 3x - 7 and 5x - 3: no more codes than values, or the offsets
+            assert size == frame.get_column(column).n_unique()
+            offsets, span, _ = kernel._codes(values, dtype, jit, compact=False)
+            assert np.array_equal(offsets, values.to_numpy() - values.min()) and span == values.max() - values.min() + 1
+        threaded, threaded_size, _ = kernel._codes(values, dtype, jit, 3)
+        assert np.array_equal(threaded, codes) and threaded_size == size
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_compiled_passes_in_threads_give_the_same_histogram_and_rows(shape: str) -> None:
+    """The counting sort in chunks of rows and the histogram over ranges of users: the same histogram and the
+    same rows above Δ0, in the same order, as in one thread (so the keyed selection sees the same input)."""
+    jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
+    frame = _variant(_shape(shape), "sparse")
+    users, n_users, _ = kernel._codes(frame.get_column("user"), pl.Int64, jit)
+    items, n_items, _ = kernel._codes(frame.get_column("item"), pl.Int64, jit)
+    weights = lattice_weights(MAX_CONTRIBUTIONS)
+    one = kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights)
+    for threads in (2, 3, 7):
+        several = kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights, threads)
+        assert all(np.array_equal(a, b) for a, b in zip(one, several, strict=True))
+    assert (one[1].size > 0) == (shape != "below")
+
+
+def test_kernel_threads_follow_the_rows_and_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One thread below ``_THREAD_ROWS`` rows; else Polars' pool size, at most ``NUMBA_NUM_THREADS``."""
+    jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
+    assert kernel._kernel_threads(kernel._THREAD_ROWS - 1, jit) == 1
+    monkeypatch.setattr(pl, "thread_pool_size", lambda: 6)
+    monkeypatch.setattr(jit, "max_threads", lambda: 4)
+    assert kernel._kernel_threads(kernel._THREAD_ROWS, jit) == 4
+    monkeypatch.setattr(jit, "max_threads", lambda: 16)
+    assert kernel._kernel_threads(kernel._THREAD_ROWS, jit) == 6
