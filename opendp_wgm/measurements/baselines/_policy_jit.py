@@ -1,7 +1,8 @@
 r"""Compiled (Numba) parts of Policy Gaussian; imported only if Numba is installed.
 
 - :func:`bounded_user_items`: the CSR arrays (Δ0-bounded users in their random order) from per-row hashes, in
-  linear time plus a small sort per user; its output is checked against the values by the caller
+  linear time on average (a counting sort of each user's keys, :func:`_smallest_sorted`); its output is checked
+  against the values by the caller
   (:func:`opendp_wgm.measurements.baselines.policy._hashed_csr`);
 - :func:`first_appearance_codes`: dense integer codes of 64-bit values through a hash table (no sort).
 - :func:`l2_policy_run`: the per-user loop of the ℓ2 descent.
