@@ -168,10 +168,9 @@ def _zipf_frame(items_as: str) -> pl.DataFrame:
     return df
 
 
-@pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
-def test_policy_gaussian_histogram_identical_to_the_frozen_code(
-    kernel: str, items_as: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _histograms(frame: pl.DataFrame, monkeypatch: pytest.MonkeyPatch) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The histogram that reaches the noise in a release of ``frame`` (Δ0 = 20, seeds :data:`SEEDS`), sorted by
+    item, and the frozen code's."""
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
     seen: list[pl.DataFrame] = []
@@ -181,12 +180,18 @@ def test_policy_gaussian_histogram_identical_to_the_frozen_code(
         return histogram
 
     monkeypatch.setattr(bl, "release_above_threshold", capture)
-    frame = _zipf_frame(items_as)
     scale, threshold = 3.884141, 20.78976
     m = bl.make_policy_gaussian(*wgm.user_items_space(), max_contributions=20, scale=scale, threshold=threshold)
     m(frame)
-    expected = _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
-    assert seen[0].sort("item").equals(expected)
+    return seen[0].sort("item"), _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
+
+
+@pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
+def test_policy_gaussian_histogram_identical_to_the_frozen_code(
+    kernel: str, items_as: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got, expected = _histograms(_zipf_frame(items_as), monkeypatch)
+    assert got.equals(expected)
     assert expected.height > 100 and (expected["weight_lat"] > 30 * U).sum() >= 3  # near the cap
 
 
@@ -340,27 +345,15 @@ def test_compiled_preparation_releases_what_the_straightforward_code_releases(
     """For fixed seeds, the histogram that reaches the noise (hence the release, for the same noise) is the
     row-level code's, when the compiled preparation builds the arrays."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
     monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
     built: list[bool] = []
     hashed = bl._hashed_csr
     monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
-    seen: list[pl.DataFrame] = []
-
-    def capture(histogram: pl.DataFrame, item: str, **_: object) -> pl.DataFrame:
-        seen.append(histogram)
-        return histogram
-
-    monkeypatch.setattr(bl, "release_above_threshold", capture)
     frame = _shape_frame(shape)
-    scale, threshold = 3.884141, 20.78976
-    m = bl.make_policy_gaussian(*wgm.user_items_space(), max_contributions=20, scale=scale, threshold=threshold)
-    m(frame)
+    got, expected = _histograms(frame, monkeypatch)
     assert built == [True]
-    expected = _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
-    assert seen[0].sort("item").equals(expected)
+    assert got.equals(expected)
     sizes = frame.group_by("user").agg(pl.col("item").n_unique())["item"]
     assert (sizes > 20).any() == (shape != "all below") and (sizes <= 20).any()
 
