@@ -249,15 +249,25 @@ def _value_key(column: str, dtype: PolarsDataType) -> pl.Expr:
     return pl.col(column) if value_dtype == dtype else pl.col(column).cast(value_dtype)
 
 
+#: Rows of a user column checked before the whole (:func:`_flag_sorted_users`): a speed choice only.
+_SORTED_PROBE = 1 << 16
+
+
 def _flag_sorted_users(frame: pl.DataFrame, user: str) -> pl.DataFrame:
     """``frame`` with its user column flagged sorted when it is sorted (checked: one pass over the column, no
     copy), so that the per-user ``group_by`` of the release slices contiguous runs instead of hashing every row.
 
     Only integer and String columns without nulls are checked (their sorted flag means what ``is_sorted``
-    checks); the flag is never set unchecked: a wrong one would split a user into several groups.
+    checks); the flag is never set unchecked: a wrong one would split a user into several groups. The first
+    :data:`_SORTED_PROBE` rows are checked first: Polars' ``is_sorted`` reads a whole String column even when
+    its second row is out of order (0.2 s on 1.2·10^7 rows), and most files' users are not sorted.
     """
     column = frame.get_column(user)
-    if not (column.dtype.is_integer() or column.dtype == pl.String) or column.null_count() or not column.is_sorted():
+    if not (column.dtype.is_integer() or column.dtype == pl.String) or column.null_count():
+        return frame
+    if column.len() > _SORTED_PROBE and not column.slice(0, _SORTED_PROBE).is_sorted():
+        return frame  # unsorted in its first rows, hence unsorted
+    if not column.is_sorted():
         return frame
     return frame.with_columns(column.set_sorted())
 

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from opendp_wgm import _spaces as spaces
 from opendp_wgm._spaces import _flag_sorted_users, _prepare_frame, _Space, _value_key
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.privacy.threshold import lattice_weights
@@ -250,6 +251,16 @@ def test_only_checked_sorted_users_are_flagged() -> None:
         assert not any(_flag_sorted_users(unsorted, "user").get_column("user").flags.values())
     lists = kernel.bounded_lists_plan(_prepare_frame(pl.DataFrame({"user": [2, 1, 2], "item": [1, 1, 2]}), SPACE), SPACE, 1, SEEDS)
     assert sorted(lists.collect()["user"].to_list()) == [1, 2]  # user 2's rows are one group, bounded once
+
+
+def test_sorted_flag_reads_the_first_rows_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of the first rows only shortens the answer: a column sorted there but not after is not flagged,
+    one unsorted there is not either, a sorted one is."""
+    monkeypatch.setattr(spaces, "_SORTED_PROBE", 2)
+    for users in ([1, 2, 3, 0, 4], [2, 1, 3, 4, 5], [1, 1, 2, 3, 3]):
+        for column in (pl.Series("user", users), pl.Series("user", [f"u{u}" for u in users])):
+            flagged = _flag_sorted_users(column.to_frame(), "user").get_column("user").flags["SORTED_ASC"]
+            assert flagged == (users == sorted(users))
 
 
 def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() -> None:

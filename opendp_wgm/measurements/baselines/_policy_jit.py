@@ -1,7 +1,8 @@
 r"""Compiled (Numba) parts of Policy Gaussian; imported only if Numba is installed.
 
 - :func:`bounded_user_items`: the CSR arrays (Δ0-bounded users in their random order) from per-row hashes, in
-  linear time plus a small sort per user; its output is checked against the values by the caller
+  linear time on average (a counting sort of each user's keys, :func:`_smallest_sorted`); its output is checked
+  against the values by the caller
   (:func:`opendp_wgm.measurements.baselines.policy._hashed_csr`);
 - :func:`first_appearance_codes`: dense integer codes of 64-bit values through a hash table (no sort).
 - :func:`l2_policy_run`: the per-user loop of the ℓ2 descent.
@@ -106,7 +107,6 @@ def l2_policy_run(
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio (Fibonacci hashing)
-_SHORT = 32  # users with at most this many rows are sorted by insertion (no allocation)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -162,18 +162,60 @@ def first_appearance_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def _sort_by_key(rows: np.ndarray, key: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Sort ``rows`` in place by ascending ``key[row]`` (ties in any order); short ones by insertion."""
-    m = rows.size
-    if m > _SHORT:
-        rows[:] = rows[np.argsort(key[rows], kind="mergesort")]  # Numba's quicksort is slower on short arrays
-        return
-    for i in range(1, m):
-        j, current = i, rows[i]
-        while j > 0 and key[rows[j - 1]] > key[current]:
-            rows[j] = rows[j - 1]
+def _smallest_sorted(
+    keys: np.ndarray, rows: np.ndarray, d: int, k: int, count: np.ndarray, out_keys: np.ndarray, out_rows: np.ndarray
+) -> int:  # pragma: no cover - compiled
+    """The ``min(k, d)`` smallest of the distinct ``keys[:d]`` in ascending order, with their ``rows``, written to
+    ``out_keys`` and ``out_rows``; returns how many. No allocation (``count``: at least ``2^ceil(log2 d) + 1``).
+
+    The keys are keyed hashes, uniform on 64 bits: a counting sort by their top ``ceil(log2 d)`` bits leaves
+    about one key per bucket, and an insertion sort of the buckets that reach position ``k`` finishes the order
+    (linear on average; any keys are sorted correctly, skewed ones only more slowly).
+    """
+    if d <= 1:
+        out_keys[:d] = keys[:d]
+        out_rows[:d] = rows[:d]
+        return d
+    bits = 1
+    while (1 << bits) < d:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    count[: (1 << bits) + 1] = 0
+    for t in range(d):
+        count[np.int64(keys[t] >> shift) + 1] += 1
+    for b in range(1 << bits):
+        count[b + 1] += count[b]
+    for t in range(d):  # stable scatter by bucket; count[b] ends at the end of bucket b
+        b = np.int64(keys[t] >> shift)
+        at = count[b]
+        count[b] = at + 1
+        out_keys[at], out_rows[at] = keys[t], rows[t]
+    m = min(d, k)
+    end = count[np.int64(out_keys[m - 1] >> shift)]  # the buckets up to the one at position m - 1
+    for i in range(1, end):
+        key, row = out_keys[i], out_rows[i]
+        j = i
+        while j > 0 and out_keys[j - 1] > key:
+            out_keys[j], out_rows[j] = out_keys[j - 1], out_rows[j - 1]
             j -= 1
-        rows[j] = current
+        out_keys[j], out_rows[j] = key, row
+    return m
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def _grow(table: np.ndarray) -> tuple[np.ndarray, np.uint64]:  # pragma: no cover - compiled
+    """The item table (pairs hash, code + 1; 0: empty) rebuilt at twice its slots, and its new shift."""
+    slots = table.size  # twice the old slots: the new number of slots
+    shift = np.uint64(64 - int(np.log2(slots)))
+    grown = np.zeros(2 * slots, dtype=np.uint64)
+    mask = slots - 1
+    for t in range(table.size // 2):
+        if table[2 * t + 1]:
+            s = np.int64((table[2 * t] * _GOLDEN) >> shift)
+            while grown[2 * s + 1]:
+                s = (s + 1) & mask
+            grown[2 * s], grown[2 * s + 1] = table[2 * t], table[2 * t + 1]
+    return grown, shift
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -186,99 +228,107 @@ def bounded_user_items(
     The rows come in runs of equal users (``rle``): run ``j`` is rows ``run_start[j]:run_start[j + 1]``, of user
     hash ``run_hash[j]``; runs with the same hash are taken as one user (the caller checks that their user values
     are equal). Within a user, rows with equal ``key`` are taken as one item; if their ``item_hash`` differs (two
-    items with one key) the arrays are not built (``ok`` False). Items are coded by ``item_hash`` (the caller
-    checks that every kept row's value equals its code's representative). Users are processed in the rows'
-    order (memory order), then laid out in hash order.
+    items with one key) the arrays are not built (``ok`` False). Items are coded by ``item_hash`` in order of
+    first appearance in the arrays (the caller checks that every kept row's value equals its code's
+    representative).
+
+    One pass over the users in their final order, writing the arrays in place; no allocation per user: a user's
+    distinct keys through a small hash table (in cache), the ``max_contributions`` smallest in ascending order
+    by :func:`_smallest_sorted`, their items coded through one table of (hash, code) pairs (one cache line a
+    probe). When every user is one run (users contiguous, as in most files) the rows are read where they are.
 
     Returns
     -------
-    ok, codes, offsets, kept, kept_codes, same_user
-        ``codes`` and ``offsets``: the CSR arrays; ``kept``: the kept rows (users in the rows' order) and
-        ``kept_codes`` their codes; ``same_user``: for each run, the first run of its user.
+    ok, codes, offsets, kept, first, same_user
+        ``codes`` and ``offsets``: the CSR arrays; ``kept``: the row of each entry of ``codes``; ``first``: each
+        code's first entry; ``same_user``: for each run, the first run of its user.
     """
     empty = np.zeros(0, dtype=np.int64)
     n = key.size
     n_runs = run_hash.size
     user_of_run, first_run = first_appearance_codes(run_hash)
     n_users = first_run.size
-    # rows grouped by user (counting sort of the runs; the identity when every user is one run)
-    user_start = np.zeros(n_users + 1, dtype=np.int64)
-    for j in range(n_runs):
-        user_start[user_of_run[j] + 1] += run_start[j + 1] - run_start[j]
-    for u in range(n_users):
-        user_start[u + 1] += user_start[u]
-    rows = np.arange(n)
-    if n_users < n_runs:
+    # rows grouped by user: a counting sort of the runs, needed only when a user has several runs
+    contiguous = n_users == n_runs
+    user_start = run_start
+    rows = empty
+    if not contiguous:
+        user_start = np.zeros(n_users + 1, dtype=np.int64)
+        for j in range(n_runs):
+            user_start[user_of_run[j] + 1] += run_start[j + 1] - run_start[j]
+        for u in range(n_users):
+            user_start[u + 1] += user_start[u]
+        rows = np.empty(n, dtype=np.int64)
         fill = user_start[:-1].copy()
         for j in range(n_runs):
             u = user_of_run[j]
             for i in range(run_start[j], run_start[j + 1]):
                 rows[fill[u]] = i
                 fill[u] += 1
-    # per user: its distinct keys (a small hash table, reused), the max_contributions smallest (a partition),
-    # in ascending key (a sort of those only)
     longest = 1
     for u in range(n_users):
         longest = max(longest, user_start[u + 1] - user_start[u])
-    slot_row = np.full(2 << int(np.ceil(np.log2(longest))), -1, dtype=np.int64)
-    slot_key = np.zeros(slot_row.size, dtype=np.uint64)
+    slots = 2 << int(np.ceil(np.log2(longest)))
+    seen = np.zeros(2 * slots, dtype=np.uint64)  # pairs (key, index of the distinct key + 1; 0: empty)
     distinct_rows = np.empty(longest, dtype=np.int64)
     distinct_keys = np.empty(longest, dtype=np.uint64)
     used = np.empty(longest, dtype=np.int64)
-    kept = np.empty(n, dtype=np.int64)
-    count = np.zeros(n_users, dtype=np.int64)
-    size = 0
-    for u in range(n_users):
-        own = rows[user_start[u] : user_start[u + 1]]
-        bits = 1
-        while (1 << bits) < 2 * own.size:
-            bits += 1
-        mask, shift = np.uint64((1 << bits) - 1), np.uint64(64 - bits)
-        d = 0
-        for r in own:
-            value = key[r]
-            slot = (value * _GOLDEN) >> shift
-            while slot_row[slot] >= 0 and slot_key[slot] != value:
-                slot = (slot + np.uint64(1)) & mask
-            if slot_row[slot] < 0:
-                slot_row[slot], slot_key[slot] = r, value
-                used[d], distinct_rows[d], distinct_keys[d] = slot, r, value
-                d += 1
-            elif item_hash[r] != item_hash[slot_row[slot]]:
-                return False, empty, empty, empty, empty, empty
-        for t in range(d):
-            slot_row[used[t]] = -1
-        if d > max_contributions:
-            largest = np.partition(distinct_keys[:d], max_contributions - 1)[max_contributions - 1]
-            b = 0
-            for t in range(d):
-                if distinct_keys[t] <= largest:
-                    distinct_rows[b] = distinct_rows[t]
-                    b += 1
-            d = b
-        chosen = distinct_rows[:d]
-        _sort_by_key(chosen, key)
-        kept[size : size + d] = chosen
-        size += d
-        count[u] = d
-    kept = kept[:size]
-    kept_hash = np.empty(size, dtype=np.uint64)
-    for t in range(size):
-        kept_hash[t] = item_hash[kept[t]]
-    kept_codes, _ = first_appearance_codes(kept_hash)
-    # users in ascending hash (distinct: runs of equal hash are one user)
-    order = np.argsort(run_hash[first_run])
-    begin = np.zeros(n_users + 1, dtype=np.int64)
-    for u in range(n_users):
-        begin[u + 1] = begin[u] + count[u]
+    count = np.empty(slots + 1, dtype=np.int64)
+    smallest_keys = np.empty(longest, dtype=np.uint64)
+    smallest_rows = np.empty(longest, dtype=np.int64)
+    kept = np.empty(min(n, n_users * max_contributions), dtype=np.int64)
+    codes = np.empty(kept.size, dtype=np.int64)
+    first = np.empty(kept.size, dtype=np.int64)
     offsets = np.zeros(n_users + 1, dtype=np.int64)
-    codes = np.empty(size, dtype=np.int64)
+    items = np.zeros(2 << 12, dtype=np.uint64)  # pairs (item hash, code + 1), 2^12 slots to start with
+    item_shift = np.uint64(64 - 12)
+    n_codes = 0
+    size = 0
+    order = np.argsort(run_hash[first_run])  # users in ascending hash (distinct: equal hashes are one user)
     for position in range(n_users):
         u = order[position]
-        at = offsets[position]
-        codes[at : at + count[u]] = kept_codes[begin[u] : begin[u + 1]]
-        offsets[position + 1] = at + count[u]
+        lo, hi = user_start[u], user_start[u + 1]
+        bits = 1
+        while (1 << bits) < 2 * (hi - lo):
+            bits += 1
+        mask, shift = (1 << bits) - 1, np.uint64(64 - bits)
+        d = 0
+        for p in range(lo, hi):
+            r = p if contiguous else rows[p]
+            value = key[r]
+            slot = np.int64((value * _GOLDEN) >> shift)
+            while seen[2 * slot + 1] and seen[2 * slot] != value:
+                slot = (slot + 1) & mask
+            if not seen[2 * slot + 1]:
+                seen[2 * slot], seen[2 * slot + 1] = value, np.uint64(d + 1)
+                used[d], distinct_rows[d], distinct_keys[d] = slot, r, value
+                d += 1
+            elif item_hash[r] != item_hash[distinct_rows[np.int64(seen[2 * slot + 1]) - 1]]:
+                return False, empty, empty, empty, empty, empty
+        for t in range(d):
+            seen[2 * used[t] + 1] = 0
+        d = _smallest_sorted(distinct_keys, distinct_rows, d, max_contributions, count, smallest_keys, smallest_rows)
+        item_mask = items.size // 2 - 1
+        for t in range(d):
+            r = smallest_rows[t]
+            h = item_hash[r]
+            s = np.int64((h * _GOLDEN) >> item_shift)
+            while items[2 * s + 1] and items[2 * s] != h:
+                s = (s + 1) & item_mask
+            if items[2 * s + 1]:
+                code = np.int64(items[2 * s + 1]) - 1
+            else:
+                code = n_codes
+                items[2 * s], items[2 * s + 1] = h, np.uint64(n_codes + 1)
+                first[n_codes] = size
+                n_codes += 1
+                if 4 * n_codes > items.size:  # half full: twice the slots
+                    items, item_shift = _grow(items)
+                    item_mask = items.size // 2 - 1
+            kept[size], codes[size] = r, code
+            size += 1
+        offsets[position + 1] = size
     same_user = np.empty(n_runs, dtype=np.int64)
     for j in range(n_runs):
         same_user[j] = first_run[user_of_run[j]]
-    return True, codes, offsets, kept, kept_codes, same_user
+    return True, codes[:size], offsets, kept[:size], first[:n_codes], same_user

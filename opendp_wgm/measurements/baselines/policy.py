@@ -345,18 +345,14 @@ def _hashed_csr(
     run_users = runs["value"].rename(user)
     run_start = np.concatenate(([0], np.cumsum(runs["len"].to_numpy()))).astype(np.int64)
     run_hash = run_users.to_frame().select(order).to_series().to_numpy()
-    ok, codes, offsets, kept, kept_codes, same_user = kernel(
+    ok, codes, offsets, kept, first, same_user = kernel(
         run_start, run_hash, rows["_k"].to_numpy(), rows["_x"].to_numpy(), max_contributions
     )
     if not ok or not (run_users == run_users.gather(same_user)).all():
         return None
     items = rows[item]
-    n_codes = int(kept_codes.max()) + 1 if kept_codes.size else 0
-    first = np.empty(n_codes, dtype=np.int64)
-    first[kept_codes[::-1]] = np.arange(kept_codes.size - 1, -1, -1)  # each code's first kept row
-    values = items.gather(kept[first])
-    kept_values = items.gather(kept)  # near the rows' order: users in memory order, a few items each
-    if not (kept_values == values.gather(kept_codes)).all():
+    values = items.gather(kept[first])  # each code's item
+    if not (items.gather(kept) == values.gather(codes)).all():  # every kept row holds its code's item
         return None
     return _UserItems(codes=codes, offsets=offsets, n_codes=values.len(), decode=values.gather)
 

@@ -168,10 +168,9 @@ def _zipf_frame(items_as: str) -> pl.DataFrame:
     return df
 
 
-@pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
-def test_policy_gaussian_histogram_identical_to_the_frozen_code(
-    kernel: str, items_as: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _histograms(frame: pl.DataFrame, monkeypatch: pytest.MonkeyPatch) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The histogram that reaches the noise in a release of ``frame`` (Δ0 = 20, seeds :data:`SEEDS`), sorted by
+    item, and the frozen code's."""
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
     seen: list[pl.DataFrame] = []
@@ -181,12 +180,18 @@ def test_policy_gaussian_histogram_identical_to_the_frozen_code(
         return histogram
 
     monkeypatch.setattr(bl, "release_above_threshold", capture)
-    frame = _zipf_frame(items_as)
     scale, threshold = 3.884141, 20.78976
     m = bl.make_policy_gaussian(*wgm.user_items_space(), max_contributions=20, scale=scale, threshold=threshold)
     m(frame)
-    expected = _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
-    assert seen[0].sort("item").equals(expected)
+    return seen[0].sort("item"), _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
+
+
+@pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
+def test_policy_gaussian_histogram_identical_to_the_frozen_code(
+    kernel: str, items_as: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got, expected = _histograms(_zipf_frame(items_as), monkeypatch)
+    assert got.equals(expected)
     assert expected.height > 100 and (expected["weight_lat"] > 30 * U).sum() >= 3  # near the cap
 
 
@@ -272,12 +277,12 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pyt
     for corrupt in ("user", "item"):
 
         def wrong(*args: object, corrupt: str = corrupt) -> tuple[object, ...]:
-            ok, codes, offsets, kept, kept_codes, same_user = kernel(*args)
+            ok, codes, offsets, kept, first, same_user = kernel(*args)
             if corrupt == "user":
                 same_user = np.zeros_like(same_user)  # every run taken as the first user
             else:
-                kept_codes = np.minimum(kept_codes, 1)  # items taken as one
-            return ok, codes, offsets, kept, kept_codes, same_user
+                codes = np.minimum(codes, 1)  # items taken as one
+            return ok, codes, offsets, kept, first, same_user
 
         monkeypatch.setattr(bl, "_bounded_kernel", lambda wrong=wrong: wrong)
         assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, pl.lit(0)) is None
@@ -306,3 +311,66 @@ def test_histogram_rows_in_item_order_not_code_order() -> None:
     histogram = bl._positive_histogram(data, np.array([5, 0, 7, 9]), "item")
     assert histogram["item"].to_list() == ["a", "k", "w"]
     assert histogram["weight_lat"].to_list() == [9, 7, 5]
+
+
+# ------------------------------------------------------------------------------------------------------
+# the compiled preparation against the straightforward code, end to end, on shapes that stress it
+# ------------------------------------------------------------------------------------------------------
+def _shape_frame(shape: str) -> pl.DataFrame:
+    """Users at Δ0 = 20 in shapes the compiled preparation handles separately."""
+    rng = np.random.default_rng(17)
+    if shape == "at the bound":  # 19, 20 and 21 distinct items: one below, at and just above Δ0
+        sizes = np.tile([19, 20, 21], 60)
+        users = np.repeat(np.arange(sizes.size), sizes)
+        items = np.concatenate([rng.choice(300, size, replace=False) for size in sizes])
+    else:
+        sizes = rng.integers(1, 10, 200) if shape == "all below" else rng.integers(1, 90, 200)
+        users = np.repeat(np.arange(sizes.size), sizes)
+        items = rng.zipf(1.4, users.size) % 400
+    df = pl.DataFrame({"user": users, "item": items})
+    if shape == "duplicates":  # every row three times, a user's rows shuffled among themselves
+        df = pl.concat([df, df, df]).sample(fraction=1.0, shuffle=True, seed=5).sort("user", maintain_order=True)
+    if shape == "split runs":  # a user's rows in two runs: the first half of the frame, then the second
+        half = df.with_row_index("_r").with_columns(_late=pl.col("_r") % 2 == 1)
+        df = half.sort("_late", maintain_order=True).drop("_r", "_late")
+    if shape in ("str", "duplicates"):
+        df = df.with_columns(pl.format("user {}", "user"), pl.format("word-{}", "item"))
+    return df
+
+
+@pytest.mark.parametrize("shape", ["int", "str", "duplicates", "at the bound", "split runs", "all below"])
+def test_compiled_preparation_releases_what_the_straightforward_code_releases(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For fixed seeds, the histogram that reaches the noise (hence the release, for the same noise) is the
+    row-level code's, when the compiled preparation builds the arrays."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
+    built: list[bool] = []
+    hashed = bl._hashed_csr
+    monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
+    frame = _shape_frame(shape)
+    got, expected = _histograms(frame, monkeypatch)
+    assert built == [True]
+    assert got.equals(expected)
+    sizes = frame.group_by("user").agg(pl.col("item").n_unique())["item"]
+    assert (sizes > 20).any() == (shape != "all below") and (sizes <= 20).any()
+
+
+@pytest.mark.parametrize(("d", "k"), [(0, 5), (1, 5), (2, 1), (7, 100), (100, 100), (180, 100), (2473, 100), (500, 1)])
+def test_smallest_sorted_is_the_sorted_prefix(d: int, k: int) -> None:
+    pytest.importorskip("numba")
+    from opendp_wgm.measurements.baselines import _policy_jit
+
+    rng = np.random.default_rng(d + k)
+    uniform = rng.permutation(np.unique(rng.integers(0, 2**64, d + 10, dtype=np.uint64)))[:d]
+    skewed = rng.permutation(np.arange(d, dtype=np.uint64) * 3)  # every key in the first bucket
+    for keys in (uniform, skewed):
+        rows = np.arange(d, dtype=np.int64) + 1000
+        out_keys, out_rows = np.empty(max(d, 1), dtype=np.uint64), np.empty(max(d, 1), dtype=np.int64)
+        count = np.empty(2 * max(d, 1) + 2, dtype=np.int64)
+        m = _policy_jit._smallest_sorted(keys.copy(), rows, d, k, count, out_keys, out_rows)
+        expected = np.argsort(keys, kind="stable")[: min(d, k)]
+        assert m == min(d, k)
+        assert np.array_equal(out_keys[:m], keys[expected]) and np.array_equal(out_rows[:m], rows[expected])
