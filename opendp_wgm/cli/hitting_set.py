@@ -89,10 +89,10 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _two_stage_lines,
     )
     from opendp_wgm.domains import user_items_space
+    from opendp_wgm.measurements.hitting_set import _wgm_hitting_set_of
     from opendp_wgm.measurements import (
         calibrate_wgm_hitting_set,
         greedy_hitting_set,
-        make_wgm_hitting_set_from_budget,
     )
 
     budget = _budget(args)
@@ -103,15 +103,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
 
     def plan() -> _Plan:
         cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs(), **stage_1)
-        measurement = make_wgm_hitting_set_from_budget(
-            *user_items_space(args.user, args.item),
-            k=args.k,
-            split=split,
-            noise=noise,
-            **budget.kwargs(),
-            **execution.kwargs(),
-            **stage_1,
-        )
+        space = user_items_space(args.user, args.item)
+        measurement = _wgm_hitting_set_of(*space, cal, noise=noise, item=None, **execution.kwargs())
         lines = _two_stage_lines(
             cal.stage_1,
             split=split,

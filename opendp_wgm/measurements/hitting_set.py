@@ -510,6 +510,23 @@ def make_wgm_hitting_set_from_budget(
         rounds=rounds,
         ratio=ratio,
     )
+    return _wgm_hitting_set_of(
+        input_domain, input_metric, cal, noise=noise, item=item, passes=passes, engine=engine
+    )
+
+
+def _wgm_hitting_set_of(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    cal: HittingSetCalibration,
+    *,
+    noise: NoiseMethod,
+    item: str | Sequence[str] | None,
+    passes: int,
+    engine: Engine,
+) -> dp.Measurement:
+    """:func:`make_wgm_hitting_set_from_budget`'s measurement for its calibration ``cal``: the CLI, which prints
+    the calibration, builds from it without calibrating again."""
     if cal.sips is not None:
         return make_dp_sips_then_peeling(
             input_domain,
