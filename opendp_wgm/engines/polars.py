@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import math
 import secrets
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,6 +51,7 @@ __all__ = [
     "candidate_pairs",
     "cast_candidates",
     "collect_once",
+    "share_codes",
     "distinct_pairs_plan",
     "fresh_seeds",
     "lattice_histogram",
@@ -88,6 +90,50 @@ def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> pl.LazyFr
     if passes == 1 and engine != "streaming":
         return lf.collect().lazy()
     return lf
+
+
+@dataclass(frozen=True)
+class _CodedRows:
+    """The compiled step's coding of a prepared frame's rows (:func:`_compiled_histogram`): a user code and an
+    item code per row (exact: equal values, equal codes), and the item values of codes (``decode``)."""
+
+    users: NDArray[np.integer]
+    n_users: int
+    items: NDArray[np.integer]
+    n_items: int
+    decode: Callable[[NDArray[np.int64]], pl.Series]
+
+    def item_codes_of(self, values: pl.Series) -> NDArray[np.int64]:
+        """The item code of each of ``values`` (in the data's item dtype), -1 where no row holds it."""
+        codes = pl.Series("code", np.arange(self.n_items, dtype=np.int64))
+        table = pl.DataFrame([self.decode(codes.to_numpy()).rename("value"), codes])
+        found = pl.DataFrame([values.rename("value")]).join(table, on="value", how="left", maintain_order="left")
+        return found.get_column("code").fill_null(-1).to_numpy()
+
+
+#: Prepared frames whose compiled coding later steps read: ``id(lf) -> (weak reference to lf, [coding])``.
+_SHARED: dict[int, tuple[weakref.ref[pl.LazyFrame], list[_CodedRows]]] = {}
+
+
+def share_codes(lf: pl.LazyFrame) -> None:
+    """Keep the compiled step's coding of ``lf``'s rows, when it codes them, for later steps of the same release
+    that read ``lf`` (a two-stage release's stage 2: :func:`candidate_pairs`), instead of reading the rows again.
+
+    ``lf`` is an in-memory prepared frame (:func:`collect_once`). The coding lives as long as ``lf`` does (the
+    entry goes with the last reference to it) and is a deterministic function of its rows: no seed, no noise.
+    """
+    key = id(lf)
+    _SHARED[key] = (weakref.ref(lf, lambda _: _SHARED.pop(key, None)), [])
+
+
+def _shared_slot(lf: pl.LazyFrame) -> list[_CodedRows] | None:
+    entry = _SHARED.get(id(lf))
+    return entry[1] if entry is not None and entry[0]() is lf else None
+
+
+def _shared_codes(lf: pl.LazyFrame) -> _CodedRows | None:
+    slot = _shared_slot(lf)
+    return slot[0] if slot else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -382,6 +428,9 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
         return None
     user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit)
     item_codes, n_items, decode = _codes(frame.get_column(space.item), item_dtype, jit)
+    slot = _shared_slot(lists.lf)
+    if slot is not None:  # a later step of the release reads the same rows (share_codes)
+        slot[:] = [_CodedRows(user_codes, n_users, item_codes, n_items, decode)]
     weights = lattice_weights(max_contributions)
     histogram, rows, offsets = _histogram_below(jit, user_codes, item_codes, n_users, n_items, bound, weights)
     if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
@@ -498,17 +547,21 @@ def _dense_user_code(user: str, dtype: pl.DataType) -> pl.Expr | None:
     return None
 
 
-def _candidate_rows(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> pl.DataFrame:
-    """The user key and the candidate position (column :data:`_POSITION`) of every row whose item is a candidate,
-    in row order: the filter reaches a file scan, then one lookup per kept row. Text items look up an ``Enum``
-    whose categories are the candidates (exact string matching: the category's index is the position; about
-    twice as fast as ``replace_strict`` on imdb_50k's 5.5e6 candidate rows), other dtypes ``replace_strict``."""
+def _candidate_rows(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series, user: pl.Expr | None = None
+) -> pl.DataFrame:
+    """The user key (or ``user``, an expression of it named as it) and the candidate position (column
+    :data:`_POSITION`) of every row whose item is a candidate, in row order: the filter reaches a file scan, then
+    one lookup per kept row. Text items look up an ``Enum`` whose categories are the candidates (exact string
+    matching: the category's index is the position; about twice as fast as ``replace_strict`` on imdb_50k's
+    5.5e6 candidate rows), other dtypes ``replace_strict``."""
     item = pl.col(space.item)
     if items.dtype == pl.String:
         position = item.cast(pl.Enum(items)).to_physical()
     else:
         position = item.replace_strict(items, pl.int_range(items.len(), eager=True, dtype=pl.UInt32))
-    rows = lf.filter(item.is_in(items.implode())).select(pl.col(space.user), position.alias(_POSITION))
+    key = pl.col(space.user) if user is None else user
+    rows = lf.filter(item.is_in(items.implode())).select(key, position.alias(_POSITION))
     return rows.collect()
 
 
@@ -539,6 +592,45 @@ def _hashed_pairs(rows: pl.LazyFrame, user: str, dtype: pl.DataType, *, contiguo
     return rows.select(pair.unique()).select(*split).collect()
 
 
+@lru_cache(maxsize=1)
+def _peel_jit() -> ModuleType | None:
+    """The compiled stage-2 step (:mod:`opendp_wgm.engines._peel_jit`), or ``None`` when Numba is not installed."""
+    try:
+        return importlib.import_module("opendp_wgm.engines._peel_jit")
+    except ImportError:
+        return None
+
+
+def _compiled_candidate_pairs(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series
+) -> tuple[NDArray[np.int64], NDArray[np.int64]] | None:
+    """:func:`candidate_pairs` by the compiled step (:func:`opendp_wgm.engines._peel_jit.distinct_pairs`): a
+    candidate position per row, then the rows deduplicated per user in linear passes; users come grouped, in
+    increasing code. The rows' codes are those the WGM's compiled step left for this frame
+    (:func:`share_codes`), when it ran on it: then the data is not read again; otherwise the candidates' rows
+    are read once (:func:`_candidate_rows`) and their user key coded as the compiled step codes it. ``None`` (the
+    Polars plans) without Numba or for a user key :func:`_codes_dtype` rejects."""
+    peel_jit, jit = _peel_jit(), _jit()
+    if peel_jit is None or jit is None:
+        return None
+    coded = _shared_codes(lf)
+    if coded is not None:
+        code = coded.item_codes_of(items)  # the candidates' item codes (-1: not in the data)
+        position_of = np.full(coded.n_items, -1, dtype=np.int64)
+        found = code >= 0
+        position_of[code[found]] = np.flatnonzero(found)
+        positions, users, n_users = position_of[coded.items], coded.users, coded.n_users
+    else:
+        user_dtype = lf.collect_schema()[space.user]
+        if not _codes_dtype(user_dtype):
+            return None
+        rows = _candidate_rows(lf, space, items, _code_expr(space.user, user_dtype))
+        users, n_users, _ = _codes(rows.get_column(space.user), user_dtype, jit)
+        positions = rows.get_column(_POSITION).to_numpy()
+    pair_users, pair_positions = peel_jit.distinct_pairs(users, positions, n_users, items.len())
+    return pair_users, pair_positions
+
+
 def candidate_pairs(
     lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool = False
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -559,6 +651,9 @@ def candidate_pairs(
     naming of users.
     """
     user = space.user
+    compiled = _compiled_candidate_pairs(lf, space, items)
+    if compiled is not None:
+        return compiled
     rows = _candidate_rows(lf, space, items)
     runs = _user_runs(rows.get_column(user))
     if runs is None:

@@ -370,11 +370,13 @@ def test_candidate_pairs_are_those_of_the_frozen_path(shape: str, contiguous: bo
 
 
 def test_adjacent_users_are_coded_by_runs_without_hashing(monkeypatch) -> None:
-    """Users written user by user are coded by their runs: the hashed user code is never built (it was)."""
+    """Users written user by user are coded by their runs: the hashed user code is never built (it was). The
+    Polars plans' path (the compiled stage-2 step, when Numba is installed, codes users without hashing)."""
 
     def no_hash(*_args):
         raise AssertionError("the user key was hashed")
 
+    monkeypatch.setattr(kernel, "_peel_jit", lambda: None)
     monkeypatch.setattr(kernel, "_dense_user_code", no_hash)
     frame = shapes()["adjacent string users"]
     space = _resolve_space(*wgm.user_items_space())
@@ -413,3 +415,51 @@ def test_user_peeling_keys_one_generator_per_release(monkeypatch) -> None:
     m = hitting_set.make_user_peeling(*wgm.user_items_space(), candidates=candidates, k=20, scale=1.0)
     assert m(data(seed=2)).height == 20
     assert len(keyed) == 1
+
+
+def _paths() -> dict[str, dict[str, object]]:
+    """Stage 2's three paths: the WGM's compiled coding of the rows reused, the candidates' rows coded by the
+    compiled stage-2 step, the Polars plans (monkeypatched onto ``kernel``)."""
+    return {
+        "stage 1's codes": {},
+        "stage 2's own codes": {"_shared_codes": lambda lf: None},
+        "polars": {"_peel_jit": lambda: None},
+    }
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(k=5, wgm_threshold=1.0),  # users above (3) and below Δ0 = 6; more candidates than k
+        dict(k=40, wgm_threshold=1.0),  # fewer candidates than k
+        dict(k=5, wgm_threshold=1e9),  # no candidates
+    ],
+    ids=["candidates", "fewer-than-k", "none"],
+)
+def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releases(
+    fixed_randomness, monkeypatch, shape: str, make, options: dict
+) -> None:
+    """For fixed randomness, stage 2 on the WGM's coding of the rows (no second read of the data), on its own
+    compiled coding, and on the Polars plans releases the same frame: the same distinct (user, candidate) pairs.
+    String and integer users, adjacent or shuffled, duplicate rows, users above and below Δ0."""
+    pytest.importorskip("numba")
+    frame = shapes()[shape]
+    shared: list[bool] = []
+    original = kernel._shared_codes
+    monkeypatch.setattr(kernel, "_shared_codes", lambda lf: (lambda c: shared.append(c is not None) or c)(original(lf)))
+    releases = []
+    for patches in _paths().values():
+        with monkeypatch.context() as patched:
+            for name, value in patches.items():
+                patched.setattr(kernel, name, value)
+            fixed_randomness()
+            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
+            releases.append(m(frame))
+    compiled_histogram = shape != "float users"  # floats are left to the Polars plans
+    if options["wgm_threshold"] < 1e9:
+        assert releases[0].height == min(options["k"], releases[0].height) > 0
+        assert shared[0] is compiled_histogram  # the first release read stage 1's codes
+    for released in releases[1:]:
+        assert released.equals(releases[0])
