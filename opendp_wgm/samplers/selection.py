@@ -336,7 +336,12 @@ def _fast_top_k(
 
 
 def _race(
-    offsets: NDArray[np.int64], counts: NDArray[np.int64], scale: float, measure: str, source: np.random.BitGenerator
+    offsets: NDArray[np.int64],
+    counts: NDArray[np.int64],
+    scale: float,
+    measure: str,
+    source: np.random.BitGenerator,
+    words: NDArray[np.uint64] | None = None,
 ) -> int:
     r"""The winning level of one round: :math:`\arg\min_j K_j`, exactly.
 
@@ -352,12 +357,14 @@ def _race(
 
     Each :math:`K_j` is decreasing in :math:`V_j`. The float64 pass bounds every :math:`K_j` on the 52-bit
     cell of its uniform; if one level is certainly the minimum it wins, otherwise the contenders go to
-    :func:`_exact_race` with the same uniforms.
+    :func:`_exact_race` with the same uniforms. ``words``: the round's ``len(offsets)`` words, when the caller
+    drew them (the compiled user peeling, for a round its float pass left open); by default drawn here.
     """
     m = offsets.shape[0]
     if m == 1:
         return 0
-    words = np.asarray(source.random_raw(m), dtype=np.uint64)
+    if words is None:
+        words = np.asarray(source.random_raw(m), dtype=np.uint64)
     k_lo, k_hi = _key_bounds(offsets, counts, words, scale, measure)
     contenders = np.flatnonzero(k_lo <= k_hi.min())
     if contenders.shape[0] == 1:

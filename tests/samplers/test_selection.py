@@ -311,6 +311,20 @@ def test_float_library_assumption() -> None:
     assert worst <= 2.0**-42 and worst_expm1 <= 2.0**-42
 
 
+def test_float_library_assumption_compiled() -> None:
+    """(F3) for the compiled user-peeling rounds (``engines._peel_jit``): the ``log`` Numba compiles (the C
+    library's) has relative error <= 2^-42 too, on the same kind of arguments (cell ends and their -log)."""
+    numba = pytest.importorskip("numba")
+    compiled_log = numba.njit(lambda values: np.array([np.log(v) for v in values]))
+    rng = np.random.default_rng(4)
+    mp.prec = 120
+    x = np.concatenate([rng.random(400), 1 - rng.random(100) * 2.0**-40, rng.random(100) * 2.0**-40, rng.random(200) * 36])
+    x = x[(x > 0) & (x != 1.0)]
+    worst = max(abs(float((mp.mpf(float(v)) - mp.log(mp.mpf(float(u)))) / mp.log(mp.mpf(float(u)))))
+                for u, v in zip(x, compiled_log(x), strict=True))
+    assert worst <= 2.0**-42
+
+
 def test_no_legacy_numpy_random_on_the_path(monkeypatch) -> None:
     def boom(*args, **kwargs):
         raise AssertionError("a non-cryptographic numpy.random entry point was used")
