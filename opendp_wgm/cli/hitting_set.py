@@ -89,11 +89,11 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _two_stage_lines,
     )
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements.hitting_set import _wgm_hitting_set_of
     from opendp_wgm.measurements import (
         calibrate_wgm_hitting_set,
         greedy_hitting_set,
     )
+    from opendp_wgm.measurements.hitting_set import _wgm_hitting_set_of
 
     budget = _budget(args)
     noise = _noise(args)

@@ -20,7 +20,8 @@ def distinct_pairs(
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """The distinct (user, candidate) pairs of rows ``(users[r], positions[r])`` with ``positions[r] >= 0`` (a
     negative position: the row's item is no candidate), grouped by user in increasing user code (each user's
-    candidates in order of first row) and coded densely ``0, 1, ...``: a counting sort of the rows by user (one pass to count, one to place),
+    candidates in order of first row) and coded densely ``0, 1, ...``:
+    a counting sort of the rows by user (one pass to count, one to place),
     then each user's repeats dropped with a per-candidate marker. No comparison sort."""
     start = np.zeros(n_users + 1, dtype=np.int64)
     for r in range(users.size):

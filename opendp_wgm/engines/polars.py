@@ -51,7 +51,6 @@ __all__ = [
     "candidate_pairs",
     "cast_candidates",
     "collect_once",
-    "share_codes",
     "distinct_pairs_plan",
     "fresh_seeds",
     "lattice_histogram",
@@ -59,6 +58,7 @@ __all__ = [
     "mostly_above",
     "noisy_above_threshold",
     "release_above_threshold",
+    "share_codes",
     "weights_frame",
 ]
 

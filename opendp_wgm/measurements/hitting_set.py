@@ -143,7 +143,12 @@ def coverage(
 
 
 def _compiled_rounds(
-    peel_jit: ModuleType, state: _Coverage, alive: np.ndarray, chosen: np.ndarray, scale: float, source: np.random.Generator
+    peel_jit: ModuleType,
+    state: _Coverage,
+    alive: np.ndarray,
+    chosen: np.ndarray,
+    scale: float,
+    source: np.random.Generator,
 ) -> None:
     """:func:`peel`'s rounds by the compiled step (:func:`opendp_wgm.engines._peel_jit.em_rounds`), in place.
 

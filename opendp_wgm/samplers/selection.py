@@ -30,6 +30,7 @@ The exactness argument is in ``docs/top_k.md`` ("Exact selection").
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -248,7 +249,7 @@ def _opendp_top_k(scores: np.ndarray, k: int, scale: float, measure: str) -> np.
 # method="fast": levels and rounds
 
 
-def _gumbel_top_k(scores: np.ndarray, k: int, scale: float, source: _RawSource) -> np.ndarray:
+def _gumbel_top_k(scores: np.ndarray, k: int, scale: float, source: np.random.BitGenerator) -> np.ndarray:
     r"""Exponential-mechanism peeling of ``k`` rounds in one shot (``scale > 0``): the ``k`` smallest keys
     :math:`K_i = d_i/\text{scale} + \log(-\log V_i)`, one independent uniform per item, in increasing order.
 
@@ -273,7 +274,7 @@ def _gumbel_top_k(scores: np.ndarray, k: int, scale: float, source: _RawSource) 
     if ends[: k].all():  # the usual case: the first k keys are certainly in this order, and below the rest
         return order[:k].astype(np.int64)
     starts = [0, *(np.flatnonzero(ends) + 1).tolist(), n]
-    for start, stop in zip(starts[:-1], starts[1:], strict=True):  # clusters: few, and rarely more than one item
+    for start, stop in itertools.pairwise(starts):  # clusters: few, and rarely more than one item
         if start >= k:
             break
         if stop - start > 1:
@@ -381,7 +382,7 @@ def _race(
 
 
 def _key_bounds(
-    offsets: NDArray[np.float64], counts: NDArray[np.int64], words: NDArray[np.uint64], scale: float, measure: str
+    offsets: np.ndarray, counts: NDArray[np.int64], words: NDArray[np.uint64], scale: float, measure: str
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Float64 lower and upper bounds of every key :math:`K_j` of :func:`_race` on the 52-bit cell of its uniform
     (the top 52 bits of ``words[j]``), widened by the proven margin (``docs/top_k.md`` §5.2): the real key lies

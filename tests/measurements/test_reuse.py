@@ -449,7 +449,13 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
     frame = shapes()[shape]
     shared: list[bool] = []
     original = kernel._shared_codes
-    monkeypatch.setattr(kernel, "_shared_codes", lambda lf: (lambda c: shared.append(c is not None) or c)(original(lf)))
+
+    def recorded(lf: pl.LazyFrame):
+        codes = original(lf)
+        shared.append(codes is not None)
+        return codes
+
+    monkeypatch.setattr(kernel, "_shared_codes", recorded)
     releases = []
     for patches in _paths().values():
         with monkeypatch.context() as patched:
