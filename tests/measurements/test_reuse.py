@@ -371,13 +371,11 @@ def test_candidate_pairs_are_those_of_the_frozen_path(shape: str, contiguous: bo
 
 
 def test_adjacent_users_are_coded_by_runs_without_hashing(monkeypatch) -> None:
-    """Users written user by user are coded by their runs: the hashed user code is never built (it was). The
-    Polars plans' path (the compiled stage-2 step, when Numba is installed, codes users without hashing)."""
+    """Users written user by user are coded by their runs: the hashed user code is never built (it was)."""
 
     def no_hash(*_args):
         raise AssertionError("the user key was hashed")
 
-    monkeypatch.setattr(kernel, "_peel_jit", lambda: None)
     monkeypatch.setattr(kernel, "_dense_user_code", no_hash)
     frame = shapes()["adjacent string users"]
     space = _resolve_space(*wgm.user_items_space())
@@ -419,12 +417,12 @@ def test_user_peeling_keys_one_generator_per_release(monkeypatch) -> None:
 
 
 def _paths() -> dict[str, dict[str, object]]:
-    """Stage 2's three paths: the WGM's compiled coding of the rows reused, the candidates' rows coded by the
-    compiled stage-2 step, the Polars plans (monkeypatched onto ``kernel``)."""
+    """Stage 2's paths: on the WGM's compiled coding of the rows (the compiled stage-2 step), and the Polars
+    plans, without the coding or without Numba (monkeypatched onto ``kernel``)."""
     return {
         "stage 1's codes": {},
-        "stage 2's own codes": {"_shared_codes": lambda lf: None},
-        "polars": {"_peel_jit": lambda: None},
+        "polars, no shared codes": {"_shared_codes": lambda lf: None},
+        "polars, no numba": {"_peel_jit": lambda: None},
     }
 
 
@@ -442,8 +440,8 @@ def _paths() -> dict[str, dict[str, object]]:
 def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releases(
     fixed_randomness, monkeypatch, shape: str, make, options: dict
 ) -> None:
-    """For fixed randomness, stage 2 on the WGM's coding of the rows (no second read of the data), on its own
-    compiled coding, and on the Polars plans releases the same frame: the same distinct (user, candidate) pairs.
+    """For fixed randomness, stage 2 on the WGM's coding of the rows (no second read of the data) and on the
+    Polars plans releases the same frame: the same distinct (user, candidate) pairs.
     String and integer users, adjacent or shuffled, duplicate rows, users above and below Δ0."""
     pytest.importorskip("numba")
     frame = shapes()[shape]
@@ -470,3 +468,18 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
         assert shared[0] is compiled_histogram  # the first release read stage 1's codes
     for released in releases[1:]:
         assert released.equals(releases[0])
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatch, make) -> None:
+    """Where the WGM's compiled step coded the prepared frame, stage 2 reads its codes: the candidates' rows are
+    not looked up in the frame again (they were: a filter, a lookup and a group-by over the rows)."""
+    pytest.importorskip("numba")
+
+    def no_read(*_args):
+        raise AssertionError("stage 2 read the rows again")
+
+    monkeypatch.setattr(kernel, "_candidate_rows", no_read)
+    frame = shapes()["shuffled string users"]
+    m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    assert m(frame).height == 5
