@@ -175,36 +175,24 @@ def test_fast_vs_opendp_winner_two_sample(measure) -> None:
 
 
 @pytest.mark.slow
-def test_forced_fallback_is_exact(monkeypatch) -> None:
-    """With the fast path's margin inflated to 2^-6, many rounds go to the mpmath fallback; still exact."""
-    monkeypatch.setattr(sel, "_MARGIN", 2.0**-6)
-    calls = []
-    original = sel._exact_race
-    monkeypatch.setattr(sel, "_exact_race", lambda *a: calls.append(1) or original(*a))
-    n, scale = 4000, 1.5
-    gen = csprng()
-    for measure in ("zcdp", "max_divergence"):
-        counts = Counter(tuple(sel._fast_top_k(np.array(SCORES), 2, scale, measure, gen).tolist()) for _ in range(n))
-        pmf = em_pmf(SCORES, 2, scale) if measure == "zcdp" else pf_pmf(SCORES, 2, scale)
-        stat, critical = chi2_gof(counts, pmf, n)
-        assert stat < critical, (measure, stat, critical)
-    assert len(calls) > 100
-
-
-@pytest.mark.slow
-def test_one_shot_gumbel_forced_clusters_are_exact(monkeypatch) -> None:
-    """The one-shot Gumbel top-k with the margin inflated to 2^-4: most draws have overlapping bounds
-    (clusters), ordered by the mpmath fallback on the same uniforms; the top-3 sequence is still EM peeling's."""
+@pytest.mark.parametrize(
+    ("measure", "k", "fallback"), [("zcdp", 3, "_exact_order"), ("max_divergence", 2, "_exact_race")]
+)
+def test_forced_fallback_is_exact(monkeypatch, measure: str, k: int, fallback: str) -> None:
+    """With the fast path's margin inflated to 2^-4, many draws go to the mpmath fallback: the one-shot Gumbel
+    draw's clusters, ordered by ``_exact_order`` on the same uniforms, and permute-and-flip's rounds
+    (``_exact_race``); the top-k sequences still have the exact law."""
     monkeypatch.setattr(sel, "_MARGIN", 2.0**-4)
     calls = []
-    original = sel._exact_order
-    monkeypatch.setattr(sel, "_exact_order", lambda *a: calls.append(1) or original(*a))
-    n, scale = 6000, 1.5
+    original = getattr(sel, fallback)
+    monkeypatch.setattr(sel, fallback, lambda *a: calls.append(1) or original(*a))
+    n, scale = 4000, 1.5
     gen = csprng()
-    counts = Counter(tuple(sel._gumbel_top_k(np.array(SCORES), 3, scale, gen.bit_generator).tolist()) for _ in range(n))
-    stat, critical = chi2_gof(counts, em_pmf(SCORES, 3, scale), n)
-    assert stat < critical, (stat, critical)
-    assert len(calls) > 500
+    counts = Counter(tuple(sel._fast_top_k(np.array(SCORES), k, scale, measure, gen).tolist()) for _ in range(n))
+    pmf = em_pmf(SCORES, k, scale) if measure == "zcdp" else pf_pmf(SCORES, k, scale)
+    stat, critical = chi2_gof(counts, pmf, n)
+    assert stat < critical, (measure, stat, critical)
+    assert len(calls) > 100
 
 
 @pytest.mark.slow
