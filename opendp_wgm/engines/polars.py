@@ -11,7 +11,8 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
-  list and its distinct-user counts (stage 2 of top-k and of user peeling).
+  list and its distinct-user counts (stage 2 of top-k and of user peeling), on the compiled step's codes of the
+  same frame when a two-stage release kept them (:func:`share_codes`).
 
 The names are public within the engines package (the Spark engine implements the same steps); they are not part
 of the package's top-level API.
@@ -635,8 +636,10 @@ def candidate_pairs(
     pairs then come user by user, coded ``0, 1, ...``. Otherwise, with ``contiguous`` (the CSR of
     :mod:`opendp_wgm.measurements._user_items` needs each user's pairs adjacent) one group-by on the user key's
     value gives that; without it, a string or integer user key is coded once and the pairs deduplicated as one
-    ``UInt64`` column; any other key takes the group-by. Every path gives the same set of pairs, up to the
-    naming of users.
+    ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step coded ``lf`` in the same
+    release (:func:`share_codes`), its codes are read instead (:func:`_compiled_candidate_pairs`: users grouped
+    and coded ``0, 1, ...``; no read of the rows). Every path gives the same set of pairs, up to the naming of
+    users.
     """
     user = space.user
     compiled = _compiled_candidate_pairs(lf, items)
