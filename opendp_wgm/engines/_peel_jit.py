@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["cover", "distinct_pairs", "em_rounds", "holders_by_item"]
+__all__ = ["cover", "distinct_pairs", "em_rounds"]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
@@ -151,22 +151,3 @@ def em_rounds(
         r += 1
     return r, cursor
 
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def holders_by_item(items: np.ndarray, offsets: np.ndarray, n_items: int) -> tuple[np.ndarray, np.ndarray]:
-    """The transpose of CSR user → items (user ``u`` holds ``items[offsets[u]:offsets[u + 1]]``): item ``x`` is
-    held by users ``holders[starts[x]:starts[x + 1]]``, in increasing ``u``. A counting sort of the pairs by item
-    (one pass to count, one to place, users visited in order: stable)."""
-    starts = np.zeros(n_items + 1, dtype=np.int64)
-    for r in range(items.size):
-        starts[items[r] + 1] += 1
-    for x in range(n_items):
-        starts[x + 1] += starts[x]
-    cursor = starts[:-1].copy()
-    holders = np.empty(items.size, dtype=np.int64)
-    for u in range(offsets.size - 1):
-        for r in range(offsets[u], offsets[u + 1]):
-            x = items[r]
-            holders[cursor[x]] = u
-            cursor[x] += 1
-    return starts, holders
