@@ -93,7 +93,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         calibrate_wgm_hitting_set,
         greedy_hitting_set,
     )
-    from opendp_wgm.measurements.hitting_set import _wgm_hitting_set_of
+    from opendp_wgm.measurements.hitting_set import wgm_hitting_set_of_calibration
 
     budget = _budget(args)
     noise = _noise(args)
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     def plan() -> _Plan:
         cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs(), **stage_1)
         space = user_items_space(args.user, args.item)
-        measurement = _wgm_hitting_set_of(*space, cal, noise=noise, item=None, **execution.kwargs())
+        measurement = wgm_hitting_set_of_calibration(*space, cal, noise=noise, item=None, **execution.kwargs())
         lines = _two_stage_lines(
             cal.stage_1,
             split=split,

@@ -54,10 +54,12 @@ __all__ = [
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
+    "kernel_jit",
     "lattice_histogram",
     "lattice_histogram_plan",
     "mostly_above",
     "noisy_above_threshold",
+    "peel_jit",
     "release_above_threshold",
     "share_codes",
     "weights_frame",
@@ -328,6 +330,11 @@ def _jit() -> ModuleType | None:
         return None
 
 
+def kernel_jit() -> ModuleType | None:
+    """:func:`_jit`, for the other subpackages (user peeling's CSR reads its counting sort)."""
+    return _jit()
+
+
 #: Codes of a column for the compiled kernel: (codes per row, number of codes, decode: codes -> values).
 _Codes = tuple[NDArray[np.integer], int, Callable[[NDArray[np.int64]], pl.Series]]
 
@@ -590,7 +597,7 @@ def _hashed_pairs(rows: pl.LazyFrame, user: str, dtype: pl.DataType, *, contiguo
 
 
 @lru_cache(maxsize=1)
-def _peel_jit() -> ModuleType | None:
+def peel_jit() -> ModuleType | None:
     """The compiled stage-2 step (:mod:`opendp_wgm.engines._peel_jit`), or ``None`` when Numba is not installed."""
     try:
         return importlib.import_module("opendp_wgm.engines._peel_jit")
@@ -607,14 +614,14 @@ def _compiled_candidate_pairs(
     The data is not read or coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the
     candidates' rows afresh cost more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6
     rows of String users; its stage 1 takes the Polars plans)."""
-    peel_jit, coded = _peel_jit(), _shared_codes(lf)
-    if peel_jit is None or coded is None:
+    kernels, coded = peel_jit(), _shared_codes(lf)
+    if kernels is None or coded is None:
         return None
     code = coded.item_codes_of(items)  # the candidates' item codes (-1: not in the data)
     position_of = np.full(coded.n_items, -1, dtype=np.int64)
     found = code >= 0
     position_of[code[found]] = np.flatnonzero(found)
-    pair_users, pair_positions = peel_jit.distinct_pairs(
+    pair_users, pair_positions = kernels.distinct_pairs(
         coded.users, position_of[coded.items], coded.n_users, items.len()
     )
     return pair_users, pair_positions

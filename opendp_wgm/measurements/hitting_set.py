@@ -41,7 +41,7 @@ from opendp_wgm._spaces import (
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import _peel_jit, candidate_pairs, cast_candidates
+from opendp_wgm.engines.polars import candidate_pairs, cast_candidates, peel_jit
 from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
     make_dp_sips_then_peeling,
@@ -60,7 +60,7 @@ from opendp_wgm.privacy.calibrate import (
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
 from opendp_wgm.samplers import NoiseMethod, csprng, noisy_max
-from opendp_wgm.samplers.selection import _A_CLAMP, _MARGIN, _race
+from opendp_wgm.samplers.selection import em_float_bounds, em_winner_on_words
 
 __all__ = [
     "HittingSetCalibration",
@@ -143,7 +143,7 @@ def coverage(
 
 
 def _compiled_rounds(
-    peel_jit: ModuleType,
+    kernels: ModuleType,
     state: _Coverage,
     alive: np.ndarray,
     chosen: np.ndarray,
@@ -155,22 +155,20 @@ def _compiled_rounds(
     Round ``r`` races the ``m = n - r`` remaining candidates on ``m`` words of ``source`` (none when ``m = 1``),
     as :func:`opendp_wgm.samplers.noisy_max` does, with the same float64 bounds; the words of every round are
     drawn at once, consecutive words of the same stream. A round whose float pass certifies no winner (near-ties
-    within ~2^-35: rare) is settled here exactly on the same words (``selection._race``: interval arithmetic,
-    fresh words for the refinement), then the compiled rounds go on. Each round is therefore an exact EM draw
+    within ~2^-35: rare) is settled here exactly on the same words
+    (:func:`~opendp_wgm.samplers.selection.em_winner_on_words`: interval arithmetic, fresh words for the
+    refinement), then the compiled rounds go on. Each round is therefore an exact EM draw
     among the remaining candidates, as in :func:`peel`'s loop."""
     n, rounds, raw = alive.size, chosen.size, source.bit_generator
     words = np.asarray(raw.random_raw(sum(m for m in range(n - rounds + 1, n + 1) if m > 1)), dtype=np.uint64)
     r, cursor, forced = 0, 0, -1
     arrays = (state.counts, alive, chosen, state.covered, state.user_items, state.user_ptr, state.item_users)
+    margin, clamp = em_float_bounds()
     while r < rounds:
-        r, cursor = peel_jit.em_rounds(
-            r, rounds, *arrays, state.item_ptr, words, cursor, forced, scale, _MARGIN, _A_CLAMP
-        )
+        r, cursor = kernels.em_rounds(r, rounds, *arrays, state.item_ptr, words, cursor, forced, scale, margin, clamp)
         if r < rounds:  # round r left open by the floats: settle it exactly on its words
             m = n - r
-            scores = state.counts[alive[:m]]
-            offsets = (scores.max() - scores).astype(np.float64)
-            forced = _race(offsets, np.ones(m, dtype=np.int64), scale, "zcdp", raw, words=words[cursor : cursor + m])
+            forced = em_winner_on_words(state.counts[alive[:m]], scale, raw, words[cursor : cursor + m])
             cursor += m
 
 
@@ -199,9 +197,9 @@ def peel(
     alive = np.arange(n, dtype=np.int64)  # alive[:n - r]: candidates not chosen in rounds < r
     chosen = np.empty(rounds, dtype=np.int64)
     source = csprng()  # keyed once for all the rounds: keying per round cost about as much as a draw
-    peel_jit = _peel_jit()
-    if peel_jit is not None:  # the same rounds, compiled (same draws: same picks)
-        _compiled_rounds(peel_jit, state, alive, chosen, scale, source)
+    compiled = peel_jit()
+    if compiled is not None:  # the same rounds, compiled (same draws: same picks)
+        _compiled_rounds(compiled, state, alive, chosen, scale, source)
     else:
         for r in range(rounds):  # inherently sequential: round r's scores depend on the picks of rounds < r
             m = n - r
@@ -548,12 +546,12 @@ def make_wgm_hitting_set_from_budget(
         rounds=rounds,
         ratio=ratio,
     )
-    return _wgm_hitting_set_of(
+    return wgm_hitting_set_of_calibration(
         input_domain, input_metric, cal, noise=noise, item=item, passes=passes, engine=engine
     )
 
 
-def _wgm_hitting_set_of(
+def wgm_hitting_set_of_calibration(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     cal: HittingSetCalibration,

@@ -388,12 +388,12 @@ def make_wgm_top_k_from_budget(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
         stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
-    return _wgm_top_k_of(
+    return wgm_top_k_of_calibration(
         input_domain, input_metric, calibration, noise=noise, method=method, item=item, passes=passes, engine=engine
     )
 
 
-def _wgm_top_k_of(
+def wgm_top_k_of_calibration(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     calibration: WGMTopKCalibration,

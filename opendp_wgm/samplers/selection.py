@@ -48,6 +48,8 @@ __all__ = [
     "SELECTION_METHODS",
     "SelectionMeasure",
     "SelectionMethod",
+    "em_float_bounds",
+    "em_winner_on_words",
     "noisy_max",
     "noisy_top_k",
 ]
@@ -247,6 +249,20 @@ def _opendp_top_k(scores: np.ndarray, k: int, scale: float, measure: str) -> np.
 
 # --------------------------------------------------------------------------------------------------------------
 # method="fast": levels and rounds
+
+
+def em_float_bounds() -> tuple[float, float]:
+    """The float64 pass's relative margin and offset clamp (``docs/top_k.md`` §5.2), for a compiled race that
+    forms :func:`_key_bounds`' bounds with the same operations (user peeling's rounds)."""
+    return _MARGIN, _A_CLAMP
+
+
+def em_winner_on_words(scores: np.ndarray, scale: float, source: np.random.BitGenerator, words: np.ndarray) -> int:
+    """The exact exponential-mechanism winner among integer ``scores`` (one item per key) on the given ``words``
+    (one per score, already drawn), refined with fresh words of ``source`` where the floats leave it open
+    (:func:`_race`)."""
+    offsets = (scores.max() - scores).astype(np.float64)
+    return _race(offsets, np.ones(scores.shape[0], dtype=np.int64), scale, "zcdp", source, words=words)
 
 
 def _gumbel_top_k(scores: np.ndarray, k: int, scale: float, source: np.random.BitGenerator) -> np.ndarray:

@@ -216,8 +216,8 @@ def test_one_round_frequency() -> None:
 #: open and settled exactly by ``selection._race`` on the same words), and the NumPy loop.
 ROUNDS_PATHS = {
     "compiled": {},
-    "compiled, floats forced open": {"_MARGIN": 2.0**-2},
-    "numpy": {"_peel_jit": lambda: None},
+    "compiled, floats forced open": {"em_float_bounds": lambda: (2.0**-2, 2.0**1000)},
+    "numpy": {"peel_jit": lambda: None},
 }
 
 
@@ -277,7 +277,7 @@ def test_compiled_rounds_pick_what_the_loop_picks_on_the_same_words(monkeypatch,
     users = [[f"i{x}" for x in rng.zipf(1.5, rng.integers(1, 12)) if x < 80] or ["i1"] for _ in range(600)]
     candidates = [f"i{x}" for x in range(1, 60)]
     releases = []
-    for patches in ({}, {"_peel_jit": lambda: None}):
+    for patches in ({}, {"peel_jit": lambda: None}):
         with monkeypatch.context() as patched:
             for name, value in patches.items():
                 patched.setattr(hitting_set_module, name, value)

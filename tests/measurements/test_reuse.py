@@ -118,7 +118,7 @@ def fixed_randomness(monkeypatch):
     monkeypatch.setattr(dp_sips, "release_above_threshold", release_in_item_order)
     monkeypatch.setattr(top_k, "noisy_top_k", best_k)
     monkeypatch.setattr(hitting_set, "noisy_max", best)
-    monkeypatch.setattr(hitting_set, "_peel_jit", lambda: None)  # the rounds' loop, which calls noisy_max
+    monkeypatch.setattr(hitting_set, "peel_jit", lambda: None)  # the rounds' loop, which calls noisy_max
     return reset
 
 
@@ -422,7 +422,7 @@ def _paths() -> dict[str, dict[str, object]]:
     return {
         "stage 1's codes": {},
         "polars, no shared codes": {"_shared_codes": lambda lf: None},
-        "polars, no numba": {"_peel_jit": lambda: None},
+        "polars, no numba": {"peel_jit": lambda: None},
     }
 
 
