@@ -315,6 +315,31 @@ def test_top_k_prints_the_ranking_without_output(capsys: pytest.CaptureFixture[s
     assert any(line.startswith("│ a ") for line in out.splitlines()), out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["top-k", "--k", 3],
+        ["top-k", "--k", 3, "--stage-1", "dp-sips", "--rounds", 2],
+        ["hitting-set", "--k", 3, "--rho", 0.3],
+        ["hitting-set", "--k", 3, "--stage-1", "dp-sips"],
+    ],
+    ids=["top-k", "top-k-dp-sips", "hitting-set", "hitting-set-dp-sips"],
+)
+def test_two_stage_commands_calibrate_once(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[object]
+) -> None:
+    """The summary's calibration is the measurement's: one calibration per command (was two: the command
+    calibrated for its summary, then the ``_from_budget`` constructor calibrated again)."""
+    from opendp_wgm.privacy import calibrate
+
+    calls: list[int] = []
+    original = calibrate._stage_1
+    monkeypatch.setattr(calibrate, "_stage_1", lambda *a, **o: calls.append(1) or original(*a, **o))
+    code, _out, err = _run_command(capsys, *argv, "--demo-users", 300, "--seed", 0)
+    assert code == 0, err
+    assert len(calls) == 1
+
+
 def test_hitting_set_demo(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _run_command(capsys, "hitting-set", "--k", 4, "--demo-users", 1500, "--seed", 2, "--rho", 0.3)
     assert code == 0, err

@@ -92,8 +92,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     from opendp_wgm.measurements import (
         calibrate_wgm_hitting_set,
         greedy_hitting_set,
-        make_wgm_hitting_set_from_budget,
     )
+    from opendp_wgm.measurements.hitting_set import wgm_hitting_set_of_calibration
 
     budget = _budget(args)
     noise = _noise(args)
@@ -103,15 +103,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
 
     def plan() -> _Plan:
         cal = calibrate_wgm_hitting_set(k=args.k, split=split, **budget.kwargs(), **stage_1)
-        measurement = make_wgm_hitting_set_from_budget(
-            *user_items_space(args.user, args.item),
-            k=args.k,
-            split=split,
-            noise=noise,
-            **budget.kwargs(),
-            **execution.kwargs(),
-            **stage_1,
-        )
+        space = user_items_space(args.user, args.item)
+        measurement = wgm_hitting_set_of_calibration(*space, cal, noise=noise, item=None, **execution.kwargs())
         lines = _two_stage_lines(
             cal.stage_1,
             split=split,

@@ -116,9 +116,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         make_limited_domain_top_k,
         make_peeling_top_k,
         make_wgm,
-        make_wgm_top_k_from_budget,
     )
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
+    from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration
     from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_wgm_top_k
 
     budget = _budget(args)
@@ -141,9 +141,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     def plan_wgm() -> _Plan:
         space = user_items_space(args.user, args.item)
         cal = calibrate_wgm_top_k(k=args.k, split=split, **budget.core_kwargs(), **stage_1_options)
-        measurement = make_wgm_top_k_from_budget(
-            *space, k=args.k, split=split, noise=noise, **budget.core_kwargs(), **execution.kwargs(), **stage_1_options
-        )
+        measurement = wgm_top_k_of_calibration(*space, cal, noise=noise, method="auto", item=None, **execution.kwargs())
         # each stage's loss is the map, at one user, of that stage as a measurement on its own (the composed
         # map is their sum); the peeling is charged k rounds, as in the composition
         approx_dp = budget.epsilon is not None

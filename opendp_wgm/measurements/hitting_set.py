@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ from opendp_wgm._spaces import (
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import candidate_pairs, cast_candidates
+from opendp_wgm.engines.polars import candidate_pairs, cast_candidates, peel_jit
 from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
 from opendp_wgm.measurements.two_stage import (
     make_dp_sips_then_peeling,
@@ -59,6 +60,7 @@ from opendp_wgm.privacy.calibrate import (
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
 from opendp_wgm.samplers import NoiseMethod, csprng, noisy_max
+from opendp_wgm.samplers.selection import em_float_bounds, em_winner_on_words
 
 __all__ = [
     "HittingSetCalibration",
@@ -140,6 +142,36 @@ def coverage(
     return _Coverage(user_item_csr(users, codes, items.len(), item_index=True)), items
 
 
+def _compiled_rounds(
+    kernels: ModuleType,
+    state: _Coverage,
+    alive: np.ndarray,
+    chosen: np.ndarray,
+    scale: float,
+    source: np.random.Generator,
+) -> None:
+    """:func:`peel`'s rounds by the compiled step (:func:`opendp_wgm.engines._peel_jit.em_rounds`), in place.
+
+    Round ``r`` races the ``m = n - r`` remaining candidates on ``m`` words of ``source`` (none when ``m = 1``),
+    as :func:`opendp_wgm.samplers.noisy_max` does, with the same float64 bounds; the words of every round are
+    drawn at once, consecutive words of the same stream. A round whose float pass certifies no winner (near-ties
+    within ~2^-35: rare) is settled here exactly on the same words
+    (:func:`~opendp_wgm.samplers.selection.em_winner_on_words`: interval arithmetic, fresh words for the
+    refinement), then the compiled rounds go on. Each round is therefore an exact EM draw
+    among the remaining candidates, as in :func:`peel`'s loop."""
+    n, rounds, raw = alive.size, chosen.size, source.bit_generator
+    words = np.asarray(raw.random_raw(sum(m for m in range(n - rounds + 1, n + 1) if m > 1)), dtype=np.uint64)
+    r, cursor, forced = 0, 0, -1
+    arrays = (state.counts, alive, chosen, state.covered, state.user_items, state.user_ptr, state.item_users)
+    margin, clamp = em_float_bounds()
+    while r < rounds:
+        r, cursor = kernels.em_rounds(r, rounds, *arrays, state.item_ptr, words, cursor, forced, scale, margin, clamp)
+        if r < rounds:  # round r left open by the floats: settle it exactly on its words
+            m = n - r
+            forced = em_winner_on_words(state.counts[alive[:m]], scale, raw, words[cursor : cursor + m])
+            cursor += m
+
+
 def peel(
     lf: pl.LazyFrame,
     space: _Space,
@@ -165,15 +197,19 @@ def peel(
     alive = np.arange(n, dtype=np.int64)  # alive[:n - r]: candidates not chosen in rounds < r
     chosen = np.empty(rounds, dtype=np.int64)
     source = csprng()  # keyed once for all the rounds: keying per round cost about as much as a draw
-    for r in range(rounds):  # inherently sequential: round r's scores depend on the picks of rounds < r
-        m = n - r
-        # exact EM draw (Gumbel form); the level-grouping sampler is 3-14x faster than OpenDP's per round
-        position = noisy_max(state.counts[alive[:m]], scale, measure="zcdp", method="fast", generator=source)
-        j = alive[position]
-        alive[position] = alive[m - 1]  # swap-remove: O(1), order of the alive list carries nothing
-        alive[m - 1] = j
-        chosen[r] = j
-        state.pick(j)
+    compiled = peel_jit()
+    if compiled is not None:  # the same rounds, compiled (same draws: same picks)
+        _compiled_rounds(compiled, state, alive, chosen, scale, source)
+    else:
+        for r in range(rounds):  # inherently sequential: round r's scores depend on the picks of rounds < r
+            m = n - r
+            # exact EM draw (Gumbel form: one item per key, the sampler's bounds, exact fallback)
+            position = noisy_max(state.counts[alive[:m]], scale, measure="zcdp", method="fast", generator=source)
+            j = alive[position]
+            alive[position] = alive[m - 1]  # swap-remove: O(1), order of the alive list carries nothing
+            alive[m - 1] = j
+            chosen[r] = j
+            state.pick(j)
     if timings is not None:
         timings.update(build=built - start, rounds=time.perf_counter() - built, n_rounds=rounds, n_candidates=n)
     return ranked_frame(items, chosen, items.name)
@@ -510,6 +546,23 @@ def make_wgm_hitting_set_from_budget(
         rounds=rounds,
         ratio=ratio,
     )
+    return wgm_hitting_set_of_calibration(
+        input_domain, input_metric, cal, noise=noise, item=item, passes=passes, engine=engine
+    )
+
+
+def wgm_hitting_set_of_calibration(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    cal: HittingSetCalibration,
+    *,
+    noise: NoiseMethod,
+    item: str | Sequence[str] | None,
+    passes: int,
+    engine: Engine,
+) -> dp.Measurement:
+    """:func:`make_wgm_hitting_set_from_budget`'s measurement for its calibration ``cal``: the CLI, which prints
+    the calibration, builds from it without calibrating again."""
     if cal.sips is not None:
         return make_dp_sips_then_peeling(
             input_domain,

@@ -49,7 +49,7 @@ from opendp_wgm.measurements.two_stage import (
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
-from opendp_wgm.privacy.calibrate import Stage1Mechanism, calibrate_wgm_top_k
+from opendp_wgm.privacy.calibrate import Stage1Mechanism, WGMTopKCalibration, calibrate_wgm_top_k
 from opendp_wgm.privacy.peeling import (
     TOP_K,
     peeling_loss,
@@ -388,6 +388,24 @@ def make_wgm_top_k_from_budget(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
         stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
+    return wgm_top_k_of_calibration(
+        input_domain, input_metric, calibration, noise=noise, method=method, item=item, passes=passes, engine=engine
+    )
+
+
+def wgm_top_k_of_calibration(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    calibration: WGMTopKCalibration,
+    *,
+    noise: NoiseMethod,
+    method: SelectionMethod,
+    item: str | Sequence[str] | None,
+    passes: int,
+    engine: Engine,
+) -> dp.Measurement:
+    """:func:`make_wgm_top_k_from_budget`'s measurement for its ``calibration``: the CLI, which prints the
+    calibration, builds from it without calibrating again."""
     if calibration.sips is not None:
         return make_dp_sips_then_peeling(
             input_domain,

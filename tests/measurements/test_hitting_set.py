@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import opendp_wgm as wgm
+from opendp_wgm.measurements import hitting_set as hitting_set_module
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.baselines import greedy_hitting_set, user_peeling_on_true_domain
 from opendp_wgm.measurements.hitting_set import (
@@ -211,8 +212,22 @@ def test_one_round_frequency() -> None:
     assert abs(wins / trials - halved) > tolerance
 
 
-def test_two_rounds_follow_uncovered_counts() -> None:
+#: The rounds' paths: compiled (Numba), compiled with the float pass's margin forced to 2^-2 (most rounds left
+#: open and settled exactly by ``selection._race`` on the same words), and the NumPy loop.
+ROUNDS_PATHS = {
+    "compiled": {},
+    "compiled, floats forced open": {"em_float_bounds": lambda: (2.0**-2, 2.0**1000)},
+    "numpy": {"peel_jit": lambda: None},
+}
+
+
+@pytest.mark.parametrize("path", list(ROUNDS_PATHS))
+def test_two_rounds_follow_uncovered_counts(monkeypatch, path: str) -> None:
     """Round 2's scores count only the users round 1 left uncovered: χ² over the 6 ordered outcomes."""
+    if path != "numpy":
+        pytest.importorskip("numba")
+    for name, value in ROUNDS_PATHS[path].items():
+        monkeypatch.setattr(hitting_set_module, name, value)
     # a: users {0, 1, 2}; b: {0, 1}; c: {3}
     data = frame([["a", "b"], ["a", "b"], ["a"], ["c"]])
     holders = {"a": {0, 1, 2}, "b": {0, 1}, "c": {3}}
@@ -249,6 +264,28 @@ def test_two_rounds_follow_uncovered_counts() -> None:
     for wrong in (stale, law(2 * scale)):
         expected = np.array([wrong[o] for o in outcomes]) * trials
         assert ((observed - expected) ** 2 / expected).sum() > critical
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compiled_rounds_pick_what_the_loop_picks_on_the_same_words(monkeypatch, seed: int) -> None:
+    """On the same CSPRNG stream (a fixed key: test scaffolding), the compiled rounds pick exactly the NumPy loop's
+    candidates: both take the exact arg min of the same uniforms' keys (users above and below, repeated rows)."""
+    pytest.importorskip("numba")
+    from randomgen import AESCounter
+
+    rng = np.random.default_rng(seed)  # test data only
+    users = [[f"i{x}" for x in rng.zipf(1.5, rng.integers(1, 12)) if x < 80] or ["i1"] for _ in range(600)]
+    candidates = [f"i{x}" for x in range(1, 60)]
+    releases = []
+    for patches in ({}, {"peel_jit": lambda: None}):
+        with monkeypatch.context() as patched:
+            for name, value in patches.items():
+                patched.setattr(hitting_set_module, name, value)
+            patched.setattr(hitting_set_module, "csprng", lambda: np.random.Generator(AESCounter(key=seed)))
+            m = make_user_peeling(*space(), candidates=candidates, k=40, scale=3.0)
+            releases.append(m(frame(users)))
+    assert releases[0].height == 40
+    assert releases[0].equals(releases[1])
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -118,6 +118,7 @@ def fixed_randomness(monkeypatch):
     monkeypatch.setattr(dp_sips, "release_above_threshold", release_in_item_order)
     monkeypatch.setattr(top_k, "noisy_top_k", best_k)
     monkeypatch.setattr(hitting_set, "noisy_max", best)
+    monkeypatch.setattr(hitting_set, "peel_jit", lambda: None)  # the rounds' loop, which calls noisy_max
     return reset
 
 
@@ -484,3 +485,72 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
     released = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(data())
     assert released["round"].n_unique() == 3  # three rounds ran
     assert coded == [1, 1]  # was six codings and three dispatches: two columns coded in each of three rounds
+
+
+def _paths() -> dict[str, dict[str, object]]:
+    """Stage 2's paths: on the WGM's compiled coding of the rows (the compiled stage-2 step), and the Polars
+    plans, without the coding or without Numba (monkeypatched onto ``kernel``)."""
+    return {
+        "stage 1's codes": {},
+        "polars, no shared codes": {"_shared_codes": lambda lf: None},
+        "polars, no numba": {"peel_jit": lambda: None},
+    }
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(k=5, wgm_threshold=1.0),  # users above (3) and below Δ0 = 6; more candidates than k
+        dict(k=40, wgm_threshold=1.0),  # fewer candidates than k
+        dict(k=5, wgm_threshold=1e9),  # no candidates
+    ],
+    ids=["candidates", "fewer-than-k", "none"],
+)
+def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releases(
+    fixed_randomness, monkeypatch, shape: str, make, options: dict
+) -> None:
+    """For fixed randomness, stage 2 on the WGM's coding of the rows (no second read of the data) and on the
+    Polars plans releases the same frame: the same distinct (user, candidate) pairs.
+    String and integer users, adjacent or shuffled, duplicate rows, users above and below Δ0."""
+    pytest.importorskip("numba")
+    frame = shapes()[shape]
+    shared: list[bool] = []
+    original = kernel._shared_codes
+
+    def recorded(lf: pl.LazyFrame):
+        codes = original(lf)
+        shared.append(codes is not None)
+        return codes
+
+    monkeypatch.setattr(kernel, "_shared_codes", recorded)
+    releases = []
+    for patches in _paths().values():
+        with monkeypatch.context() as patched:
+            for name, value in patches.items():
+                patched.setattr(kernel, name, value)
+            fixed_randomness()
+            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
+            releases.append(m(frame))
+    compiled_histogram = shape != "float users"  # floats are left to the Polars plans
+    if options["wgm_threshold"] < 1e9:
+        assert releases[0].height == min(options["k"], releases[0].height) > 0
+        assert shared[0] is compiled_histogram  # the first release read stage 1's codes
+    for released in releases[1:]:
+        assert released.equals(releases[0])
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatch, make) -> None:
+    """Where the WGM's compiled step coded the prepared frame, stage 2 reads its codes: the candidates' rows are
+    not looked up in the frame again (they were: a filter, a lookup and a group-by over the rows)."""
+    pytest.importorskip("numba")
+
+    def no_read(*_args):
+        raise AssertionError("stage 2 read the rows again")
+
+    monkeypatch.setattr(kernel, "_candidate_rows", no_read)
+    frame = shapes()["shuffled string users"]
+    m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    assert m(frame).height == 5

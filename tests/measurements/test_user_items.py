@@ -84,3 +84,22 @@ def test_policy_csr_and_coverage_layouts_are_unchanged(monkeypatch: pytest.Monke
     monkeypatch.setattr(policy, "fresh_seeds", lambda: SEEDS)
     text = json.dumps(_layouts(), default=int)
     assert hashlib.sha256(text.encode()).hexdigest() == GOLDEN
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_item_index_is_the_group_by_one(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """The item → users index by the compiled counting sort equals the Polars group-by's, array for array
+    (holders in increasing user position; empty users and items without holders included)."""
+    pytest.importorskip("numba")
+    from opendp_wgm.measurements import _user_items
+
+    rng = np.random.default_rng(seed)  # test data only
+    users = np.sort(rng.integers(0, 300, 2000))
+    items = rng.integers(0, 50, 2000)
+    compiled = user_item_csr(users, items, 60, item_index=True)
+    monkeypatch.setattr(_user_items, "kernel_jit", lambda: None)
+    plans = user_item_csr(users, items, 60, item_index=True)
+    for name in ("items", "offsets", "item_offsets", "item_users"):
+        assert np.array_equal(getattr(compiled, name), getattr(plans, name)), name
+    empty = user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 3, item_index=True)
+    assert empty.item_offsets.tolist() == [0, 0, 0, 0] and empty.item_users.size == 0

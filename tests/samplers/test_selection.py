@@ -175,20 +175,48 @@ def test_fast_vs_opendp_winner_two_sample(measure) -> None:
 
 
 @pytest.mark.slow
-def test_forced_fallback_is_exact(monkeypatch) -> None:
-    """With the fast path's margin inflated to 2^-6, many rounds go to the mpmath fallback; still exact."""
-    monkeypatch.setattr(sel, "_MARGIN", 2.0**-6)
+@pytest.mark.parametrize(
+    ("measure", "k", "fallback"), [("zcdp", 3, "_exact_order"), ("max_divergence", 2, "_exact_race")]
+)
+def test_forced_fallback_is_exact(monkeypatch, measure: str, k: int, fallback: str) -> None:
+    """With the fast path's margin inflated to 2^-4, many draws go to the mpmath fallback: the one-shot Gumbel
+    draw's clusters, ordered by ``_exact_order`` on the same uniforms, and permute-and-flip's rounds
+    (``_exact_race``); the top-k sequences still have the exact law."""
+    monkeypatch.setattr(sel, "_MARGIN", 2.0**-4)
     calls = []
-    original = sel._exact_race
-    monkeypatch.setattr(sel, "_exact_race", lambda *a: calls.append(1) or original(*a))
+    original = getattr(sel, fallback)
+    monkeypatch.setattr(sel, fallback, lambda *a: calls.append(1) or original(*a))
     n, scale = 4000, 1.5
     gen = csprng()
-    for measure in ("zcdp", "max_divergence"):
-        counts = Counter(tuple(sel._fast_top_k(np.array(SCORES), 2, scale, measure, gen).tolist()) for _ in range(n))
-        pmf = em_pmf(SCORES, 2, scale) if measure == "zcdp" else pf_pmf(SCORES, 2, scale)
-        stat, critical = chi2_gof(counts, pmf, n)
-        assert stat < critical, (measure, stat, critical)
+    counts = Counter(tuple(sel._fast_top_k(np.array(SCORES), k, scale, measure, gen).tolist()) for _ in range(n))
+    pmf = em_pmf(SCORES, k, scale) if measure == "zcdp" else pf_pmf(SCORES, k, scale)
+    stat, critical = chi2_gof(counts, pmf, n)
+    assert stat < critical, (measure, stat, critical)
     assert len(calls) > 100
+
+
+@pytest.mark.slow
+def test_one_shot_gumbel_matches_peeling_pmf() -> None:
+    """Top-3 of 5 scores with ties, through the public function (auto picks the one-shot draw)."""
+    n, scale = 20_000, 1.5
+    counts = Counter(tuple(noisy_top_k(np.array(SCORES), 3, scale, measure="zcdp").tolist()) for _ in range(n))
+    stat, critical = chi2_gof(counts, em_pmf(SCORES, 3, scale), n)
+    assert stat < critical, (stat, critical)
+    assert chi2_gof(counts, pf_pmf(SCORES, 3, scale), n)[0] > critical  # power: PF's law is rejected
+
+
+def test_auto_draws_the_gumbel_form_in_one_shot(monkeypatch) -> None:
+    """``method="auto"`` with the Gumbel form: the one-shot draw, not OpenDP's sampler (was: OpenDP's up to
+    n·k <= 20 000, about 14 ms for 107 scores at k = 100, more than a WGM call on steam_200k)."""
+    used = []
+    monkeypatch.setattr(sel, "_opendp_top_k", lambda *a: used.append("opendp") or np.arange(a[1]))
+    original = sel._gumbel_top_k
+    monkeypatch.setattr(sel, "_gumbel_top_k", lambda *a: used.append("one-shot") or original(*a))
+    out = noisy_top_k(np.arange(107), 100, 40.0, measure="zcdp")
+    assert used == ["one-shot"]
+    assert sorted(out.tolist()) == sorted(set(out.tolist())) and len(out) == 100
+    noisy_top_k(np.arange(10), 2, 0.0, measure="zcdp")  # scale 0: no Gumbel draw; OpenDP as before
+    assert used == ["one-shot", "opendp"]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -269,6 +297,20 @@ def test_float_library_assumption() -> None:
     worst_expm1 = max(abs(float((mp.mpf(float(v)) - mp.expm1(mp.mpf(float(u)))) / mp.expm1(mp.mpf(float(u)))))
                       for u, v in zip(t, np.expm1(t), strict=False) if u != 0.0)
     assert worst <= 2.0**-42 and worst_expm1 <= 2.0**-42
+
+
+def test_float_library_assumption_compiled() -> None:
+    """(F3) for the compiled user-peeling rounds (``engines._peel_jit``): the ``log`` Numba compiles (the C
+    library's) has relative error <= 2^-42 too, on the same kind of arguments (cell ends and their -log)."""
+    numba = pytest.importorskip("numba")
+    compiled_log = numba.njit(lambda values: np.array([np.log(v) for v in values]))
+    rng = np.random.default_rng(4)
+    mp.prec = 120
+    x = np.concatenate([rng.random(400), 1 - rng.random(100) * 2.0**-40, rng.random(100) * 2.0**-40, rng.random(200) * 36])
+    x = x[(x > 0) & (x != 1.0)]
+    worst = max(abs(float((mp.mpf(float(v)) - mp.log(mp.mpf(float(u)))) / mp.log(mp.mpf(float(u)))))
+                for u, v in zip(x, compiled_log(x), strict=True))
+    assert worst <= 2.0**-42
 
 
 def test_no_legacy_numpy_random_on_the_path(monkeypatch) -> None:
