@@ -118,6 +118,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------
 # quick start
 # --------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("page", ["docs/index.md", "README.md"])
 def test_quick_start_runs(page: str, tmp_path: Path) -> None:
     """The ```python blocks of a page, concatenated in order, run without error."""
