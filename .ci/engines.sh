@@ -6,8 +6,7 @@
 # Two supported combinations (docs/engines.md, "Installing"):
 #   1. "engines": opendp-wgm[spark,tumult] in its own venv. Tumult Core 0.20 on Python 3.11 needs numpy < 2
 #      and pandas < 2, so this venv resolves to numpy 1.26, pandas 1.5, pyarrow 23, pyspark 3.5.
-#      Runs tests/engines/ (test_spark.py, test_tumult.py, test_streaming.py) and tutorials/04_engines.ipynb,
-#      on two pytest-xdist workers.
+#      Runs tests/engines/ (test_spark.py, test_tumult.py, test_streaming.py) and tutorials/04_engines.ipynb.
 #   2. "spark-numpy2": the main environment (numpy 2, run `pip install -e .` first) plus pyspark 3.5 and
 #      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py.
 #
@@ -34,7 +33,7 @@ seconds() { date +%s; }
 # 1. opendp-wgm[spark,tumult] in its own venv
 t0=$(seconds)
 [ -x "$ENGINES_VENV/bin/python" ] || "$PYTHON" -m venv "$ENGINES_VENV"
-"$ENGINES_VENV/bin/python" -m pip install --quiet -e ".[spark,tumult]" pytest pytest-xdist nbclient nbformat ipykernel
+"$ENGINES_VENV/bin/python" -m pip install --quiet -e ".[spark,tumult]" pytest nbclient nbformat ipykernel
 t1=$(seconds)
 echo "engines venv: installed in $((t1 - t0)) s"
 "$ENGINES_VENV/bin/python" - <<'EOF'
@@ -43,18 +42,14 @@ import pyspark, tmlt.core  # noqa: F401  (fail here, loudly, if an extra did not
 names = ("numpy", "pandas", "pyarrow", "polars", "opendp", "pyspark", "tmlt.core", "scipy", "randomgen")
 print("engines venv:", ", ".join(f"{n} {version(n)}" for n in names))
 EOF
-# the engine tests must run here, not skip: -rs lists skips and the grep fails the job on any. Two workers
-# (-n 2), each with one local Spark session (tests/engines/conftest.py): the tests are small Spark jobs that wait
-# on the scheduler and on Python workers more than they compute. The tutorial runs beside them (it is marked
-# slow, so tests/conftest.py hands it out first).
-"$ENGINES_VENV/bin/python" -m pytest -n 2 tests/engines/test_spark.py tests/engines/test_tumult.py tests/engines/test_streaming.py \
-    "tests/test_docs.py::test_tutorial_outputs_are_stored[04_engines.ipynb]" \
-    "tests/test_docs.py::test_tutorial_executes[04_engines.ipynb]" \
+# the engine tests must run here, not skip: -rs lists skips and the grep fails the job on any
+"$ENGINES_VENV/bin/python" -m pytest tests/engines/test_spark.py tests/engines/test_tumult.py tests/engines/test_streaming.py \
     -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-pytest.log
 if grep -q "^SKIPPED" /tmp/engines-pytest.log; then
     echo "engines.sh: engine tests were skipped in the engines venv" >&2
     exit 1
 fi
+"$ENGINES_VENV/bin/python" -m pytest tests/test_docs.py -k "04_engines" -p no:cacheprovider -q
 t2=$(seconds)
 echo "engines venv: tests in $((t2 - t1)) s"
 
@@ -63,11 +58,11 @@ echo "engines venv: tests in $((t2 - t1)) s"
 if [ "${ENGINES_SKIP_NUMPY2:-0}" != "1" ]; then
     [ -x "$SPARK_VENV/bin/python" ] || "$PYTHON" -m venv --system-site-packages "$SPARK_VENV"
     # the extra's pins, without Tumult's numpy < 2: pyspark 3.5 and pandas 2 beside numpy 2
-    "$SPARK_VENV/bin/python" -m pip install --quiet "pyspark>=3.5,<3.6" "pandas>=2,<3" pytest-xdist
+    "$SPARK_VENV/bin/python" -m pip install --quiet "pyspark>=3.5,<3.6" "pandas>=2,<3"
     t3=$(seconds)
     echo "spark-numpy2 venv: installed in $((t3 - t2)) s"
     "$SPARK_VENV/bin/python" -c "from importlib.metadata import version as v; import pyspark, opendp_wgm; print('spark-numpy2 venv:', ', '.join(n + ' ' + v(n) for n in ('numpy', 'pandas', 'pyarrow', 'polars', 'opendp', 'pyspark')))"
-    "$SPARK_VENV/bin/python" -m pytest -n 2 tests/engines/test_spark.py -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-numpy2-pytest.log
+    "$SPARK_VENV/bin/python" -m pytest tests/engines/test_spark.py -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-numpy2-pytest.log
     if grep -q "^SKIPPED" /tmp/engines-numpy2-pytest.log; then
         echo "engines.sh: Spark tests were skipped in the numpy 2 venv" >&2
         exit 1
