@@ -279,6 +279,7 @@ def test_audit_passes_on_dp_sips() -> None:
     assert first["hits_d_prime"] == 0 and first["p_d_low"] <= m.map(1)[1]
 
 
+@pytest.mark.slow
 def test_audit_passes_on_the_adaptive_dp_sips() -> None:
     # The adaptive schedule at σ = 1, T = 3.3, Δ0 = 1, σ_s = 1: the shared items go in round 1, so the two-bin
     # count is about (0, 0) plus noise and both branches run; the differing user's unique item passes in each

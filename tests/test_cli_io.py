@@ -333,6 +333,7 @@ def test_failed_gzip_write_leaves_no_partial_output(
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.slow
 def test_broken_pipe_on_stdout_exits_quietly(tmp_path: Path, frame: pl.DataFrame) -> None:
     """`opendp-wgm ... -o - | head -1`: the reader closes the pipe early; no traceback, status 141."""
     import os

@@ -82,7 +82,9 @@ def test_tutorial_executes(path: Path, tmp_path: Path) -> None:
         resources={"metadata": {"path": str(path.parent)}},
     )
     try:
-        client.execute()
+        # cleanup_kc: shut the kernel down when done; a kernel manager passed in is otherwise left running, with its
+        # memory (and the 04_engines tutorial's JVM), until the test process exits
+        client.execute(cleanup_kc=True)
     except nbclient.exceptions.CellExecutionError as err:  # the message holds the cell and its traceback
         pytest.fail(f"{path.name}: a cell raised\n{err}", pytrace=False)
 
@@ -118,6 +120,7 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------
 # quick start
 # --------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("page", ["docs/index.md", "README.md"])
 def test_quick_start_runs(page: str, tmp_path: Path) -> None:
     """The ```python blocks of a page, concatenated in order, run without error."""

@@ -1,7 +1,7 @@
 """The Spark engine (``opendp_wgm.spark``): the same histogram, release and map as the Polars engine.
 
-The tests start one local Spark session for the module (``local[2]``, 1 GB driver) and skip, with the reason,
-when pyspark or Java is missing; the "pyspark not installed" error is tested everywhere.
+The tests share one local Spark session per process (``local[2]``, 1 GB driver: tests/engines/conftest.py) and
+skip, with the reason, when pyspark or Java is missing; the "pyspark not installed" error is tested everywhere.
 """
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import math
-import os
 import re
-import shutil
 import sys
 
 import numpy as np
@@ -37,34 +35,9 @@ def _features() -> None:
 
 
 @pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
-    pytest.importorskip("pyarrow", reason='pyarrow is not installed: pip install "opendp-wgm[spark]"')
-    pytest.importorskip("pandas", reason='pandas is not installed: pip install "opendp-wgm[spark]"')
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java (17): none on PATH and JAVA_HOME is unset")
-    from pyspark.sql import SparkSession
-
-    # executors must run this interpreter (and so see this environment's opendp_wgm)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("opendp-wgm-tests")
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+def spark(spark_session):
+    """The process's Spark session (tests/engines/conftest.py)."""
+    return spark_session
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,6 @@ The "not installed" error is tested everywhere.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sys
 
 import opendp.prelude as dp
 import polars as pl
@@ -42,31 +39,9 @@ def tmlt():
 
 
 @pytest.fixture(scope="module")
-def spark(tmlt, tmp_path_factory):
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Spark needs Java (17): none on PATH and JAVA_HOME is unset")
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("opendp-wgm-tumult-tests")
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        # Tumult materialises releases as tables: keep its warehouse out of the working tree
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+def spark(tmlt, spark_session):
+    """The process's Spark session (tests/engines/conftest.py), once tmlt.core is known to be installed."""
+    return spark_session
 
 
 @pytest.fixture(scope="module")

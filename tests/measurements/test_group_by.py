@@ -213,6 +213,7 @@ def test_counts_and_sums_are_unbiased() -> None:
 # the Context helper
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", [{"rho": 0.5}, {"epsilon": 1.0}])
 def test_discover_keys_then_opendp_counts_in_one_context(budget: dict[str, float]) -> None:
     data = pl.concat([events()] * 1).with_columns(pl.col("user") + 0)
@@ -430,6 +431,7 @@ def test_composite_counts_are_unbiased() -> None:
     assert ((means["count"] - means["truth"]).abs() <= 4.5 * 2.0 / math.sqrt(n)).all(), means
 
 
+@pytest.mark.slow
 def test_discover_keys_with_a_composite_key_then_opendp_counts() -> None:
     data = pl.concat([pairs().with_columns(pl.col("user") + 10 * i) for i in range(50)])  # 300 users
     ctx = dp.Context.compositor(

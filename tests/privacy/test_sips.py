@@ -259,6 +259,7 @@ def test_calibration_budget_too_small_in_the_users_terms() -> None:
         calibrate_dp_sips(max_contributions=10, epsilon=1e-9, delta=1e-7)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(
     value=st.floats(0.1, 10.0),

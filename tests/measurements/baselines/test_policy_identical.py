@@ -234,6 +234,7 @@ def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     return str(request.param)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["int", "wide int", "str", "shuffled str", "shuffled wide int"])
 def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     frame = _users_frame(shape)
@@ -262,6 +263,7 @@ def test_preparation_of_an_empty_frame(preparation: str) -> None:
         assert got.offsets.tolist() == [0] and got.codes.size == 0 and got.n_codes == 0
 
 
+@pytest.mark.slow
 def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
     """Arrays the values do not vouch for (two users or two items taken as one: a hash collision) are dropped for
     the Polars lists; simulated by a kernel that merges users, then one that merges items."""
