@@ -132,12 +132,12 @@ def previous_lists_plan(
 @contextlib.contextmanager
 def polars_plans() -> Iterator[None]:
     """Run ``m(df)`` on the Polars plans only, as without Numba (the compiled per-user step switched off)."""
-    jit = kernel._jit
-    kernel._jit = lambda: None  # type: ignore[assignment]
+    jit = kernel.kernel_jit
+    kernel.kernel_jit = lambda: None  # type: ignore[assignment]
     try:
         yield
     finally:
-        kernel._jit = jit  # type: ignore[assignment]
+        kernel.kernel_jit = jit  # type: ignore[assignment]
 
 
 @contextlib.contextmanager
@@ -159,7 +159,7 @@ def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] 
     """The bare compiled pass over the (user, item) pairs (bucket by user, dedup, histogram of the users at or
     below Δ0, as ``m(df)`` runs it, in as many threads) on codes computed beforehand, or ``None`` without Numba:
     the floor of the compiled step."""
-    jit = kernel._jit()
+    jit = kernel.kernel_jit()
     if jit is None:
         return None
     coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
@@ -489,13 +489,14 @@ def report(
             f"{fmt_s(r.naive_s)} | {fmt_ratio(r.naive_s / r.wgm_s)} |"
         )
     add("")
+    jit = kernel.kernel_jit()
     add(
         "WGM, Polars plans, previous kernel, bare group-by and compiled floor run in turns (one warm-up round, then "
         "medians), so the load of the machine weighs on them alike: compare the ratios, not the seconds. *WGM*: "
-        f"`m(df)` as installed (compiled per-user step: {'on' if kernel._jit() else 'off, Numba not installed'}). "
+        f"`m(df)` as installed (compiled per-user step: {'on' if jit else 'off, Numba not installed'}). "
         "*Polars plans*: the same `m(df)` with the compiled step switched off (as without Numba). *Compiled "
         "floor*: the bare compiled pass over the (user, item) codes (bucket by user, dedup, histogram, in the "
-        f"step's {kernel._kernel_threads(10**7, kernel._jit()) if kernel._jit() else 1} thread(s) at 10^7 rows; "
+        f"step's {kernel._kernel_threads(10**7, jit) if jit else 1} thread(s) at 10^7 rows; "
         "codes, keys, decoding and noise excluded). *Previous kernel*: `m(df)` with the bound step before issue 13 "
         "(every user's list sorted by the secret key)."
     )

@@ -31,9 +31,9 @@ def test_previous_kernel_and_polars_plans_run_the_measurement(bench: ModuleType)
     dp.enable_features("contrib", "honest-but-curious")
     frame = pl.DataFrame({"user": [1, 1, 1, 2, 2, 3], "item": [1, 2, 3, 1, 1, 2]})
     m = wgm.make_wgm_from_budget(*wgm.user_items_space("user", "item"), max_contributions=2, epsilon=1.0, delta=1e-5)
-    plan, jit = bench.kernel.bounded_lists_plan, bench.kernel._jit
+    plan, jit = bench.kernel.bounded_lists_plan, bench.kernel.kernel_jit
     with bench.previous_kernel():
         assert set(m(frame).columns) == {"item", "noisy_weight"}
     with bench.polars_plans():
         assert set(m(frame).columns) == {"item", "noisy_weight"}
-    assert (bench.kernel.bounded_lists_plan, bench.kernel._jit) == (plan, jit)
+    assert (bench.kernel.bounded_lists_plan, bench.kernel.kernel_jit) == (plan, jit)

@@ -23,16 +23,19 @@ import numpy as np
 from numba import config, njit
 
 __all__ = [
+    "boosted_users",
     "compact_ranks",
     "count_users",
     "dense_codes",
+    "distinct_items_by_user",
+    "drop_items",
     "histogram_above",
+    "histogram_distinct",
     "histogram_user_range",
-    "histogram_users",
     "items_by_user",
     "mark_offsets",
     "max_threads",
-    "offset_codes",
+    "pairs_of",
     "place_items",
     "recode",
     "rows_above",
@@ -47,14 +50,6 @@ def max_threads() -> int:
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
-def offset_codes(values: np.ndarray, low: int) -> np.ndarray:  # pragma: no cover - compiled
-    """``values - low`` as int32 codes, for values spanning less than 2^31 (one pass, no temporary)."""
-    codes = np.empty(values.size, dtype=np.int32)
-    mark_offsets(values, low, 0, values.size, codes, np.empty(0, dtype=np.uint8))
-    return codes
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def mark_offsets(
     values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray, present: np.ndarray
 ) -> None:  # pragma: no cover - compiled
@@ -195,28 +190,6 @@ def place_items(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def histogram_users(
-    held: np.ndarray,
-    start: np.ndarray,
-    n_items: int,
-    max_contributions: int,
-    weights: np.ndarray,
-    above: np.ndarray,
-) -> np.ndarray:  # pragma: no cover - compiled
-    """The lattice histogram (int64 per item code) of the users with at most Δ0 distinct items; marks the others
-    in ``above``.
-
-    ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats; overwritten). ``weights[t - 1]``
-    is the lattice weight of a user keeping ``t`` items. (Every user at once: :func:`histogram_user_range` runs
-    ranges of users.)
-    """
-    seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
-    histogram = np.zeros(n_items, dtype=np.int64)
-    histogram_user_range(held, start, 0, start.size - 1, max_contributions, weights, above, seen, histogram)
-    return histogram
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def histogram_user_range(
     held: np.ndarray,
     start: np.ndarray,
@@ -228,8 +201,11 @@ def histogram_user_range(
     seen: np.ndarray,
     histogram: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """:func:`histogram_users` of the users ``first <= u < stop``, added to ``histogram``; ``seen`` (int32 per
-    item code, ``-1`` or a user code below ``first``) is the per-item marker of the dedup."""
+    """The lattice histogram (int64 per item code) of the users ``first <= u < stop`` with at most Δ0 distinct
+    items, added to ``histogram``; marks the others in ``above``. ``held[start[u]:start[u + 1]]`` are user ``u``'s
+    item codes (with repeats; overwritten by its distinct ones); ``weights[t - 1]`` is the lattice weight of a
+    user keeping ``t`` items; ``seen`` (int32 per item code, ``-1`` or a user code below ``first``) is the
+    per-item marker of the dedup."""
     for u in range(first, stop):
         t = 0
         for j in range(start[u], start[u + 1]):
@@ -352,8 +328,9 @@ def distinct_items_by_user(
 def histogram_distinct(
     held: np.ndarray, start: np.ndarray, n_items: int, max_contributions: int, weights: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """:func:`histogram_users` on distinct items (``held``, ``start`` of :func:`distinct_items_by_user`), with no
-    marker pass: the lattice histogram of the users with at most Δ0 items, and which users hold more."""
+    """:func:`histogram_user_range` over every user, on distinct items (``held``, ``start`` of
+    :func:`distinct_items_by_user`), with no marker pass: the lattice histogram of the users with at most Δ0
+    items, and which users hold more."""
     histogram = np.zeros(n_items, dtype=np.int64)
     above = np.zeros(start.size - 1, dtype=np.bool_)
     for u in range(start.size - 1):

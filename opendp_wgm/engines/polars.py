@@ -352,19 +352,20 @@ def _add_histograms(histogram: pl.DataFrame, part: pl.DataFrame, item: str) -> p
     return pl.concat([histogram, part]).group_by(item).agg(pl.col(WEIGHT_LAT).sum())
 
 
-@lru_cache(maxsize=1)
-def _jit() -> ModuleType | None:
-    """The compiled per-user step (:mod:`opendp_wgm.engines._kernel_jit`, ``opendp-wgm[fast]``), or ``None``
-    when Numba is not installed. Imported on first use (importing Numba takes a few tenths of a second)."""
+def _compiled(module: str) -> ModuleType | None:
+    """The compiled module ``opendp_wgm.engines.<module>``, or ``None`` when Numba is not installed. Imported on
+    first use (importing Numba takes a few tenths of a second)."""
     try:
-        return importlib.import_module("opendp_wgm.engines._kernel_jit")
+        return importlib.import_module(f"opendp_wgm.engines.{module}")
     except ImportError:
         return None
 
 
+@lru_cache(maxsize=1)
 def kernel_jit() -> ModuleType | None:
-    """:func:`_jit`, for the other subpackages (user peeling's CSR reads its counting sort)."""
-    return _jit()
+    """The compiled per-user step (:mod:`opendp_wgm.engines._kernel_jit`, ``opendp-wgm[fast]``), or ``None``
+    when Numba is not installed; user peeling's CSR reads its counting sort too."""
+    return _compiled("_kernel_jit")
 
 
 #: Codes of a column for the compiled kernel: (codes per row, number of codes, decode: codes -> values).
@@ -516,7 +517,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the coded columns; text
     users are counted first, so that a large text frame is not coded for nothing).
     """
-    jit = _jit()
+    jit = kernel_jit()
     space, bound = lists.space, lists.max_contributions
     schema = lists.lf.collect_schema()
     user_dtype, item_dtype = schema[space.user], schema[space.item]
@@ -613,7 +614,7 @@ def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine
     where the compiled step does not run (the caller keeps the Polars plans): Numba not installed, ``passes > 1``
     or the streaming engine (they bound the memory: nothing is collected), a column dtype :func:`_codes_dtype`
     rejects, 2^31 rows or more (``lf`` is then collected again by the Polars plans)."""
-    jit = _jit()
+    jit = kernel_jit()
     schema = lf.collect_schema()
     user_dtype, item_dtype = schema[space.user], schema[space.item]
     if jit is None or passes != 1 or engine == "streaming":
@@ -781,10 +782,7 @@ def _hashed_pairs(rows: pl.LazyFrame, user: str, dtype: pl.DataType, *, contiguo
 @lru_cache(maxsize=1)
 def peel_jit() -> ModuleType | None:
     """The compiled stage-2 step (:mod:`opendp_wgm.engines._peel_jit`), or ``None`` when Numba is not installed."""
-    try:
-        return importlib.import_module("opendp_wgm.engines._peel_jit")
-    except ImportError:
-        return None
+    return _compiled("_peel_jit")
 
 
 def _compiled_candidate_pairs(

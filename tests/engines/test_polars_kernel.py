@@ -148,7 +148,7 @@ def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The per-user step of :func:`kernel.lattice_histogram`: compiled in one thread or in three (chunks of rows
     and ranges of users; skipped without Numba), or Polars."""
     if request.param == "polars":
-        monkeypatch.setattr(kernel, "_jit", lambda: None)
+        monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
     else:
         pytest.importorskip("numba")
         if request.param == "threads":  # more threads than cores is fine: the same histogram, bit for bit
@@ -205,12 +205,12 @@ def test_compiled_step_leaves_mostly_above_to_the_keyed_plan() -> None:
 
 
 def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``numba`` not importable: :func:`kernel._jit` is ``None`` and the histogram is the same, from Polars."""
+    """``numba`` not importable: :func:`kernel.kernel_jit` is ``None`` and the histogram is the same, from Polars."""
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     monkeypatch.delitem(sys.modules, "opendp_wgm.engines._kernel_jit", raising=False)
-    kernel._jit.cache_clear()
+    kernel.kernel_jit.cache_clear()
     try:
-        assert kernel._jit() is None
+        assert kernel.kernel_jit() is None
         lf = _prepare_frame(_variant(_shape("mixed"), "string"), SPACE)
         lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
         assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is None
@@ -218,7 +218,7 @@ def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> 
         expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
         assert dict(histogram.iter_rows()) == expected
     finally:
-        kernel._jit.cache_clear()
+        kernel.kernel_jit.cache_clear()
 
 
 def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -341,7 +341,7 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
         assert kernel.coded_pairs(lf, SPACE, passes=passes, engine=engine) is None  # type: ignore[arg-type]
     for items in (pl.struct("item", (pl.col("item") % 3).alias("part")), pl.col("item").cast(pl.Float64) / 2):
         assert kernel.coded_pairs(_prepare_frame(frame.with_columns(item=items), SPACE), SPACE, passes=1, engine="auto") is None
-    monkeypatch.setattr(kernel, "_jit", lambda: None)
+    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
     assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
 
 

@@ -455,7 +455,7 @@ def test_dp_sips_on_coded_pairs_gives_each_rounds_histogram(fixed_randomness, mo
             monkeypatch.setattr(dp_sips, "coded_pairs", lambda *args, **kwargs: None)
         if path == "no numba":
             monkeypatch.setattr(dp_sips, "coded_pairs", coded_pairs)
-            monkeypatch.setattr(kernel, "_jit", lambda: None)
+            monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
         seen.clear()
         fixed_randomness()
         released = wgm.make_dp_sips(*wgm.user_items_space(), **options)(frame)

@@ -97,7 +97,7 @@ def test_compiled_item_index_is_the_group_by_one(monkeypatch: pytest.MonkeyPatch
     users = np.sort(rng.integers(0, 300, 2000))
     items = rng.integers(0, 50, 2000)
     compiled = user_item_csr(users, items, 60, item_index=True)
-    monkeypatch.setattr(_user_items, "kernel_jit", lambda: None)
+    monkeypatch.setattr(_user_items.engine, "kernel_jit", lambda: None)
     plans = user_item_csr(users, items, 60, item_index=True)
     for name in ("items", "offsets", "item_offsets", "item_users"):
         assert np.array_equal(getattr(compiled, name), getattr(plans, name)), name
