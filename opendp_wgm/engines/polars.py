@@ -789,22 +789,28 @@ def _compiled_candidate_pairs(
     lf: pl.LazyFrame, items: pl.Series
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]] | None:
     """:func:`candidate_pairs` on the codes the WGM's compiled step made of ``lf``'s rows (:func:`share_codes`),
-    when it ran on this frame: a candidate position per row, then the rows deduplicated per user by the compiled
-    step (:func:`opendp_wgm.engines._peel_jit.distinct_pairs`, linear passes); users come grouped, coded densely.
-    The data is not read or coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the
-    candidates' rows afresh cost more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6
-    rows of String users; its stage 1 takes the Polars plans)."""
-    kernels, coded = peel_jit(), _shared_codes(lf)
-    if kernels is None or coded is None:
+    when it ran on this frame: a candidate position per row, then the candidates' rows deduplicated per user by
+    the compiled step's counting sort (:func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`, linear
+    passes; each user's candidates in order of first row); users come grouped, coded densely. The data is not
+    read or coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the candidates' rows
+    afresh cost more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6 rows of String
+    users; its stage 1 takes the Polars plans)."""
+    jit, coded = kernel_jit(), _shared_codes(lf)
+    if jit is None or coded is None:
         return None
     code = coded.item_codes_of(items)  # the candidates' item codes (-1: not in the data)
-    position_of = np.full(coded.n_items, -1, dtype=np.int64)
+    position_of = np.full(coded.n_items, -1, dtype=np.int32)  # the kernel's item codes are int32
     found = code >= 0
     position_of[code[found]] = np.flatnonzero(found)
-    pair_users, pair_positions = kernels.distinct_pairs(
-        coded.users, position_of[coded.items], coded.n_users, items.len()
+    positions = position_of[coded.items]
+    candidate_rows = positions >= 0
+    held, start = jit.distinct_items_by_user(
+        coded.users[candidate_rows], positions[candidate_rows], coded.n_users, items.len()
     )
-    return pair_users, pair_positions
+    per_user = np.diff(start)
+    holding = per_user > 0
+    dense = np.cumsum(holding)[holding] - 1  # the users holding a candidate, coded 0, 1, ... in code order
+    return np.repeat(dense, per_user[holding]).astype(np.int64), held.astype(np.int64)
 
 
 def candidate_pairs(

@@ -493,7 +493,7 @@ def _paths() -> dict[str, dict[str, object]]:
     return {
         "stage 1's codes": {},
         "polars, no shared codes": {"_shared_codes": lambda lf: None},
-        "polars, no numba": {"peel_jit": lambda: None},
+        "polars, no numba": {"kernel_jit": lambda: None},
     }
 
 
