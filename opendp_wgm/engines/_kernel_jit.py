@@ -7,8 +7,9 @@ keeps them all, and a user with more keeps the Δ0 distinct items of smallest ke
 Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
 
 No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
-place), each user's items are deduplicated with a per-item marker, and only the distinct items of a user above
-Δ0 are sorted by their keys.
+place), each user's items are deduplicated with a per-item marker, and the Δ0-th smallest key of a user above
+Δ0 is found by a linear selection (:func:`smallest`). Where most rows belong to users above Δ0,
+:func:`keyed_weights` weighs each user's rows from their keys alone (no item codes).
 
 The passes over rows take a range (``first``, ``stop``) so that the caller may run them on disjoint chunks in
 threads (the functions release the GIL): chunks of rows for the coding and the counting sort, ranges of users

@@ -511,11 +511,11 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None`` (the
     caller runs the Polars plans) when Numba is not installed, for a column dtype :func:`_codes_dtype` rejects
     (a composite key's Struct, floats, ...), from 2^31 rows on (int32 row positions), and where the compiled
-    step does not pay: when most of the first rows belong to users above Δ0 (:func:`mostly_above`, the
-    ``"auto"`` plan's test), the keyed Polars plan is about as fast (every row needs its key anyway); when the
-    users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text and the frame holds at
-    least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the coded columns; text
-    users are counted first, so that a large text frame is not coded for nothing).
+    step does not pay: when the users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text
+    and the frame holds at least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the
+    coded columns; text users are counted first, so that a large text frame is not coded for nothing). When most
+    of the first rows belong to users above Δ0 (:func:`mostly_above`, the ``"auto"`` plan's test), every row
+    needs its key anyway: :func:`_keyed_histogram` runs instead, with no coding.
     """
     jit = kernel_jit()
     space, bound = lists.space, lists.max_contributions
