@@ -577,7 +577,7 @@ def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleTyp
     ranges[0], ranges[-1] = 0, n_users
     weights = lattice_weights(max_contributions).astype(np.int32)  # at most 2^20
     out = np.empty(frame.height, dtype=np.int32)
-    twins = np.empty((frame.height, 2), dtype=np.int64)  # pages written only where rows repeat a key
+    twins = np.empty((frame.height, 2), dtype=np.int32)  # rows below 2^31; pages written only where rows repeat a key
     found = np.zeros(threads, dtype=np.int64)
 
     def weigh(k: int, first: int, stop: int) -> None:
@@ -585,7 +585,8 @@ def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleTyp
 
     _in_threads(ranges, weigh)
     if found.any():
-        pairs = np.concatenate([twins[start[first] : start[first] + n] for first, n in zip(ranges[:-1], found)])
+        at = start[ranges[:-1]]  # each range wrote its pairs from its first row on
+        pairs = np.concatenate([twins[first : first + n] for first, n in zip(at, found, strict=True)])
         items = frame.get_column(space.item)
         if not (items.gather(pairs[:, 0]) == items.gather(pairs[:, 1])).all():
             return None

@@ -10,6 +10,7 @@ over a wide range, several passes; and so must the compiled (Numba) per-user ste
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import numpy as np
@@ -270,33 +271,13 @@ def test_keyed_route_leaves_items_sharing_a_key_to_the_polars_plan(monkeypatch: 
     assert histogram == dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
 
 
-def _sorted_histogram_above(histogram, items, rows, offsets, keys, max_contributions, weight):  # type: ignore[no-untyped-def]
-    """``_kernel_jit.histogram_above`` as it was (frozen): each user's distinct items sorted by key in full."""
-    seen = np.full(histogram.size, -1, dtype=np.int32)
-    longest = 0
-    for a in range(offsets.size - 1):
-        longest = max(longest, offsets[a + 1] - offsets[a])
-    distinct, distinct_keys = np.empty(longest, dtype=np.int64), np.empty(longest, dtype=np.uint64)
-    for a in range(offsets.size - 1):
-        t = 0
-        for j in range(offsets[a], offsets[a + 1]):
-            i = items[rows[j]]
-            if seen[i] != a:
-                seen[i] = a
-                distinct[t], distinct_keys[t] = i, keys[j]
-                t += 1
-        order = np.argsort(distinct_keys[:t])
-        for k in range(max_contributions):
-            histogram[distinct[order[k]]] += weight
-
-
 @pytest.mark.parametrize("spread", [2**64 - 1, 2**20, 60, 7])
 def test_histogram_above_selection_keeps_the_sorts_items(spread: int) -> None:
     """The selection of the Δ0-th key (quickselect) keeps the items the full sort by key kept, ties at the cut
     included (keys drawn from ``spread`` values: none, some, most users with a tie), with repeated rows."""
     numba = pytest.importorskip("numba")
     jit = kernel.kernel_jit()
-    frozen = numba.njit(_sorted_histogram_above)  # compiled like the kernel: the same argsort, the same ties
+    argsort = numba.njit(lambda values: np.argsort(values))  # noqa: PLW0108 - the kernel's sort before: same ties
     rng = np.random.default_rng(spread % 1000)
     sizes = rng.integers(MAX_CONTRIBUTIONS + 1, 8 * MAX_CONTRIBUTIONS, 60)
     offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
@@ -310,7 +291,11 @@ def test_histogram_above_selection_keeps_the_sorts_items(spread: int) -> None:
     placed[rows] = items
     found, expected = np.zeros(n_items, dtype=np.int64), np.zeros(n_items, dtype=np.int64)
     jit.histogram_above(found, placed, rows, offsets, keys, MAX_CONTRIBUTIONS, 1000)
-    frozen(expected, placed, rows, offsets, keys, MAX_CONTRIBUTIONS, 1000)
+    for first, stop in itertools.pairwise(offsets):  # as before: distinct items in row order,
+        held = placed[rows[first:stop]]  # sorted by key, the first Δ0 kept
+        distinct = np.sort(np.unique(held, return_index=True)[1])
+        kept = held[distinct][argsort(keys[first:stop][distinct])[:MAX_CONTRIBUTIONS]]
+        np.add.at(expected, kept, 1000)
     assert np.array_equal(found, expected) and expected.sum() > 0
 
 
