@@ -7,8 +7,9 @@ keeps them all, and a user with more keeps the Δ0 distinct items of smallest ke
 Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
 
 No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
-place), each user's items are deduplicated with a per-item marker, and only the distinct items of a user above
-Δ0 are sorted by their keys.
+place), each user's items are deduplicated with a per-item marker, and the Δ0-th smallest key of a user above
+Δ0 is found by a linear selection (:func:`smallest`). Where most rows belong to users above Δ0,
+:func:`keyed_weights` weighs each user's rows from their keys alone (no item codes).
 
 The passes over rows take a range (``first``, ``stop``) so that the caller may run them on disjoint chunks in
 threads (the functions release the GIL): chunks of rows for the coding and the counting sort, ranges of users
@@ -33,12 +34,14 @@ __all__ = [
     "histogram_distinct",
     "histogram_user_range",
     "items_by_user",
+    "keyed_weights",
     "mark_offsets",
     "max_threads",
     "pairs_of",
     "place_items",
     "recode",
     "rows_above",
+    "smallest",
     "user_cursors",
     "value_range",
 ]
@@ -251,6 +254,37 @@ def rows_above(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def smallest(values: np.ndarray, count: int, k: int) -> np.uint64:  # pragma: no cover - compiled
+    """The ``k``-th smallest (from 0) of ``values[:count]``, reordering ``values[:count]`` in place: a quickselect
+    (median-of-three pivots), linear on average, where a full sort of the values costs ``count log count``."""
+    low, high = 0, count - 1
+    while high > low:
+        a, b, c = values[low], values[(low + high) >> 1], values[high]
+        if a > b:
+            a, b = b, a
+        if b > c:
+            b = max(a, c)
+        pivot = b
+        i, j = low, high
+        while i <= j:
+            while values[i] < pivot:
+                i += 1
+            while values[j] > pivot:
+                j -= 1
+            if i <= j:
+                values[i], values[j] = values[j], values[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            high = j
+        elif k >= i:
+            low = i
+        else:
+            break
+    return values[k]  # type: ignore[no-any-return]
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def histogram_above(
     histogram: np.ndarray,
     items: np.ndarray,
@@ -262,7 +296,11 @@ def histogram_above(
 ) -> None:  # pragma: no cover - compiled
     """Add to ``histogram`` (in place) the users above Δ0: each keeps its ``max_contributions`` distinct items of
     smallest key, with weight ``weight``. ``rows[offsets[a]:offsets[a + 1]]`` are user ``a``'s rows and
-    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys)."""
+    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys).
+
+    The Δ0-th smallest key is found by :func:`smallest` (linear) and the items of keys up to it kept: the
+    Δ0 items a sort by key would keep. Only where two distinct items of a user share that key (a tie at the cut,
+    a 64-bit collision) does the user's list go through the sort by key, which then decides the tie as before."""
     n_items = histogram.size
     seen = np.full(n_items, -1, dtype=np.int32)
     longest = 0
@@ -270,6 +308,7 @@ def histogram_above(
         longest = max(longest, offsets[a + 1] - offsets[a])
     distinct = np.empty(longest, dtype=np.int64)
     distinct_keys = np.empty(longest, dtype=np.uint64)
+    scratch = np.empty(longest, dtype=np.uint64)
     for a in range(offsets.size - 1):
         t = 0
         for j in range(offsets[a], offsets[a + 1]):
@@ -279,9 +318,89 @@ def histogram_above(
                 distinct[t] = i
                 distinct_keys[t] = keys[j]
                 t += 1
-        order = np.argsort(distinct_keys[:t])
-        for k in range(max_contributions):
-            histogram[distinct[order[k]]] += weight
+        scratch[:t] = distinct_keys[:t]
+        cut = smallest(scratch, t, max_contributions - 1)
+        below = 0
+        for k in range(t):
+            below += distinct_keys[k] <= cut
+        if below == max_contributions:
+            for k in range(t):
+                if distinct_keys[k] <= cut:
+                    histogram[distinct[k]] += weight
+        else:  # a tie at the cut: the sort by key decides it, as it always did
+            order = np.argsort(distinct_keys[:t])
+            for k in range(max_contributions):
+                histogram[distinct[order[k]]] += weight
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def keyed_weights(
+    start: np.ndarray,
+    keys: np.ndarray,
+    first: int,
+    stop: int,
+    max_contributions: int,
+    weights: np.ndarray,
+    out: np.ndarray,
+    twins: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """The lattice weight of each row of the users ``first <= u < stop``, whose rows are
+    ``start[u] <= r < start[u + 1]`` (each user's rows adjacent), from the rows' keys alone: ``out[r]`` is the
+    weight ``weights[t - 1]`` of the row's user (``t``: the items it keeps) where the row is kept, else 0.
+
+    Equal (user, item) rows have equal keys, so a user's distinct keys stand for its distinct items (a per-user
+    hash set of the keys drops the repeats); then a user with at most ``max_contributions`` of them keeps all,
+    one with more the ``max_contributions`` of smallest key (:func:`smallest`: distinct keys, no ties). A repeat
+    is taken for the same item, which the caller checks: the pairs of rows (first row of the key, the repeat)
+    are written to ``twins`` from the range's first row on, and their number returned. If two distinct items
+    of a user share a key (a 64-bit collision), the check fails and the caller keeps the Polars plans."""
+    longest = 0
+    for u in range(first, stop):
+        longest = max(longest, start[u + 1] - start[u])
+    size = 16
+    while size < 2 * longest:
+        size *= 2
+    owner = np.full(size, -1, dtype=np.int64)  # the user whose key a slot holds (no clearing between users)
+    slot = np.empty(size, dtype=np.int64)  # the index of that key among the user's distinct keys
+    distinct_keys = np.empty(longest, dtype=np.uint64)
+    distinct_rows = np.empty(longest, dtype=np.int64)
+    scratch = np.empty(longest, dtype=np.uint64)
+    at = start[first]
+    n_twins = 0
+    for u in range(first, stop):
+        mask = 16
+        while mask < 2 * (start[u + 1] - start[u]):  # at most half full: short probes
+            mask *= 2
+        mask -= 1
+        t = 0
+        for r in range(start[u], start[u + 1]):
+            k = keys[r]
+            out[r] = 0
+            i = np.int64(k & np.uint64(mask))  # the keys are uniform hashes: their low bits index the table
+            while True:
+                if owner[i] != u:
+                    owner[i], slot[i] = u, t
+                    distinct_keys[t], distinct_rows[t] = k, r
+                    t += 1
+                    break
+                if distinct_keys[slot[i]] == k:
+                    twins[at + n_twins, 0], twins[at + n_twins, 1] = distinct_rows[slot[i]], r
+                    n_twins += 1
+                    break
+                i = (i + 1) & mask
+        if t == 0:
+            continue
+        w = weights[min(t, max_contributions) - 1]
+        if t <= max_contributions:
+            for j in range(t):
+                out[distinct_rows[j]] = w
+        else:
+            scratch[:t] = distinct_keys[:t]
+            cut = smallest(scratch, t, max_contributions - 1)
+            for j in range(t):
+                if distinct_keys[j] <= cut:
+                    out[distinct_rows[j]] = w
+    return n_twins
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -511,11 +511,11 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None`` (the
     caller runs the Polars plans) when Numba is not installed, for a column dtype :func:`_codes_dtype` rejects
     (a composite key's Struct, floats, ...), from 2^31 rows on (int32 row positions), and where the compiled
-    step does not pay: when most of the first rows belong to users above Δ0 (:func:`mostly_above`, the
-    ``"auto"`` plan's test), the keyed Polars plan is about as fast (every row needs its key anyway); when the
-    users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text and the frame holds at
-    least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the coded columns; text
-    users are counted first, so that a large text frame is not coded for nothing).
+    step does not pay: when the users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text
+    and the frame holds at least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the
+    coded columns; text users are counted first, so that a large text frame is not coded for nothing). When most
+    of the first rows belong to users above Δ0 (:func:`mostly_above`, the ``"auto"`` plan's test), every row
+    needs its key anyway: :func:`_keyed_histogram` runs instead, with no coding.
     """
     jit = kernel_jit()
     space, bound = lists.space, lists.max_contributions
@@ -524,7 +524,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     if jit is None or not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
         return None
     if mostly_above(lists.lf, space.user, bound):
-        return None  # the keyed Polars plan: the compiled step measured only 1.07x faster (imdb_50k, docs/engines.md)
+        return _keyed_histogram(lists, max_contributions, jit)  # every row needs its key anyway
     if user_dtype == pl.String and lists.lf.select(pl.len()).collect().item() >= _POLARS_ROWS:
         return None  # coding text costs what the compiled step saves
     frame = lists.lf.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype)).collect()
@@ -548,6 +548,52 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
         jit.histogram_above(histogram, item_codes, rows, offsets, keys, bound, int(weights[bound - 1]))
     kept = np.flatnonzero(histogram)
     return pl.DataFrame([decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
+
+
+def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleType) -> pl.DataFrame | None:
+    """:func:`_compiled_histogram` where most rows belong to users above Δ0 (imdb_50k): every row is keyed (one
+    Polars ``select``: no coding of the items), each user's rows are weighted from their keys alone by the
+    compiled step (:func:`opendp_wgm.engines._kernel_jit.keyed_weights`: distinct keys, then the Δ0 smallest by
+    a linear selection), and the kept rows summed per item by one Polars ``group_by``. The same histogram as
+    :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit.
+
+    A repeated key within a user is taken for a repeated item; the rows that repeat a key are checked against
+    the row they repeat (a gather of those rows only), and where one holds another item (two items of a user
+    with the same 64-bit key) the Polars plans run instead (``None``), so that such a tie is decided as there.
+    ``None`` too where the users' rows are not each one run (:func:`_user_runs`) or from 2^31 rows on.
+    """
+    space, bound = lists.space, lists.max_contributions
+    frame = lists.lf.collect()
+    runs = _user_runs(frame.get_column(space.user)) if frame.height < 2**31 else None
+    if runs is None:
+        return None
+    keys = frame.select(bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
+    user_codes = runs.to_numpy()
+    n_users = int(user_codes[-1]) + 1 if user_codes.size else 0
+    start = np.zeros(n_users + 1, dtype=np.int64)
+    np.cumsum(np.bincount(user_codes, minlength=n_users), out=start[1:])
+    threads = _kernel_threads(frame.height, jit)
+    ranges = np.searchsorted(start, _even_ranges(frame.height, threads)).astype(np.int64)
+    ranges[0], ranges[-1] = 0, n_users
+    weights = lattice_weights(max_contributions).astype(np.int32)  # at most 2^20
+    out = np.empty(frame.height, dtype=np.int32)
+    twins = np.empty((frame.height, 2), dtype=np.int32)  # rows below 2^31; pages written only where rows repeat a key
+    found = np.zeros(threads, dtype=np.int64)
+
+    def weigh(k: int, first: int, stop: int) -> None:
+        found[k] = jit.keyed_weights(start, keys, first, stop, bound, weights, out, twins)
+
+    _in_threads(ranges, weigh)
+    if found.any():
+        at = start[ranges[:-1]]  # each range wrote its pairs from its first row on
+        pairs = np.concatenate([twins[first : first + n] for first, n in zip(at, found, strict=True)])
+        items = frame.get_column(space.item)
+        if not (items.gather(pairs[:, 0]) == items.gather(pairs[:, 1])).all():
+            return None
+    weight = pl.col(WEIGHT_LAT)
+    rows = pl.DataFrame([frame.get_column(space.item), pl.Series(WEIGHT_LAT, out)]).lazy()
+    # the streaming engine's group_by on text: half the CPU of the in-memory engine's here (the same integer sums)
+    return rows.filter(weight > 0).group_by(space.item).agg(weight.cast(pl.Int64).sum()).collect(engine="streaming")
 
 
 # --------------------------------------------------------------------------------------------------------------

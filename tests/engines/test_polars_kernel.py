@@ -10,6 +10,7 @@ over a wide range, several passes; and so must the compiled (Numba) per-user ste
 
 from __future__ import annotations
 
+import itertools
 import sys
 
 import numpy as np
@@ -143,18 +144,19 @@ def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, 
             assert dict(histogram.iter_rows()) == _frozen_histogram(kept, MAX_CONTRIBUTIONS)
 
 
-@pytest.fixture(params=["compiled", "threads", "polars"])
+@pytest.fixture(params=["compiled", "threads", "keyed", "polars"])
 def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The per-user step of :func:`kernel.lattice_histogram`: compiled in one thread or in three (chunks of rows
-    and ranges of users; skipped without Numba), or Polars."""
+    and ranges of users; skipped without Numba), the compiled keyed route in three threads (what runs where most
+    rows belong to users above Δ0), or Polars."""
     if request.param == "polars":
         monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
     else:
         pytest.importorskip("numba")
-        if request.param == "threads":  # more threads than cores is fine: the same histogram, bit for bit
+        if request.param != "compiled":  # more threads than cores is fine: the same histogram, bit for bit
             monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: 3)
-        # also where most users are above Δ0 (the dispatch leaves those to the keyed Polars plan: a speed choice)
-        monkeypatch.setattr(kernel, "mostly_above", lambda *args: False)
+        # the dispatch is a speed choice: force each route on every shape
+        monkeypatch.setattr(kernel, "mostly_above", lambda *args: request.param == "keyed")
     return str(request.param)
 
 
@@ -167,7 +169,8 @@ def test_bounded_lists_histogram_equals_the_frozen_kernel(shape: str, variant: s
     frame = _variant(_shape(shape), variant)
     lf = _prepare_frame(frame, SPACE)
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
-    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == (jit != "polars")
+    runs = kernel._user_runs(lf.collect().get_column("user")) is not None  # the keyed route's condition
+    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == (jit != "polars" and (jit != "keyed" or runs))
     histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
     assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
     frozen = _frozen_lists(lf, bound, SEEDS).with_columns(pl.col("item").list.len().alias("t"))
@@ -196,12 +199,104 @@ def test_compiled_step_leaves_other_inputs_to_polars(monkeypatch: pytest.MonkeyP
     assert len(calls) == 1
 
 
-def test_compiled_step_leaves_mostly_above_to_the_keyed_plan() -> None:
-    """Where most rows belong to users above Δ0 (imdb_50k) the keyed Polars plan is as fast: no compiled step."""
+def test_compiled_step_takes_the_keyed_route_where_most_users_are_above(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where most rows belong to users above Δ0 (imdb_50k) and each user's rows are one run, the compiled keyed
+    route runs (it used to be left to the keyed Polars plan); users not in runs are left to it."""
     pytest.importorskip("numba")
-    for shape, bound, compiled in (("above", MAX_CONTRIBUTIONS, False), ("below", 2 * MAX_CONTRIBUTIONS, True)):
-        lists = kernel.BoundedLists(_prepare_frame(_shape(shape), SPACE), SPACE, bound, SEEDS)
+    keyed: list[object] = []
+    route = kernel._keyed_histogram
+    monkeypatch.setattr(kernel, "_keyed_histogram", lambda *a: keyed.append(a) or route(*a))
+    for shape, bound, compiled, runs in (("above", MAX_CONTRIBUTIONS, True, True), ("below", 2 * MAX_CONTRIBUTIONS, True, False),
+                                         ("above", MAX_CONTRIBUTIONS, False, True)):
+        frame = _shape(shape) if compiled else _variant(_shape(shape), "shuffled")
+        lists = kernel.BoundedLists(_prepare_frame(frame, SPACE), SPACE, bound, SEEDS)
+        keyed.clear()
         assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
+        assert len(keyed) == runs  # "below": the compiled step of users at most Δ0
+
+
+def _runs_frame(items: str) -> pl.DataFrame:
+    """Users above, at and below Δ0 (``MAX_CONTRIBUTIONS``), each user's rows one run (users not sorted), rows
+    repeated within a run, ``items`` "int", "string" or "categorical"."""
+    rng = np.random.default_rng(17)
+    distinct = np.r_[np.full(6, MAX_CONTRIBUTIONS + 1), np.full(6, MAX_CONTRIBUTIONS), rng.integers(1, 6 * MAX_CONTRIBUTIONS, 40)]
+    parts = []
+    for user, t in zip(rng.permutation(distinct.size) * 7, distinct, strict=True):
+        held = rng.choice(3 * MAX_CONTRIBUTIONS * 6, t, replace=False)
+        rows = np.r_[held, rng.choice(held, rng.integers(0, 2 * t))]  # repeats of the user's items
+        parts.append(pl.DataFrame({"user": np.full(rows.size, user), "item": rng.permutation(rows)}))
+    frame = pl.concat(parts)
+    if items == "int":
+        return frame
+    frame = frame.with_columns(pl.format("u{}", "user"), pl.format("w{}", "item"))
+    return frame.with_columns(pl.col("item").cast(pl.Categorical)) if items == "categorical" else frame
+
+
+@pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
+@pytest.mark.parametrize("items", ["int", "string", "categorical"])
+def test_keyed_route_gives_the_frozen_histogram(items: str, bound: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled keyed route (:func:`kernel._keyed_histogram`: weights from the keys alone, repeats checked) on
+    users above, at and below Δ0 with repeated rows, in one thread and in three: the frozen kernel's histogram."""
+    pytest.importorskip("numba")
+    lf = _prepare_frame(_runs_frame(items), SPACE)
+    assert kernel.mostly_above(lf, "user", bound)
+    frozen = _frozen_lists(lf, bound, SEEDS).with_columns(pl.col("item").list.len().alias("t"))
+    assert set(frozen["t"]) >= {bound, 1} and (frozen["t"] < bound).sum() > 1
+    weights = pl.Series(lattice_weights(MAX_CONTRIBUTIONS))
+    rows = frozen.explode("item").with_columns(w=pl.col("t").map_batches(lambda t: weights.gather(t - 1)))
+    expected = dict(rows.group_by("item").agg(pl.col("w").sum()).iter_rows())
+    lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
+    for threads in (1, 3):
+        monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit, threads=threads: threads)
+        histogram = kernel._keyed_histogram(lists, MAX_CONTRIBUTIONS, kernel.kernel_jit())
+        assert histogram is not None
+        assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
+        assert dict(histogram.iter_rows()) == expected
+
+
+def test_keyed_route_leaves_items_sharing_a_key_to_the_polars_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two distinct items of a user with one key (a 64-bit collision, made common here by a coarse key): the
+    keyed route, which reads keys only, finds it by checking each repeated key's rows and returns ``None``; the
+    Polars plan then decides, so the histogram is the Polars plan's under the same key."""
+    pytest.importorskip("numba")
+    lf = _prepare_frame(_runs_frame("string"), SPACE)
+    lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
+    jit = kernel.kernel_jit()
+    assert kernel._keyed_histogram(lists, MAX_CONTRIBUTIONS, jit) is not None
+    key = kernel.bound_key
+    monkeypatch.setattr(kernel, "bound_key", lambda *args: key(*args) % 4096)
+    assert kernel._keyed_histogram(lists, MAX_CONTRIBUTIONS, jit) is None
+    histogram = dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
+    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
+    assert histogram == dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
+
+
+@pytest.mark.parametrize("spread", [2**64 - 1, 2**20, 60, 7])
+def test_histogram_above_selection_keeps_the_sorts_items(spread: int) -> None:
+    """The selection of the Δ0-th key (quickselect) keeps the items the full sort by key kept, ties at the cut
+    included (keys drawn from ``spread`` values: none, some, most users with a tie), with repeated rows."""
+    numba = pytest.importorskip("numba")
+    jit = kernel.kernel_jit()
+    argsort = numba.njit(lambda values: np.argsort(values))  # noqa: PLW0108 - the kernel's sort before: same ties
+    rng = np.random.default_rng(spread % 1000)
+    sizes = rng.integers(MAX_CONTRIBUTIONS + 1, 8 * MAX_CONTRIBUTIONS, 60)
+    offsets = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    n_items = 500
+    items = rng.integers(0, n_items, offsets[-1]).astype(np.int32)  # repeats within a user: equal keys below
+    users = np.repeat(np.arange(sizes.size), sizes)
+    key_of = rng.integers(0, spread, (sizes.size, n_items), dtype=np.uint64, endpoint=True)
+    keys = key_of[users, items]
+    rows = rng.permutation(offsets[-1]).astype(np.int64)  # rows[j] is the row of key j: any order
+    placed = np.empty_like(items)
+    placed[rows] = items
+    found, expected = np.zeros(n_items, dtype=np.int64), np.zeros(n_items, dtype=np.int64)
+    jit.histogram_above(found, placed, rows, offsets, keys, MAX_CONTRIBUTIONS, 1000)
+    for first, stop in itertools.pairwise(offsets):  # as before: distinct items in row order,
+        held = placed[rows[first:stop]]  # sorted by key, the first Δ0 kept
+        distinct = np.sort(np.unique(held, return_index=True)[1])
+        kept = held[distinct][argsort(keys[first:stop][distinct])[:MAX_CONTRIBUTIONS]]
+        np.add.at(expected, kept, 1000)
+    assert np.array_equal(found, expected) and expected.sum() > 0
 
 
 def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> None:
