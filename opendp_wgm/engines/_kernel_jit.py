@@ -66,18 +66,17 @@ def mark_offsets(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def compact_ranks(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in value order), and
-    the present offsets in that order (the offset of each compact code)."""
-    rank = np.empty(present.size, dtype=np.int32)
-    offsets = np.empty(present.size, dtype=np.int64)
+def compact_ranks(present: np.ndarray, rank: np.ndarray, offsets: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Fill ``rank`` with the rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in
+    value order) and ``offsets`` with the present offsets in that order (the offset of each compact code); return
+    their number. The caller allocates both (as large as ``present``), so that NumPy's allocator gives them."""
     k = 0
     for c in range(present.size):
         rank[c] = k
         if present[c]:
             offsets[k] = c
             k += 1
-    return rank, offsets[:k].copy()
+    return k
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -101,13 +100,12 @@ def recode(codes: np.ndarray, rank: np.ndarray, first: int, stop: int) -> None: 
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """Dense codes ``0, 1, …`` of int64 ``values`` (equal values, equal codes; in order of first occurrence)
-    and the value of each code, through an open-addressing table kept at most half full (it doubles as codes
-    come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
+def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Dense codes ``0, 1, …`` of integer ``values`` into ``codes`` (equal values, equal codes; in order of first
+    occurrence) and the value of each code into ``uniques`` (int64, as large as ``values``: the caller allocates
+    both); return the number of codes. Through an open-addressing table kept at most half full (it doubles as
+    codes come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
     n = values.size
-    codes = np.empty(n, dtype=np.int32)
-    uniques = np.empty(n, dtype=np.int64)
     size, shift = 1 << 12, np.uint64(64 - 12)
     table = np.full(size, -1, dtype=np.int32)
     next_code = 0
@@ -135,7 +133,7 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma:
                 while table[j] >= 0:
                     j = (j + np.uint64(1)) & np.uint64(size - 1)
                 table[j] = k
-    return codes, uniques[:next_code].copy()
+    return next_code
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -147,9 +145,10 @@ def items_by_user(
     :func:`count_users`, :func:`user_cursors` and :func:`place_items` run it in several.)"""
     counts = np.zeros((1, n_users), dtype=np.int64)
     count_users(users, 0, users.size, counts[0])
-    start, cursors = user_cursors(counts)
+    start = np.empty(n_users + 1, dtype=np.int64)
+    user_cursors(counts, start)
     held = np.empty(users.size, dtype=items.dtype)
-    place_items(users, items, 0, users.size, cursors[0], held)
+    place_items(users, items, 0, users.size, counts[0], held)
     return held, start
 
 
@@ -161,21 +160,19 @@ def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) ->
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def user_cursors(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """From the rows of each user in each chunk (``counts[chunk, u]``): the start of each user's rows
-    (``start``, ``n_users + 1`` offsets) and where each chunk places its first row of each user (the chunks in
-    order, so each user's rows stay in row order)."""
+def user_cursors(counts: np.ndarray, start: np.ndarray) -> None:  # pragma: no cover - compiled
+    """From the rows of each user in each chunk (``counts[chunk, u]``): the start of each user's rows into
+    ``start`` (``n_users + 1`` offsets), and, in place of the counts, where each chunk places its first row of
+    each user (the chunks in order, so each user's rows stay in row order)."""
     n_chunks, n_users = counts.shape
-    start = np.empty(n_users + 1, dtype=np.int64)
-    cursors = np.empty_like(counts)  # as counts: int32 below 2^31 rows (half the memory the placing pass hits)
     at = 0
     for u in range(n_users):
         start[u] = at
         for c in range(n_chunks):
-            cursors[c, u] = at
-            at += counts[c, u]
+            rows = counts[c, u]
+            counts[c, u] = at
+            at += rows
     start[n_users] = at
-    return start, cursors
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

@@ -398,26 +398,33 @@ def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int 
     categorical = isinstance(column.dtype, (pl.Categorical, pl.Enum))
     physical = column.to_physical() if categorical else column
     values = physical.to_numpy()
-    as_int64 = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
+    # the compiled functions read any integer dtype as it is (no int64 copy of an Int32 column); uint64 as int64
+    # bits, so that subtracting the smallest value stays integer
+    signed = values.view(np.int64) if values.dtype == np.uint64 else values
     chunks = _even_ranges(values.size, threads)
     bounds = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min]), (threads, 1))  # empty chunks
-    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(as_int64, first, stop, bounds[k]))
+    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(signed, first, stop, bounds[k]))
     low, high = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if values.size else (0, -1)
     value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
+    # the large arrays come from NumPy, not from inside the compiled functions: NumPy asks for transparent huge
+    # pages on them, so a fresh 10^7-row array faults 2 MiB pages (docs/engines.md)
+    codes = np.empty(values.size, dtype=np.int32)
     if high - low < 2 * values.size + 1024:
         span = high - low + 1
-        codes, present = np.empty(values.size, dtype=np.int32), np.zeros(span if compact else 0, dtype=np.uint8)
-        _in_threads(chunks, lambda _, first, stop: jit.mark_offsets(as_int64, low, first, stop, codes, present))
-        rank, offsets = jit.compact_ranks(present)
-        if compact and 2 * offsets.size <= span:
+        present = np.zeros(span if compact else 0, dtype=np.uint8)
+        _in_threads(chunks, lambda _, first, stop: jit.mark_offsets(signed, low, first, stop, codes, present))
+        rank, offsets = np.empty(present.size, dtype=np.int32), np.empty(present.size, dtype=np.int64)
+        taken = jit.compact_ranks(present, rank, offsets)
+        if compact and 2 * taken <= span:
             _in_threads(chunks, lambda _, first, stop: jit.recode(codes, rank, first, stop))
-            size, value_of = offsets.size, (offsets + np.int64(low)).__getitem__
+            size, value_of = taken, (offsets[:taken] + np.int64(low)).__getitem__
         else:
             size = span
             value_of = lambda kept: kept + np.int64(low)  # noqa: E731
     else:
-        codes, uniques = jit.dense_codes(as_int64)
-        size, value_of = int(uniques.size), uniques.__getitem__
+        uniques = np.empty(values.size, dtype=np.int64)
+        size = jit.dense_codes(signed, codes, uniques)
+        value_of = uniques[:size].copy().__getitem__
     if categorical:
         categories = column.cat.get_categories()  # in physical-code order
         return codes, size, lambda kept: categories.gather(value_of(kept)).cast(dtype).alias(column.name)
@@ -478,9 +485,10 @@ def _histogram_below(
     chunks = _even_ranges(users.size, threads)
     counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
     _in_threads(chunks, lambda k, first, stop: jit.count_users(users, first, stop, counts[k]))
-    start, cursors = jit.user_cursors(counts)
+    start = np.empty(n_users + 1, dtype=np.int64)
+    jit.user_cursors(counts, start)  # the counts become each chunk's cursors
     held = np.empty(users.size, dtype=items.dtype)
-    _in_threads(chunks, lambda k, first, stop: jit.place_items(users, items, first, stop, cursors[k], held))
+    _in_threads(chunks, lambda k, first, stop: jit.place_items(users, items, first, stop, counts[k], held))
     ranges = np.searchsorted(start, chunks).astype(np.int64)  # users cut where the row chunks are
     ranges[0], ranges[-1] = 0, n_users
     above = np.zeros(n_users, dtype=np.bool_)
