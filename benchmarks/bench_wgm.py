@@ -164,10 +164,10 @@ def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] 
         return None
     coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
     threads = kernel._kernel_threads(df.height, jit)
-    users, n_users, _ = kernel._codes(coded.get_column(user), df.schema[user], jit, threads, compact=False)
-    items, n_items, _ = kernel._codes(coded.get_column(item), df.schema[item], jit, threads)
+    users = kernel._coding(coded.get_column(user), df.schema[user], jit, threads, compact=False)
+    items = kernel._coding(coded.get_column(item), df.schema[item], jit, threads)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    return lambda: kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights, threads)
+    return lambda: kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
 
 
 def median_time(fn: Callable[[], T], repeats: int, *, warmup: bool = False) -> tuple[float, T]:

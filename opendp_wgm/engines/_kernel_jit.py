@@ -23,8 +23,10 @@ import numpy as np
 from numba import config, njit
 
 __all__ = [
+    "bit_offsets",
     "boosted_users",
-    "compact_ranks",
+    "code_of",
+    "codes_of",
     "count_users",
     "dense_codes",
     "distinct_items_by_user",
@@ -33,14 +35,14 @@ __all__ = [
     "histogram_distinct",
     "histogram_user_range",
     "items_by_user",
-    "mark_offsets",
+    "mark_bits",
     "max_threads",
     "pairs_of",
     "place_items",
-    "recode",
     "rows_above",
     "user_cursors",
     "value_range",
+    "word_ranks",
 ]
 
 def max_threads() -> int:
@@ -50,33 +52,56 @@ def max_threads() -> int:
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
-def mark_offsets(
-    values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray, present: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """``codes[r] = values[r] - low`` for the rows ``first <= r < stop``, and ``present[code] = 1`` when
-    ``present`` is not empty (threads may mark the same code: they all write 1)."""
-    if present.size:
-        for r in range(first, stop):
-            c = values[r] - low
-            codes[r] = c
-            present[c] = 1
-    else:
-        for r in range(first, stop):
-            codes[r] = values[r] - low
+def _popcount(x: np.uint64) -> int:  # pragma: no cover - compiled
+    """The number of bits set in ``x`` (branch-free)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def compact_ranks(present: np.ndarray, rank: np.ndarray, offsets: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Fill ``rank`` with the rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in
-    value order) and ``offsets`` with the present offsets in that order (the offset of each compact code); return
-    their number. The caller allocates both (as large as ``present``), so that NumPy's allocator gives them."""
+def code_of(values: np.ndarray, low: int, words: np.ndarray, before: np.ndarray, r: int) -> int:  # pragma: no cover - compiled
+    """The code of row ``r``: its offset ``values[r] - low``, or, when ``words`` is not empty (a bit per offset,
+    set for the offsets present: :func:`mark_bits`), the rank of that offset among the present ones (``before[w]``:
+    the bits set in the words before word ``w``, :func:`word_ranks`)."""
+    c = values[r] - low
+    if words.size == 0:
+        return c
+    w = c >> 6
+    return before[w] + _popcount(words[w] & ((np.uint64(1) << np.uint64(c & 63)) - np.uint64(1)))
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def mark_bits(values: np.ndarray, low: int, first: int, stop: int, words: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Set the bit of offset ``values[r] - low`` in ``words`` for the rows ``first <= r < stop`` (one array of
+    words per thread: setting a bit reads and writes its whole word)."""
+    for r in range(first, stop):
+        c = values[r] - low
+        words[c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def word_ranks(words: np.ndarray, before: np.ndarray) -> int:  # pragma: no cover - compiled
+    """``before[w]``: the bits set in the words before word ``w``; return the number of bits set."""
     k = 0
-    for c in range(present.size):
-        rank[c] = k
-        if present[c]:
-            offsets[k] = c
-            k += 1
+    for w in range(words.size):
+        before[w] = k
+        k += _popcount(words[w])
     return k
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def bit_offsets(words: np.ndarray, offsets: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``offsets``: the offsets of the bits set, in order (as many as are set: the offset of each compact code)."""
+    k = 0
+    for w in range(words.size):
+        x = words[w]
+        while x:
+            rest = x & (x - np.uint64(1))  # x without its lowest bit
+            offsets[k] = 64 * w + _popcount((x ^ rest) - np.uint64(1))  # the lowest bit's position
+            k += 1
+            x = rest
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -93,10 +118,12 @@ def value_range(values: np.ndarray, first: int, stop: int, bounds: np.ndarray) -
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def recode(codes: np.ndarray, rank: np.ndarray, first: int, stop: int) -> None:  # pragma: no cover - compiled
-    """``codes[r] = rank[codes[r]]`` (in place) for the rows ``first <= r < stop``."""
+def codes_of(
+    values: np.ndarray, low: int, words: np.ndarray, before: np.ndarray, first: int, stop: int, codes: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``codes[r]`` = :func:`code_of` row ``r`` for the rows ``first <= r < stop``."""
     for r in range(first, stop):
-        codes[r] = rank[codes[r]]
+        codes[r] = code_of(values, low, words, before, r)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -144,19 +171,22 @@ def items_by_user(
     (with repeats, in row order). One pass counts, one places; no comparison sort. (In one chunk:
     :func:`count_users`, :func:`user_cursors` and :func:`place_items` run it in several.)"""
     counts = np.zeros((1, n_users), dtype=np.int64)
-    count_users(users, 0, users.size, counts[0])
+    count_users(users, 0, 0, users.size, counts[0])
     start = np.empty(n_users + 1, dtype=np.int64)
     user_cursors(counts, start)
     held = np.empty(users.size, dtype=items.dtype)
-    place_items(users, items, 0, users.size, counts[0], held)
+    no_words = np.zeros(0, dtype=np.uint64)  # the items are codes already
+    place_items(users, 0, items, 0, no_words, no_words.view(np.int64), 0, users.size, counts[0], held)
     return held, start
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Add to ``counts[u]`` the rows ``first <= r < stop`` of each user ``u``."""
+def count_users(
+    users: np.ndarray, low: int, first: int, stop: int, counts: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Add to ``counts[u]`` the rows ``first <= r < stop`` of each user ``u = users[r] - low``."""
     for r in range(first, stop):
-        counts[users[r]] += 1
+        counts[users[r] - low] += 1
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -177,12 +207,22 @@ def user_cursors(counts: np.ndarray, start: np.ndarray) -> None:  # pragma: no c
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def place_items(
-    users: np.ndarray, items: np.ndarray, first: int, stop: int, cursor: np.ndarray, held: np.ndarray
+    users: np.ndarray,
+    user_low: int,
+    items: np.ndarray,
+    item_low: int,
+    words: np.ndarray,
+    before: np.ndarray,
+    first: int,
+    stop: int,
+    cursor: np.ndarray,
+    held: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """Place the items of the rows ``first <= r < stop`` at their user's ``cursor`` in ``held`` (advancing it)."""
+    """Place the item codes (:func:`code_of` ``items``, ``item_low``, ``words``, ``before``) of the rows
+    ``first <= r < stop`` at their user's ``cursor`` in ``held`` (advancing it); user ``users[r] - user_low``."""
     for r in range(first, stop):
-        u = users[r]
-        held[cursor[u]] = items[r]
+        u = users[r] - user_low
+        held[cursor[u]] = code_of(items, item_low, words, before, r)
         cursor[u] += 1
 
 
@@ -221,10 +261,10 @@ def histogram_user_range(
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def rows_above(
-    users: np.ndarray, start: np.ndarray, above: np.ndarray
+    users: np.ndarray, low: int, start: np.ndarray, above: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The rows of the users marked ``above`` (grouped by user in code order; each user's in row order) and
-    the offsets of each such user's rows in that array."""
+    """The rows of the users marked ``above`` (user ``users[r] - low``; grouped by user in code order, each
+    user's in row order) and the offsets of each such user's rows in that array."""
     n_users = above.size
     n_above = 0
     for u in range(n_users):
@@ -240,10 +280,11 @@ def rows_above(
     rows = np.empty(offsets[n_above], dtype=np.int64)
     if n_above:
         for r in range(users.size):
-            k = slot[users[r]]
+            u = users[r] - low
+            k = slot[u]
             if k >= 0:
                 rows[k] = r
-                slot[users[r]] = k + 1
+                slot[u] = k + 1
     return rows, offsets
 
 
