@@ -25,8 +25,6 @@ from numba import config, njit
 __all__ = [
     "bit_offsets",
     "boosted_users",
-    "code_of",
-    "codes_of",
     "count_users",
     "dense_codes",
     "distinct_items_by_user",
@@ -37,8 +35,10 @@ __all__ = [
     "items_by_user",
     "mark_bits",
     "max_threads",
+    "offsets_of",
     "pairs_of",
     "place_items",
+    "rank_offsets",
     "rows_above",
     "user_cursors",
     "value_range",
@@ -58,18 +58,6 @@ def _popcount(x: np.uint64) -> int:  # pragma: no cover - compiled
     x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
     x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
     return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def code_of(values: np.ndarray, low: int, words: np.ndarray, before: np.ndarray, r: int) -> int:  # pragma: no cover - compiled
-    """The code of row ``r``: its offset ``values[r] - low``, or, when ``words`` is not empty (a bit per offset,
-    set for the offsets present: :func:`mark_bits`), the rank of that offset among the present ones (``before[w]``:
-    the bits set in the words before word ``w``, :func:`word_ranks`)."""
-    c = values[r] - low
-    if words.size == 0:
-        return c
-    w = c >> 6
-    return before[w] + _popcount(words[w] & ((np.uint64(1) << np.uint64(c & 63)) - np.uint64(1)))
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -118,12 +106,23 @@ def value_range(values: np.ndarray, first: int, stop: int, bounds: np.ndarray) -
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def codes_of(
-    values: np.ndarray, low: int, words: np.ndarray, before: np.ndarray, first: int, stop: int, codes: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """``codes[r]`` = :func:`code_of` row ``r`` for the rows ``first <= r < stop``."""
+def offsets_of(values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``codes[r] = values[r] - low`` for the rows ``first <= r < stop``."""
     for r in range(first, stop):
-        codes[r] = code_of(values, low, words, before, r)
+        codes[r] = values[r] - low
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def rank_offsets(
+    codes: np.ndarray, words: np.ndarray, before: np.ndarray, first: int, stop: int
+) -> None:  # pragma: no cover - compiled
+    """In place, for ``first <= j < stop``: ``codes[j]``, an offset whose bit is set in ``words``
+    (:func:`mark_bits`), becomes its rank among the offsets set (``before[w]``: the bits set in the words before
+    word ``w``, :func:`word_ranks`)."""
+    for j in range(first, stop):
+        c = codes[j]
+        w = c >> 6
+        codes[j] = before[w] + _popcount(words[w] & ((np.uint64(1) << np.uint64(c & 63)) - np.uint64(1)))
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -175,8 +174,7 @@ def items_by_user(
     start = np.empty(n_users + 1, dtype=np.int64)
     user_cursors(counts, start)
     held = np.empty(users.size, dtype=items.dtype)
-    no_words = np.zeros(0, dtype=np.uint64)  # the items are codes already
-    place_items(users, 0, items, 0, no_words, no_words.view(np.int64), 0, users.size, counts[0], held)
+    place_items(users, 0, items, 0, 0, users.size, counts[0], held)
     return held, start
 
 
@@ -211,18 +209,16 @@ def place_items(
     user_low: int,
     items: np.ndarray,
     item_low: int,
-    words: np.ndarray,
-    before: np.ndarray,
     first: int,
     stop: int,
     cursor: np.ndarray,
     held: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """Place the item codes (:func:`code_of` ``items``, ``item_low``, ``words``, ``before``) of the rows
-    ``first <= r < stop`` at their user's ``cursor`` in ``held`` (advancing it); user ``users[r] - user_low``."""
+    """Place ``items[r] - item_low`` for the rows ``first <= r < stop`` at their user's ``cursor`` in ``held``
+    (advancing it); user ``users[r] - user_low``."""
     for r in range(first, stop):
         u = users[r] - user_low
-        held[cursor[u]] = code_of(items, item_low, words, before, r)
+        held[cursor[u]] = items[r] - item_low
         cursor[u] += 1
 
 

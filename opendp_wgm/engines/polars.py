@@ -374,10 +374,11 @@ _Codes = tuple[NDArray[np.integer], int, Callable[[NDArray[np.int64]], pl.Series
 
 @dataclass(frozen=True)
 class _Coding:
-    """How :func:`_coding` codes a column's rows, without an array of codes: row ``r``'s code is
-    :func:`opendp_wgm.engines._kernel_jit.code_of` (``values[r] - low``, or the rank of that offset among the
-    present ones when ``words`` holds a bit per offset; hashed values are their codes, ``low`` 0). The compiled
-    passes compute codes as they read the rows, so that no array of 10^7 codes is written (docs/engines.md)."""
+    """How :func:`_coding` codes a column's rows, without an array of codes: row ``r``'s offset
+    ``values[r] - low`` (hashed values are their codes, ``low`` 0), which is its code, or, when ``words`` holds a
+    bit per offset, its rank among the offsets present (``before``: the bits set in the words before each word,
+    :func:`opendp_wgm.engines._kernel_jit.rank_offsets`). The compiled step places the offsets and ranks them
+    where they land, so that no array of 10^7 codes is written for the rows (``docs/engines.md``)."""
 
     values: NDArray[np.integer]
     low: int
@@ -390,16 +391,25 @@ class _Coding:
 
     def codes(self, jit: ModuleType, threads: int = 1) -> NDArray[np.int32]:
         """The code of every row (in ``threads`` chunks)."""
-        codes = np.empty(self.values.size, dtype=np.int32)
-        _in_threads(_even_ranges(codes.size, threads), lambda _, first, stop: jit.codes_of(
-            self.values, self.low, self.words, self.before, first, stop, codes))
-        return codes
+        return self._coded(jit, self.values, threads)
 
     def codes_at(self, jit: ModuleType, rows: NDArray[np.int64]) -> NDArray[np.int32]:
         """The codes of the rows ``rows``, in that order."""
-        values = self.values[rows]
+        return self._coded(jit, self.values[rows], 1)
+
+    def ranked(self, jit: ModuleType, codes: NDArray[np.int32], first: int, stop: int) -> None:
+        """Turn the offsets ``codes[first:stop]`` into codes, in place."""
+        if self.words.size:
+            jit.rank_offsets(codes, self.words, self.before, first, stop)
+
+    def _coded(self, jit: ModuleType, values: NDArray[np.integer], threads: int) -> NDArray[np.int32]:
         codes = np.empty(values.size, dtype=np.int32)
-        jit.codes_of(values, self.low, self.words, self.before, 0, values.size, codes)
+
+        def code(_: int, first: int, stop: int) -> None:
+            jit.offsets_of(values, self.low, first, stop, codes)
+            self.ranked(jit, codes, first, stop)
+
+        _in_threads(_even_ranges(codes.size, threads), code)
         return codes
 
 
@@ -448,7 +458,7 @@ def _coding(
     value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
     no_words = np.zeros(0, dtype=np.uint64)
     words, before = no_words, no_words.view(np.int64)
-    if high - low < 2 * values.size + 1024:
+    if high - low < min(2 * values.size + 1024, 2**31):  # int32 offsets
         span = high - low + 1
         size = span
         value_of = lambda kept: kept + np.int64(low)  # noqa: E731
@@ -529,9 +539,11 @@ def _histogram_below(
     _in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
     start = np.empty(n_users + 1, dtype=np.int64)
     jit.user_cursors(counts, start)  # the counts become each chunk's cursors
-    held = np.empty(rows, dtype=np.int32)
+    held = np.empty(rows, dtype=np.int32)  # the item offsets, then (once all are placed) ranked: item codes
     _in_threads(chunks, lambda k, first, stop: jit.place_items(
-        users.values, users.low, items.values, items.low, items.words, items.before, first, stop, counts[k], held))
+        users.values, users.low, items.values, items.low, first, stop, counts[k], held))
+    if items.words.size:
+        _in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
     ranges = np.searchsorted(start, chunks).astype(np.int64)  # users cut where the row chunks are
     ranges[0], ranges[-1] = 0, n_users
     above = np.zeros(n_users, dtype=np.bool_)
