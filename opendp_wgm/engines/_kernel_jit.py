@@ -61,7 +61,9 @@ def _popcount(x: np.uint64) -> int:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def mark_bits(values: np.ndarray, low: int, first: int, stop: int, words: np.ndarray) -> None:  # pragma: no cover - compiled
+def mark_bits(
+    values: np.ndarray, low: int, first: int, stop: int, words: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """Set the bit of offset ``values[r] - low`` in ``words`` for the rows ``first <= r < stop`` (one array of
     words per thread: setting a bit reads and writes its whole word)."""
     for r in range(first, stop):
@@ -106,7 +108,9 @@ def value_range(values: np.ndarray, first: int, stop: int, bounds: np.ndarray) -
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def offsets_of(values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray) -> None:  # pragma: no cover - compiled
+def offsets_of(
+    values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """``codes[r] = values[r] - low`` for the rows ``first <= r < stop``."""
     for r in range(first, stop):
         codes[r] = values[r] - low

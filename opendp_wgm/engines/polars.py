@@ -600,14 +600,16 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
     slot = _shared_slot(lists.lf)
     if slot is not None:  # a later step of the release reads the same rows (share_codes): their codes, written
-        slot[:] = [_CodedRows(users.codes(jit, threads), users.size, items.codes(jit, threads), items.size, items.decode)]
+        user_codes, item_codes = users.codes(jit, threads), items.codes(jit, threads)
+        slot[:] = [_CodedRows(user_codes, users.size, item_codes, items.size, items.decode)]
     weights = lattice_weights(max_contributions)
     histogram, rows, offsets = _histogram_below(jit, users, items, bound, weights, threads)
     if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
         # on the coded values: a fresh category hashes as its string, as the value did
         keys = frame[rows].select(bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
         positions = np.arange(rows.size, dtype=np.int64)  # of the rows' codes, in rows' order
-        jit.histogram_above(histogram, items.codes_at(jit, rows), positions, offsets, keys, bound, int(weights[bound - 1]))
+        weight = int(weights[bound - 1])
+        jit.histogram_above(histogram, items.codes_at(jit, rows), positions, offsets, keys, bound, weight)
     kept = np.flatnonzero(histogram)
     return pl.DataFrame([items.decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
 
