@@ -2,7 +2,9 @@ r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogra
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.engines.polars.lattice_histogram`
 falls back to its Polars plans without it. The result is **identical** to the Polars plans' for the same seeds:
-users and items come in as exact integer codes (one per distinct value), a user with at most Δ0 distinct items
+users and items come in as exact integer codes (one per distinct value: a value's offset from the smallest,
+or that offset's rank in a bitmap of the offsets present, computed as the passes read the values, or a hashed
+code), a user with at most Δ0 distinct items
 keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
 Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
 
