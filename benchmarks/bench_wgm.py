@@ -46,6 +46,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, TypeVar
 
+try:
+    import resource
+except ImportError:  # Windows
+    resource = None  # type: ignore[assignment]
+
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
@@ -94,17 +99,31 @@ def timed(fn: Callable[[], T]) -> tuple[float, T]:
     return time.perf_counter() - start, result
 
 
-def interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], dict[str, Any]]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]], repeats: int, faults: dict[str, float] | None = None
+) -> tuple[dict[str, float], dict[str, Any]]:
     """Median wall time of each function, run in turns (one warm-up round, then ``repeats`` rounds), so that
-    the load of this shared machine weighs on each alike; and the last results."""
+    the load of this shared machine weighs on each alike; and the last results. ``faults``, if given, receives
+    the median minor page faults of a call of each (Unix): a count the load does not move, where fresh memory
+    shows up."""
     times: dict[str, list[float]] = {name: [] for name in fns}
+    faulted: dict[str, list[int]] = {name: [] for name in fns}
     results: dict[str, Any] = {}
     for round_ in range(repeats + 1):
         for name, fn in fns.items():
+            before = minor_faults()
             elapsed, results[name] = timed(fn)
             if round_:
                 times[name].append(elapsed)
+                faulted[name].append(minor_faults() - before)
+    if faults is not None:
+        faults.update({name: statistics.median(f) for name, f in faulted.items()})
     return {name: statistics.median(t) for name, t in times.items()}, results
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far (0 without the ``resource`` module: Windows)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
 
 
 def previous_lists_plan(
@@ -156,18 +175,18 @@ def previous_kernel() -> Iterator[None]:
 
 
 def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] | None:
-    """The bare compiled pass over the (user, item) pairs (bucket by user, dedup, histogram of the users at or
-    below Δ0, as ``m(df)`` runs it, in as many threads) on codes computed beforehand, or ``None`` without Numba:
-    the floor of the compiled step."""
+    """The bare compiled pass over the (user, item) pairs (bucket by user, rank the item offsets, dedup, histogram
+    of the users at or below Δ0, as ``m(df)`` runs it, in as many threads) on columns coded beforehand (their
+    ranges and the bitmap of the item offsets), or ``None`` without Numba: the floor of the compiled step."""
     jit = kernel.kernel_jit()
     if jit is None:
         return None
     coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
     threads = kernel._kernel_threads(df.height, jit)
-    users, n_users, _ = kernel._codes(coded.get_column(user), df.schema[user], jit, threads, compact=False)
-    items, n_items, _ = kernel._codes(coded.get_column(item), df.schema[item], jit, threads)
+    users = kernel._coding(coded.get_column(user), df.schema[user], jit, threads, compact=False)
+    items = kernel._coding(coded.get_column(item), df.schema[item], jit, threads)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    return lambda: kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights, threads)
+    return lambda: kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
 
 
 def median_time(fn: Callable[[], T], repeats: int, *, warmup: bool = False) -> tuple[float, T]:
@@ -358,12 +377,14 @@ def run_dataset(
     floor = compiled_floor(df, user, item)
     if floor is not None:
         fns["floor"] = floor
-    medians, results = interleaved_medians(fns, args.repeats)
+    faults: dict[str, float] = {}
+    medians, results = interleaved_medians(fns, args.repeats, faults)
     row.wgm_s, row.previous_s, row.groupby_s = medians["wgm"], medians["previous"], medians["groupby"]
     row.polars_s, row.floor_s = medians["polars"], medians.get("floor", math.nan)
     row.wgm_items = results["wgm"].height
     log(f"[{name}] WGM {row.wgm_s:.3f} s ({row.wgm_items:,} items), Polars plans {row.polars_s:.3f} s, compiled "
-        f"floor {row.floor_s:.3f} s, previous kernel {row.previous_s:.3f} s, group-by {row.groupby_s:.4f} s")
+        f"floor {row.floor_s:.3f} s, previous kernel {row.previous_s:.3f} s, group-by {row.groupby_s:.4f} s; "
+        "minor page faults per call: " + ", ".join(f"{name} {count:,.0f}" for name, count in faults.items()))
 
     row.stages = stage_breakdown(df, user, item, calibration)
     log(f"[{name}] stages " + ", ".join(f"{k} {v:.3f} s" for k, v in row.stages.items()))
@@ -495,9 +516,10 @@ def report(
         "medians), so the load of the machine weighs on them alike: compare the ratios, not the seconds. *WGM*: "
         f"`m(df)` as installed (compiled per-user step: {'on' if jit else 'off, Numba not installed'}). "
         "*Polars plans*: the same `m(df)` with the compiled step switched off (as without Numba). *Compiled "
-        "floor*: the bare compiled pass over the (user, item) codes (bucket by user, dedup, histogram, in the "
-        f"step's {kernel._kernel_threads(10**7, jit) if jit else 1} thread(s) at 10^7 rows; "
-        "codes, keys, decoding and noise excluded). *Previous kernel*: `m(df)` with the bound step before issue 13 "
+        "floor*: the bare compiled pass over the (user, item) pairs (bucket by user, rank the item offsets, dedup, "
+        f"histogram, in the step's {kernel._kernel_threads(10**7, jit) if jit else 1} thread(s) at 10^7 rows; "
+        "the columns' coding (ranges, bitmap of the item offsets), keys, decoding and noise excluded). "
+        "*Previous kernel*: `m(df)` with the bound step before issue 13 "
         "(every user's list sorted by the secret key)."
     )
     add("")

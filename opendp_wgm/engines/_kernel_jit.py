@@ -2,7 +2,9 @@ r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogra
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.engines.polars.lattice_histogram`
 falls back to its Polars plans without it. The result is **identical** to the Polars plans' for the same seeds:
-users and items come in as exact integer codes (one per distinct value), a user with at most Δ0 distinct items
+users and items come in as exact integer codes (one per distinct value: a value's offset from the smallest,
+or that offset's rank in a bitmap of the offsets present, computed as the passes read the values, or a hashed
+code), a user with at most Δ0 distinct items
 keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
 Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
 
@@ -24,8 +26,8 @@ import numpy as np
 from numba import config, njit
 
 __all__ = [
+    "bit_offsets",
     "boosted_users",
-    "compact_ranks",
     "count_users",
     "dense_codes",
     "distinct_items_by_user",
@@ -35,15 +37,17 @@ __all__ = [
     "histogram_user_range",
     "items_by_user",
     "keyed_weights",
-    "mark_offsets",
+    "mark_bits",
     "max_threads",
+    "offsets_of",
     "pairs_of",
     "place_items",
-    "recode",
+    "rank_offsets",
     "rows_above",
     "smallest",
     "user_cursors",
     "value_range",
+    "word_ranks",
 ]
 
 def max_threads() -> int:
@@ -53,34 +57,46 @@ def max_threads() -> int:
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
-def mark_offsets(
-    values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray, present: np.ndarray
-) -> None:  # pragma: no cover - compiled
-    """``codes[r] = values[r] - low`` for the rows ``first <= r < stop``, and ``present[code] = 1`` when
-    ``present`` is not empty (threads may mark the same code: they all write 1)."""
-    if present.size:
-        for r in range(first, stop):
-            c = values[r] - low
-            codes[r] = c
-            present[c] = 1
-    else:
-        for r in range(first, stop):
-            codes[r] = values[r] - low
+def _popcount(x: np.uint64) -> int:  # pragma: no cover - compiled
+    """The number of bits set in ``x`` (branch-free)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return int((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def compact_ranks(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The rank of each offset among the ``present`` ones (its compact code: ``0, 1, …`` in value order), and
-    the present offsets in that order (the offset of each compact code)."""
-    rank = np.empty(present.size, dtype=np.int32)
-    offsets = np.empty(present.size, dtype=np.int64)
+def mark_bits(
+    values: np.ndarray, low: int, first: int, stop: int, words: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Set the bit of offset ``values[r] - low`` in ``words`` for the rows ``first <= r < stop`` (one array of
+    words per thread: setting a bit reads and writes its whole word)."""
+    for r in range(first, stop):
+        c = values[r] - low
+        words[c >> 6] |= np.uint64(1) << np.uint64(c & 63)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def word_ranks(words: np.ndarray, before: np.ndarray) -> int:  # pragma: no cover - compiled
+    """``before[w]``: the bits set in the words before word ``w``; return the number of bits set."""
     k = 0
-    for c in range(present.size):
-        rank[c] = k
-        if present[c]:
-            offsets[k] = c
+    for w in range(words.size):
+        before[w] = k
+        k += _popcount(words[w])
+    return k
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def bit_offsets(words: np.ndarray, offsets: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``offsets``: the offsets of the bits set, in order (as many as are set: the offset of each compact code)."""
+    k = 0
+    for w in range(words.size):
+        x = words[w]
+        while x:
+            rest = x & (x - np.uint64(1))  # x without its lowest bit
+            offsets[k] = 64 * w + _popcount((x ^ rest) - np.uint64(1))  # the lowest bit's position
             k += 1
-    return rank, offsets[:k].copy()
+            x = rest
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -97,20 +113,34 @@ def value_range(values: np.ndarray, first: int, stop: int, bounds: np.ndarray) -
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def recode(codes: np.ndarray, rank: np.ndarray, first: int, stop: int) -> None:  # pragma: no cover - compiled
-    """``codes[r] = rank[codes[r]]`` (in place) for the rows ``first <= r < stop``."""
+def offsets_of(
+    values: np.ndarray, low: int, first: int, stop: int, codes: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``codes[r] = values[r] - low`` for the rows ``first <= r < stop``."""
     for r in range(first, stop):
-        codes[r] = rank[codes[r]]
+        codes[r] = values[r] - low
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """Dense codes ``0, 1, …`` of int64 ``values`` (equal values, equal codes; in order of first occurrence)
-    and the value of each code, through an open-addressing table kept at most half full (it doubles as codes
-    come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
+def rank_offsets(
+    codes: np.ndarray, words: np.ndarray, before: np.ndarray, first: int, stop: int
+) -> None:  # pragma: no cover - compiled
+    """In place, for ``first <= j < stop``: ``codes[j]``, an offset whose bit is set in ``words``
+    (:func:`mark_bits`), becomes its rank among the offsets set (``before[w]``: the bits set in the words before
+    word ``w``, :func:`word_ranks`)."""
+    for j in range(first, stop):
+        c = codes[j]
+        w = c >> 6
+        codes[j] = before[w] + _popcount(words[w] & ((np.uint64(1) << np.uint64(c & 63)) - np.uint64(1)))
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Dense codes ``0, 1, …`` of integer ``values`` into ``codes`` (equal values, equal codes; in order of first
+    occurrence) and the value of each code into ``uniques`` (int64, as large as ``values``: the caller allocates
+    both); return the number of codes. Through an open-addressing table kept at most half full (it doubles as
+    codes come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
     n = values.size
-    codes = np.empty(n, dtype=np.int32)
-    uniques = np.empty(n, dtype=np.int64)
     size, shift = 1 << 12, np.uint64(64 - 12)
     table = np.full(size, -1, dtype=np.int32)
     next_code = 0
@@ -138,7 +168,7 @@ def dense_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma:
                 while table[j] >= 0:
                     j = (j + np.uint64(1)) & np.uint64(size - 1)
                 table[j] = k
-    return codes, uniques[:next_code].copy()
+    return next_code
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -149,46 +179,55 @@ def items_by_user(
     (with repeats, in row order). One pass counts, one places; no comparison sort. (In one chunk:
     :func:`count_users`, :func:`user_cursors` and :func:`place_items` run it in several.)"""
     counts = np.zeros((1, n_users), dtype=np.int64)
-    count_users(users, 0, users.size, counts[0])
-    start, cursors = user_cursors(counts)
+    count_users(users, 0, 0, users.size, counts[0])
+    start = np.empty(n_users + 1, dtype=np.int64)
+    user_cursors(counts, start)
     held = np.empty(users.size, dtype=items.dtype)
-    place_items(users, items, 0, users.size, cursors[0], held)
+    place_items(users, 0, items, 0, 0, users.size, counts[0], held)
     return held, start
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def count_users(users: np.ndarray, first: int, stop: int, counts: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Add to ``counts[u]`` the rows ``first <= r < stop`` of each user ``u``."""
+def count_users(
+    users: np.ndarray, low: int, first: int, stop: int, counts: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Add to ``counts[u]`` the rows ``first <= r < stop`` of each user ``u = users[r] - low``."""
     for r in range(first, stop):
-        counts[users[r]] += 1
+        counts[users[r] - low] += 1
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def user_cursors(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """From the rows of each user in each chunk (``counts[chunk, u]``): the start of each user's rows
-    (``start``, ``n_users + 1`` offsets) and where each chunk places its first row of each user (the chunks in
-    order, so each user's rows stay in row order)."""
+def user_cursors(counts: np.ndarray, start: np.ndarray) -> None:  # pragma: no cover - compiled
+    """From the rows of each user in each chunk (``counts[chunk, u]``): the start of each user's rows into
+    ``start`` (``n_users + 1`` offsets), and, in place of the counts, where each chunk places its first row of
+    each user (the chunks in order, so each user's rows stay in row order)."""
     n_chunks, n_users = counts.shape
-    start = np.empty(n_users + 1, dtype=np.int64)
-    cursors = np.empty_like(counts)  # as counts: int32 below 2^31 rows (half the memory the placing pass hits)
     at = 0
     for u in range(n_users):
         start[u] = at
         for c in range(n_chunks):
-            cursors[c, u] = at
-            at += counts[c, u]
+            rows = counts[c, u]
+            counts[c, u] = at
+            at += rows
     start[n_users] = at
-    return start, cursors
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def place_items(
-    users: np.ndarray, items: np.ndarray, first: int, stop: int, cursor: np.ndarray, held: np.ndarray
+    users: np.ndarray,
+    user_low: int,
+    items: np.ndarray,
+    item_low: int,
+    first: int,
+    stop: int,
+    cursor: np.ndarray,
+    held: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """Place the items of the rows ``first <= r < stop`` at their user's ``cursor`` in ``held`` (advancing it)."""
+    """Place ``items[r] - item_low`` for the rows ``first <= r < stop`` at their user's ``cursor`` in ``held``
+    (advancing it); user ``users[r] - user_low``."""
     for r in range(first, stop):
-        u = users[r]
-        held[cursor[u]] = items[r]
+        u = users[r] - user_low
+        held[cursor[u]] = items[r] - item_low
         cursor[u] += 1
 
 
@@ -227,10 +266,10 @@ def histogram_user_range(
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def rows_above(
-    users: np.ndarray, start: np.ndarray, above: np.ndarray
+    users: np.ndarray, low: int, start: np.ndarray, above: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The rows of the users marked ``above`` (grouped by user in code order; each user's in row order) and
-    the offsets of each such user's rows in that array."""
+    """The rows of the users marked ``above`` (user ``users[r] - low``; grouped by user in code order, each
+    user's in row order) and the offsets of each such user's rows in that array."""
     n_users = above.size
     n_above = 0
     for u in range(n_users):
@@ -246,10 +285,11 @@ def rows_above(
     rows = np.empty(offsets[n_above], dtype=np.int64)
     if n_above:
         for r in range(users.size):
-            k = slot[users[r]]
+            u = users[r] - low
+            k = slot[u]
             if k >= 0:
                 rows[k] = r
-                slot[users[r]] = k + 1
+                slot[u] = k + 1
     return rows, offsets
 
 

@@ -371,6 +371,48 @@ def kernel_jit() -> ModuleType | None:
 #: Codes of a column for the compiled kernel: (codes per row, number of codes, decode: codes -> values).
 _Codes = tuple[NDArray[np.integer], int, Callable[[NDArray[np.int64]], pl.Series]]
 
+
+@dataclass(frozen=True)
+class _Coding:
+    """How :func:`_coding` codes a column's rows, without an array of codes: row ``r``'s offset
+    ``values[r] - low`` (hashed values are their codes, ``low`` 0), which is its code, or, when ``words`` holds a
+    bit per offset, its rank among the offsets present (``before``: the bits set in the words before each word,
+    :func:`opendp_wgm.engines._kernel_jit.rank_offsets`). The compiled step places the offsets and ranks them
+    where they land, so that no array of 10^7 codes is written for the rows (``docs/engines.md``)."""
+
+    values: NDArray[np.integer]
+    low: int
+    #: a bit per offset, set where a row holds it (empty: the codes are the offsets)
+    words: NDArray[np.uint64]
+    #: the bits set in the words before each word
+    before: NDArray[np.int64]
+    size: int
+    decode: Callable[[NDArray[np.int64]], pl.Series]
+
+    def codes(self, jit: ModuleType, threads: int = 1) -> NDArray[np.int32]:
+        """The code of every row (in ``threads`` chunks)."""
+        return self._coded(jit, self.values, threads)
+
+    def codes_at(self, jit: ModuleType, rows: NDArray[np.int64]) -> NDArray[np.int32]:
+        """The codes of the rows ``rows``, in that order."""
+        return self._coded(jit, self.values[rows], 1)
+
+    def ranked(self, jit: ModuleType, codes: NDArray[np.int32], first: int, stop: int) -> None:
+        """Turn the offsets ``codes[first:stop]`` into codes, in place."""
+        if self.words.size:
+            jit.rank_offsets(codes, self.words, self.before, first, stop)
+
+    def _coded(self, jit: ModuleType, values: NDArray[np.integer], threads: int) -> NDArray[np.int32]:
+        codes = np.empty(values.size, dtype=np.int32)
+
+        def code(_: int, first: int, stop: int) -> None:
+            jit.offsets_of(values, self.low, first, stop, codes)
+            self.ranked(jit, codes, first, stop)
+
+        _in_threads(_even_ranges(codes.size, threads), code)
+        return codes
+
+
 def _codes_dtype(dtype: pl.DataType) -> bool:
     """Whether :func:`_codes` codes this dtype (the others are left to the Polars plans: floats, a composite
     key's Struct, temporal, binary, ...)."""
@@ -384,6 +426,14 @@ def _code_expr(column: str, dtype: pl.DataType) -> pl.Expr:
 
 
 def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int = 1, *, compact: bool = True) -> _Codes:
+    """:func:`_coding`'s codes as an array: (codes per row, number of codes, decode)."""
+    coding = _coding(column, dtype, jit, threads, compact=compact)
+    return coding.codes(jit, threads), coding.size, coding.decode
+
+
+def _coding(
+    column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int = 1, *, compact: bool = True
+) -> _Coding:
     """Exact integer codes of a column without nulls, as :func:`_code_expr` gave it (equal values, equal codes),
     and their decoding back to values of ``dtype`` (the column's dtype before :func:`_code_expr`).
 
@@ -398,31 +448,45 @@ def _codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int 
     categorical = isinstance(column.dtype, (pl.Categorical, pl.Enum))
     physical = column.to_physical() if categorical else column
     values = physical.to_numpy()
-    as_int64 = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
+    # the compiled functions read any integer dtype as it is (no int64 copy of an Int32 column); uint64 as int64
+    # bits, so that subtracting the smallest value stays integer
+    signed = values.view(np.int64) if values.dtype == np.uint64 else values
     chunks = _even_ranges(values.size, threads)
     bounds = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min]), (threads, 1))  # empty chunks
-    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(as_int64, first, stop, bounds[k]))
+    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(signed, first, stop, bounds[k]))
     low, high = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if values.size else (0, -1)
     value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
-    if high - low < 2 * values.size + 1024:
+    no_words = np.zeros(0, dtype=np.uint64)
+    words, before = no_words, no_words.view(np.int64)
+    if high - low < min(2 * values.size + 1024, 2**31):  # int32 offsets
         span = high - low + 1
-        codes, present = np.empty(values.size, dtype=np.int32), np.zeros(span if compact else 0, dtype=np.uint8)
-        _in_threads(chunks, lambda _, first, stop: jit.mark_offsets(as_int64, low, first, stop, codes, present))
-        rank, offsets = jit.compact_ranks(present)
-        if compact and 2 * offsets.size <= span:
-            _in_threads(chunks, lambda _, first, stop: jit.recode(codes, rank, first, stop))
-            size, value_of = offsets.size, (offsets + np.int64(low)).__getitem__
-        else:
-            size = span
-            value_of = lambda kept: kept + np.int64(low)  # noqa: E731
+        size = span
+        value_of = lambda kept: kept + np.int64(low)  # noqa: E731
+        if compact and span:  # a bit per offset (1/32 of int32 ranks of every offset: it stays in cache)
+            marks = np.zeros((threads, (span + 63) // 64), dtype=np.uint64)  # one per thread
+            _in_threads(chunks, lambda k, first, stop: jit.mark_bits(signed, low, first, stop, marks[k]))
+            present = np.bitwise_or.reduce(marks, axis=0)
+            ranks = np.empty(present.size, dtype=np.int64)
+            taken = jit.word_ranks(present, ranks)
+            if 2 * taken <= span:
+                offsets = np.empty(taken, dtype=np.int64)
+                jit.bit_offsets(present, offsets)
+                words, before, size, value_of = present, ranks, taken, (offsets + np.int64(low)).__getitem__
+        values_or_codes, start_at = signed, low
     else:
-        codes, uniques = jit.dense_codes(as_int64)
-        size, value_of = int(uniques.size), uniques.__getitem__
+        # the large arrays come from NumPy, not from inside the compiled function: NumPy asks for transparent
+        # huge pages on them (a fresh 10^7-row array faults 2 MiB pages)
+        values_or_codes, uniques = np.empty(values.size, dtype=np.int32), np.empty(values.size, dtype=np.int64)
+        size, start_at = jit.dense_codes(signed, values_or_codes, uniques), 0
+        value_of = uniques[:size].copy().__getitem__
+    decode: Callable[[NDArray[np.int64]], pl.Series]
     if categorical:
         categories = column.cat.get_categories()  # in physical-code order
-        return codes, size, lambda kept: categories.gather(value_of(kept)).cast(dtype).alias(column.name)
-    back = values.dtype.type
-    return codes, size, lambda kept: pl.Series(column.name, value_of(kept).astype(back), dtype=dtype)
+        decode = lambda kept: categories.gather(value_of(kept)).cast(dtype).alias(column.name)  # noqa: E731
+    else:
+        back = values.dtype.type
+        decode = lambda kept: pl.Series(column.name, value_of(kept).astype(back), dtype=dtype)  # noqa: E731
+    return _Coding(values_or_codes, start_at, words, before, size, decode)
 
 
 #: From this many rows on, the compiled step runs its passes in threads (below, starting them costs more than
@@ -458,29 +522,28 @@ def _in_threads(bounds: NDArray[np.int64], run: Callable[[int, int, int], object
 
 
 def _histogram_below(
-    jit: ModuleType,
-    users: NDArray[np.integer],
-    items: NDArray[np.integer],
-    n_users: int,
-    n_items: int,
-    bound: int,
-    weights: NDArray[np.int64],
-    threads: int = 1,
+    jit: ModuleType, users: _Coding, items: _Coding, bound: int, weights: NDArray[np.int64], threads: int = 1
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """The histogram of the users with at most ``bound`` distinct items, and the rows (grouped by user) and
-    offsets of the others: a counting sort of the items by user, then each user's distinct items.
+    offsets of the others: a counting sort of the item codes by user, then each user's distinct items. The codes
+    are computed as the rows are read (``users`` uncompacted: a user code is an offset or a hashed code).
 
     In ``threads`` threads: each counts and then places a chunk of the rows (after the previous chunks' rows
     of each user: the same order as in one pass), then each takes a range of users holding about as many rows,
-    with its own per-item marker and histogram (one per thread: the item codes are compact, :func:`_codes`),
+    with its own per-item marker and histogram (one per thread: the item codes are compact, :func:`_coding`),
     and the histograms are added up: integer sums, the same whatever their order.
     """
-    chunks = _even_ranges(users.size, threads)
+    n_users, n_items, rows = users.size, items.size, users.values.size
+    chunks = _even_ranges(rows, threads)
     counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
-    _in_threads(chunks, lambda k, first, stop: jit.count_users(users, first, stop, counts[k]))
-    start, cursors = jit.user_cursors(counts)
-    held = np.empty(users.size, dtype=items.dtype)
-    _in_threads(chunks, lambda k, first, stop: jit.place_items(users, items, first, stop, cursors[k], held))
+    _in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
+    start = np.empty(n_users + 1, dtype=np.int64)
+    jit.user_cursors(counts, start)  # the counts become each chunk's cursors
+    held = np.empty(rows, dtype=np.int32)  # the item offsets, then (once all are placed) ranked: item codes
+    _in_threads(chunks, lambda k, first, stop: jit.place_items(
+        users.values, users.low, items.values, items.low, first, stop, counts[k], held))
+    if items.words.size:
+        _in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
     ranges = np.searchsorted(start, chunks).astype(np.int64)  # users cut where the row chunks are
     ranges[0], ranges[-1] = 0, n_users
     above = np.zeros(n_users, dtype=np.bool_)
@@ -491,8 +554,8 @@ def _histogram_below(
     histogram: NDArray[np.int64] = histograms[0] if threads == 1 else histograms.sum(axis=0)
     if not above.any():
         return histogram, np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    rows, offsets = jit.rows_above(users, start, above)
-    return histogram, rows, offsets
+    rows_of, offsets = jit.rows_above(users.values, users.low, start, above)
+    return histogram, rows_of, offsets
 
 
 #: From this many rows on, a frame whose users are sorted, or text, takes the Polars plans: they slice sorted
@@ -533,21 +596,22 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     if frame.height >= 2**31:
         return None
     threads = _kernel_threads(frame.height, jit)
-    user_codes, n_users, _ = _codes(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
-    item_codes, n_items, decode = _codes(frame.get_column(space.item), item_dtype, jit, threads)
+    users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
+    items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
     slot = _shared_slot(lists.lf)
-    if slot is not None:  # a later step of the release reads the same rows (share_codes)
-        slot[:] = [_CodedRows(user_codes, n_users, item_codes, n_items, decode)]
+    if slot is not None:  # a later step of the release reads the same rows (share_codes): their codes, written
+        user_codes, item_codes = users.codes(jit, threads), items.codes(jit, threads)
+        slot[:] = [_CodedRows(user_codes, users.size, item_codes, items.size, items.decode)]
     weights = lattice_weights(max_contributions)
-    histogram, rows, offsets = _histogram_below(
-        jit, user_codes, item_codes, n_users, n_items, bound, weights, threads
-    )
+    histogram, rows, offsets = _histogram_below(jit, users, items, bound, weights, threads)
     if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
         # on the coded values: a fresh category hashes as its string, as the value did
         keys = frame[rows].select(bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
-        jit.histogram_above(histogram, item_codes, rows, offsets, keys, bound, int(weights[bound - 1]))
+        positions = np.arange(rows.size, dtype=np.int64)  # of the rows' codes, in rows' order
+        weight = int(weights[bound - 1])
+        jit.histogram_above(histogram, items.codes_at(jit, rows), positions, offsets, keys, bound, weight)
     kept = np.flatnonzero(histogram)
-    return pl.DataFrame([decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
+    return pl.DataFrame([items.decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
 
 
 def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleType) -> pl.DataFrame | None:

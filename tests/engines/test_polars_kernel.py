@@ -80,11 +80,14 @@ def _variant(frame: pl.DataFrame, variant: str) -> pl.DataFrame:
         return frame.with_columns(pl.col("user") * 10**12 - 2**62, (pl.col("item").cast(pl.UInt64) + 1) * 2**54)
     if variant == "sparse":  # fewer than half of the offsets taken (the compiled step renumbers them), shuffled
         return frame.with_columns(pl.col("user") * 3 - 7, pl.col("item") * 5 - 3).sample(fraction=1.0, shuffle=True, seed=6)
+    if variant == "narrow":  # Int32 users, UInt32 items (the compiled step reads them in their dtype), sparse
+        narrow = ((pl.col("user") * 3 - 7).cast(pl.Int32), (pl.col("item") * 5 + 3).cast(pl.UInt32))
+        return frame.with_columns(*narrow).sample(fraction=1.0, shuffle=True, seed=7)
     return frame
 
 
 SHAPES = ["below", "above", "mixed"]
-VARIANTS = ["sorted", "shuffled", "string", "categorical", "nulls", "wide", "sparse"]
+VARIANTS = ["sorted", "shuffled", "string", "categorical", "nulls", "wide", "sparse", "narrow"]
 
 
 @pytest.mark.parametrize("plan", ["auto", "split", "keyed"])
@@ -440,7 +443,7 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
     assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
 
 
-@pytest.mark.parametrize("variant", ["sorted", "sparse", "wide", "string", "categorical"])
+@pytest.mark.parametrize("variant", ["sorted", "sparse", "wide", "string", "categorical", "narrow"])
 def test_compiled_codes_are_exact_in_any_number_of_threads(variant: str) -> None:
     """Equal values, equal codes; distinct values, distinct codes below the size; decoding gives the values back;
     offsets of which at most half are taken are renumbered compactly; and the same codes in 1 or 3 threads."""
@@ -467,12 +470,12 @@ def test_compiled_passes_in_threads_give_the_same_histogram_and_rows(shape: str)
     same rows above Δ0, in the same order, as in one thread (so the keyed selection sees the same input)."""
     jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
     frame = _variant(_shape(shape), "sparse")
-    users, n_users, _ = kernel._codes(frame.get_column("user"), pl.Int64, jit)
-    items, n_items, _ = kernel._codes(frame.get_column("item"), pl.Int64, jit)
+    users = kernel._coding(frame.get_column("user"), pl.Int64, jit, compact=False)
+    items = kernel._coding(frame.get_column("item"), pl.Int64, jit)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    one = kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights)
+    one = kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights)
     for threads in (2, 3, 7):
-        several = kernel._histogram_below(jit, users, items, n_users, n_items, MAX_CONTRIBUTIONS, weights, threads)
+        several = kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
         assert all(np.array_equal(a, b) for a, b in zip(one, several, strict=True))
     assert (one[1].size > 0) == (shape != "below")
 
