@@ -53,6 +53,7 @@ __all__ = [
     "bound_plan",
     "bounded_lists_plan",
     "candidate_counts",
+    "candidate_csr",
     "candidate_pairs",
     "cast_candidates",
     "coded_pairs",
@@ -66,6 +67,7 @@ __all__ = [
     "noisy_above_threshold",
     "peel_jit",
     "release_above_threshold",
+    "run_offsets",
     "share_codes",
     "weights_frame",
 ]
@@ -111,12 +113,27 @@ class _CodedRows:
     n_items: int
     decode: Callable[[NDArray[np.int64]], pl.Series]
 
-    def item_codes_of(self, values: pl.Series) -> NDArray[np.int64]:
-        """The item code of each of ``values`` (in the data's item dtype), -1 where no row holds it."""
-        codes = pl.Series("code", np.arange(self.n_items, dtype=np.int64))
-        table = pl.DataFrame([self.decode(codes.to_numpy()).rename("value"), codes])
-        found = pl.DataFrame([values.rename("value")]).join(table, on="value", how="left", maintain_order="left")
-        return found.get_column("code").fill_null(-1).to_numpy()
+    def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
+        """Per item code, the position among ``values`` (distinct, in the data's item dtype) of the code's value,
+        -1 where it is none of them. Integer items are matched in NumPy (a sorted search: exact, and no Polars
+        query's fixed cost, which was most of stage 2's lookup on steam_200k's 5·10^3 items); others by a join."""
+        decoded = self.decode(np.arange(self.n_items, dtype=np.int64))
+        position_of = np.full(self.n_items, -1, dtype=np.int32)
+        if values.len() == 0:
+            return position_of
+        if decoded.dtype.is_integer():
+            wanted = values.to_numpy()
+            order = np.argsort(wanted, kind="stable")
+            ranked, present = wanted[order], decoded.to_numpy()
+            at = np.minimum(np.searchsorted(ranked, present), ranked.size - 1)
+            hit = ranked[at] == present
+            position_of[hit] = order[at[hit]]
+            return position_of
+        position = pl.int_range(values.len(), eager=True, dtype=pl.Int32).alias("position")
+        table = pl.DataFrame([values.rename("value"), position])
+        found = pl.DataFrame([decoded.rename("value")]).join(table, on="value", how="left", maintain_order="left")
+        position_of[:] = found.get_column("position").fill_null(-1).to_numpy()
+        return position_of
 
 
 #: Prepared frames whose compiled coding later steps read: ``id(lf) -> (weak reference to lf, [coding])``.
@@ -785,59 +802,39 @@ def peel_jit() -> ModuleType | None:
     return _compiled("_peel_jit")
 
 
-def _compiled_candidate_pairs(
+def _compiled_candidate_csr(
     lf: pl.LazyFrame, items: pl.Series
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]] | None:
-    """:func:`candidate_pairs` on the codes the WGM's compiled step made of ``lf``'s rows (:func:`share_codes`),
-    when it ran on this frame: a candidate position per row, then the candidates' rows deduplicated per user by
-    the compiled step's counting sort (:func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`, linear
-    passes; each user's candidates in order of first row); users come grouped, coded densely. The data is not
-    read or coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the candidates' rows
-    afresh cost more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6 rows of String
-    users; its stage 1 takes the Polars plans)."""
-    jit, coded = kernel_jit(), _shared_codes(lf)
-    if jit is None or coded is None:
+    """:func:`candidate_csr` on the codes the WGM's compiled step made of ``lf``'s rows (:func:`share_codes`),
+    when it ran on this frame: the candidates' rows by one compiled pass
+    (:func:`opendp_wgm.engines._peel_jit.candidate_rows`), then deduplicated per user by the compiled step's
+    counting sort (:func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`, linear passes; each user's
+    candidates in order of first row); users holding none are dropped. The data is not read or coded again.
+    ``None`` (the Polars plans) otherwise, or without Numba: coding the candidates' rows afresh cost more CPU than
+    the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6 rows of String users; its stage 1 takes the
+    Polars plans)."""
+    jit, peel, coded = kernel_jit(), peel_jit(), _shared_codes(lf)
+    if jit is None or peel is None or coded is None:
         return None
-    code = coded.item_codes_of(items)  # the candidates' item codes (-1: not in the data)
-    position_of = np.full(coded.n_items, -1, dtype=np.int32)  # the kernel's item codes are int32
-    found = code >= 0
-    position_of[code[found]] = np.flatnonzero(found)
-    positions = position_of[coded.items]
-    candidate_rows = positions >= 0
-    held, start = jit.distinct_items_by_user(
-        coded.users[candidate_rows], positions[candidate_rows], coded.n_users, items.len()
-    )
-    per_user = np.diff(start)
-    holding = per_user > 0
-    dense = np.cumsum(holding)[holding] - 1  # the users holding a candidate, coded 0, 1, ... in code order
-    return np.repeat(dense, per_user[holding]).astype(np.int64), held.astype(np.int64)
+    users, positions = peel.candidate_rows(coded.users, coded.items, coded.positions_of(items))
+    held, start = jit.distinct_items_by_user(users, positions, coded.n_users, items.len())
+    ends = start[1:]
+    offsets = np.concatenate((start[:1], ends[ends > start[:-1]]))  # the users holding a candidate
+    return offsets, held.astype(np.int64)
 
 
-def candidate_pairs(
-    lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool = False
+def run_offsets(users: NDArray[np.integer]) -> NDArray[np.int64]:
+    """The offsets of the runs of equal adjacent values of ``users`` (``runs + 1`` of them, from 0 to the length):
+    CSR offsets of rows whose users are contiguous."""
+    starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1]))) if users.size else users[:0]
+    return np.concatenate((starts, [users.size])).astype(np.int64)
+
+
+def _polars_candidate_pairs(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The distinct (user, candidate) pairs of a prepared frame: a user code and a candidate position per pair.
-
-    ``items`` are the candidates, already in the data's item dtype (:func:`cast_candidates`); rows of other
-    items are dropped first (the filter reaches a file scan) and the frame is read once
-    (:func:`_candidate_rows`). Users are coded densely. Both stage-2 counts read these pairs: distinct-user
-    counts (:func:`candidate_counts`) and the coverage state of user peeling.
-
-    When each user's candidate rows are adjacent (checked by :func:`_user_runs`: the public data sets, written
-    user by user), the run index is the user code, and one ``group_by`` on it, which slices the sorted runs,
-    deduplicates each user's positions: no hash of the user key, no hash of pairs (``docs/engines.md``). The
-    pairs then come user by user, coded ``0, 1, ...``. Otherwise, with ``contiguous`` (the CSR of
-    :mod:`opendp_wgm.measurements._user_items` needs each user's pairs adjacent) one group-by on the user key's
-    value gives that; without it, a string or integer user key is coded once and the pairs deduplicated as one
-    ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step coded ``lf`` in the same
-    release (:func:`share_codes`), its codes are read instead (:func:`_compiled_candidate_pairs`: users grouped
-    and coded ``0, 1, ...``; no read of the rows). Every path gives the same set of pairs, up to the naming of
-    users.
-    """
+    """:func:`candidate_pairs` by the Polars plans (the rows read again)."""
     user = space.user
-    compiled = _compiled_candidate_pairs(lf, items)
-    if compiled is not None:
-        return compiled
     rows = _candidate_rows(lf, space, items)
     runs = _user_runs(rows.get_column(user))
     if runs is None:
@@ -848,6 +845,48 @@ def candidate_pairs(
         pairs = by_run.agg(pl.col(_POSITION).unique()).explode(_POSITION).collect()
     users, positions = pairs.get_column(_USER_CODE), pairs.get_column(_POSITION)
     return users.to_numpy().astype(np.int64), positions.to_numpy().astype(np.int64)
+
+
+def candidate_pairs(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool = False
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The distinct (user, candidate) pairs of a prepared frame: a user code and a candidate position per pair.
+
+    ``items`` are the candidates, already in the data's item dtype (:func:`cast_candidates`); rows of other
+    items are dropped first (the filter reaches a file scan) and the frame is read once
+    (:func:`_candidate_rows`). Users are coded densely. Both stage-2 counts read these pairs: distinct-user
+    counts (:func:`candidate_counts`) and the coverage state of user peeling (:func:`candidate_csr`).
+
+    When each user's candidate rows are adjacent (checked by :func:`_user_runs`: the public data sets, written
+    user by user), the run index is the user code, and one ``group_by`` on it, which slices the sorted runs,
+    deduplicates each user's positions: no hash of the user key, no hash of pairs (``docs/engines.md``). The
+    pairs then come user by user, coded ``0, 1, ...``. Otherwise, with ``contiguous`` (the CSR of
+    :mod:`opendp_wgm.measurements._user_items` needs each user's pairs adjacent) one group-by on the user key's
+    value gives that; without it, a string or integer user key is coded once and the pairs deduplicated as one
+    ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step coded ``lf`` in the same
+    release (:func:`share_codes`), its codes are read instead (:func:`_compiled_candidate_csr`: users grouped
+    and coded ``0, 1, ...``; no read of the rows). Every path gives the same set of pairs, up to the naming of
+    users.
+    """
+    compiled = _compiled_candidate_csr(lf, items)
+    if compiled is None:
+        return _polars_candidate_pairs(lf, space, items, contiguous=contiguous)
+    offsets, positions = compiled
+    return np.repeat(np.arange(offsets.size - 1, dtype=np.int64), np.diff(offsets)), positions
+
+
+def candidate_csr(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """:func:`candidate_pairs` as CSR arrays: user ``u`` holds the candidates ``positions[offsets[u]:offsets[u + 1]]``
+    (distinct; only users holding one). User peeling's coverage state reads it
+    (:func:`opendp_wgm.measurements._user_items.user_item_csr`); on stage 1's codes the compiled step gives these
+    arrays directly, with no user code per pair."""
+    compiled = _compiled_candidate_csr(lf, items)
+    if compiled is not None:
+        return compiled
+    users, positions = _polars_candidate_pairs(lf, space, items, contiguous=True)
+    return run_offsets(users), positions
 
 
 def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:

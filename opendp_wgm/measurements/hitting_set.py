@@ -41,8 +41,8 @@ from opendp_wgm._spaces import (
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import candidate_pairs, cast_candidates, peel_jit
-from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
+from opendp_wgm.engines.polars import candidate_csr, cast_candidates, peel_jit
+from opendp_wgm.measurements._user_items import UserItemCSR, csr_of_offsets
 from opendp_wgm.measurements.two_stage import (
     make_dp_sips_then_peeling,
     make_wgm_then_peeling,
@@ -91,7 +91,7 @@ def _slices(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 class _Coverage:
     """Uncovered-user counts of ``n_items`` items while items are picked one at a time.
 
-    ``csr`` holds the distinct (user, item) pairs (:func:`~opendp_wgm.measurements._user_items.user_item_csr`
+    ``csr`` holds the distinct (user, item) pairs (:func:`~opendp_wgm.measurements._user_items.csr_of_offsets`
     with ``item_index=True``): user → items and item → holders, built once in O(pairs). Picking item ``j`` marks its
     not-yet-covered holders as covered and subtracts, in one ``bincount``, one from every item those users
     hold: afterwards ``counts[x]`` is the number of *uncovered* users holding ``x`` (the reference's
@@ -126,7 +126,7 @@ def coverage(
 
     Returns the state and the items in code order (a Series of the data's item dtype). Pairs whose item is
     not a candidate are dropped (they can never be picked), then (user, item) duplicates; users are coded
-    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_pairs`). The
+    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_csr`). The
     layout carries nothing: every count the rounds read is a function of the set of pairs.
     """
     item = space.item
@@ -137,9 +137,9 @@ def coverage(
         # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
         items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
-        return _Coverage(user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
-    users, codes = candidate_pairs(lf, space, items, contiguous=True)
-    return _Coverage(user_item_csr(users, codes, items.len(), item_index=True)), items
+        return _Coverage(csr_of_offsets(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
+    offsets, codes = candidate_csr(lf, space, items)
+    return _Coverage(csr_of_offsets(offsets, codes, items.len(), item_index=True)), items
 
 
 def _compiled_rounds(

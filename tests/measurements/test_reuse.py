@@ -392,9 +392,13 @@ def test_two_stage_releases_are_those_of_the_frozen_pairs(fixed_randomness, monk
     frame = shapes()[shape]
     options = dict(k=5, max_contributions=3, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     releases = []
-    for pairs in (kernel.candidate_pairs, _frozen_candidate_pairs):
+    def frozen_csr(lf: pl.LazyFrame, space, items: pl.Series):
+        users, positions = _frozen_candidate_pairs(lf, space, items)  # each user's pairs contiguous
+        return kernel.run_offsets(users), positions
+
+    for pairs, csr in ((kernel.candidate_pairs, kernel.candidate_csr), (_frozen_candidate_pairs, frozen_csr)):
         monkeypatch.setattr(kernel, "candidate_pairs", pairs)
-        monkeypatch.setattr(hitting_set, "candidate_pairs", pairs)
+        monkeypatch.setattr(hitting_set, "candidate_csr", csr)
         fixed_randomness()
         releases.append(make(*wgm.user_items_space(), **options)(frame))
     assert releases[0].height == 5
