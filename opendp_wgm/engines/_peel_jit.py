@@ -21,22 +21,21 @@ def candidate_rows(
     users: np.ndarray, items: np.ndarray, position_of: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """The user code and the candidate position (``position_of[item]``, int32) of every row whose item is a
-    candidate (``position_of[item] >= 0``), in row order: one pass counts them, one copies them (the NumPy
-    gather and two boolean selections it replaces made five passes and three temporaries)."""
+    candidate (``position_of[item] >= 0``), in row order: one pass counts them, one copies them. Branch-free (every
+    row is written at the cursor, which only kept rows advance): a third of steam_200k's rows are kept, and the
+    branch on each row cost three times the passes."""
     n = 0
     for r in range(items.size):
-        if position_of[items[r]] >= 0:
-            n += 1
-    kept = np.empty(n, dtype=users.dtype)
-    positions = np.empty(n, dtype=np.int32)
+        n += position_of[items[r]] >= 0
+    kept = np.empty(n + 1, dtype=users.dtype)  # one spare slot: rows after the last kept one are written there
+    positions = np.empty(n + 1, dtype=np.int32)
     t = 0
     for r in range(items.size):
         p = position_of[items[r]]
-        if p >= 0:
-            kept[t] = users[r]
-            positions[t] = p
-            t += 1
-    return kept, positions
+        kept[t] = users[r]
+        positions[t] = p
+        t += p >= 0
+    return kept[:n], positions[:n]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

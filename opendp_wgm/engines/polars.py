@@ -60,6 +60,7 @@ __all__ = [
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
+    "item_counts",
     "kernel_jit",
     "lattice_histogram",
     "lattice_histogram_plan",
@@ -719,6 +720,8 @@ def _cast_exactly(candidates: pl.Series, dtype: PolarsDataType) -> pl.Series:
             raise TypeError(msg)
         fields = candidates.struct.unnest()
         return pl.DataFrame([_cast_exactly(fields[f.name], f.dtype) for f in dtype.fields]).to_struct(candidates.name)
+    if source == dtype and not isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return candidates  # the identity (a two-stage release's candidates are in the data's dtype already)
     text_source, text_target = isinstance(source, _TEXT_DTYPES), isinstance(dtype, _TEXT_DTYPES)
     if source != pl.Null and candidates.len() and (text_source != text_target):
         msg = f"`candidates` must have the item column's type {dtype} (found {source})"
@@ -895,6 +898,13 @@ def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> 
     if candidates.len() == 0:
         return np.zeros(0, dtype=np.int64)
     # cast the public list to the data's dtype (never the data to the list's), exactly
-    items = cast_candidates(candidates, lf.collect_schema()[space.item])
+    return item_counts(lf, space, cast_candidates(candidates, lf.collect_schema()[space.item]))
+
+
+def item_counts(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> NDArray[np.int64]:
+    """:func:`candidate_counts` of candidates already cast to the data's item dtype (:func:`cast_candidates`: a
+    caller that cast them for its release does not cast them again)."""
+    if items.len() == 0:
+        return np.zeros(0, dtype=np.int64)
     _, positions = candidate_pairs(lf, space, items)
     return np.bincount(positions, minlength=items.len()).astype(np.int64)

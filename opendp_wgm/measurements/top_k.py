@@ -40,7 +40,7 @@ from opendp_wgm._validation import (
     _check_int,
     _check_positive,
 )
-from opendp_wgm.engines.polars import candidate_counts, cast_candidates
+from opendp_wgm.engines.polars import cast_candidates, item_counts
 from opendp_wgm.measurements.two_stage import (
     make_dp_sips_then_peeling,
     make_wgm_then_peeling,
@@ -103,7 +103,7 @@ def _peel_candidates(
 ) -> pl.DataFrame:
     """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
     items = cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
-    counts = candidate_counts(lf, space, items)  # no query for an empty list
+    counts = item_counts(lf, space, items)  # no query for an empty list
     return top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
 
