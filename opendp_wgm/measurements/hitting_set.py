@@ -22,7 +22,7 @@ plus ``k`` exact noisy-max draws.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -44,6 +44,7 @@ from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.engines.polars import candidate_csr, cast_candidates, peel_jit
 from opendp_wgm.measurements._user_items import UserItemCSR, csr_of_offsets
 from opendp_wgm.measurements.two_stage import (
+    Stage2Release,
     make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     ranked_frame,
@@ -310,6 +311,46 @@ def make_user_peeling(
     >>> m.map(1)  # 2 rounds: 2 / (8 * 4^2)
     (0.015625, 0.0)
     """
+    release, privacy_map = _user_peeling(
+        input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
+        delta=delta, item=item,
+    )
+    return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
+
+
+def _user_peeling_release(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    candidates: Sequence[Any] | pl.Series | np.ndarray,
+    k: int,
+    scale: float,
+    output_measure: dp.Measure | None = None,
+    delta: float | None = None,
+    item: str | Sequence[str] | None = None,
+) -> Stage2Release:
+    """:func:`make_user_peeling`'s checks and release function, without its measurement: WGM-then-user-peeling's
+    stage 2 at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges
+    the peeling's ``k`` rounds itself)."""
+    release, _ = _user_peeling(
+        input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
+        delta=delta, item=item,
+    )
+    return release
+
+
+def _user_peeling(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    candidates: Sequence[Any] | pl.Series | np.ndarray,
+    k: int,
+    scale: float,
+    output_measure: dp.Measure | None,
+    delta: float | None,
+    item: str | Sequence[str] | None,
+) -> tuple[Stage2Release, Callable[[int], Any]]:
+    """:func:`make_user_peeling`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()
     series = _check_candidates(candidates)
     k = _check_int("k", k, minimum=1)
@@ -325,7 +366,7 @@ def make_user_peeling(
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, privacy_map)
+    return Stage2Release(measure_of(kind), function), privacy_map
 
 
 def make_user_peeling_from_budget(
@@ -476,7 +517,7 @@ def make_wgm_hitting_set(
         item=item,
         passes=passes,
         engine=engine,
-        peeling=make_user_peeling,
+        peeling=_user_peeling_release,
         accounting=USER_PEELING,
     )
 
@@ -568,7 +609,7 @@ def wgm_hitting_set_of_calibration(
             input_domain,
             input_metric,
             **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
-            peeling=make_user_peeling,
+            peeling=_user_peeling_release,
             accounting=USER_PEELING,
         )
     return make_wgm_hitting_set(

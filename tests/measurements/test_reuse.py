@@ -669,3 +669,39 @@ def test_collected_frames_rows_are_looked_up_without_a_filter(monkeypatch, item_
     kernel._candidate_rows(kernel.collect_once(lf, passes=1, engine="auto"), space, items)
     kernel._candidate_rows(lf, space, items)
     assert "is_in" not in plans[-2] and "is_in" in plans[-1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stage 2 without its OpenDP measurement: the peeling's checks and release function, the same release
+
+
+@pytest.mark.parametrize("shape", ["adjacent string users", "shuffled int users", "float users"])
+@pytest.mark.parametrize(
+    "make, module, release, constructor",
+    [
+        (make_wgm_top_k, top_k, "_peeling_top_k_release", "make_peeling_top_k"),
+        (make_wgm_hitting_set, hitting_set, "_user_peeling_release", "make_user_peeling"),
+    ],
+    ids=["top-k", "hitting set"],
+)
+def test_stage_2_without_its_measurement_releases_what_its_measurement_releases(
+    fixed_randomness, monkeypatch, shape: str, make, module, release: str, constructor: str
+) -> None:
+    """For fixed randomness, a two-stage release whose stage 2 is the peeling's release function (no measurement
+    built, no FFI callback) is the release of the peeling's measurement; a release builds no OpenDP measurement."""
+    frame = shapes()[shape]
+    options = dict(k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    built: list[int] = []
+    make_user_measurement = dp.m.make_user_measurement
+    monkeypatch.setattr(dp.m, "make_user_measurement", lambda *a, **k: built.append(1) or make_user_measurement(*a, **k))
+    fixed_randomness()
+    m = make(*wgm.user_items_space(), **options)
+    built.clear()
+    without = m(frame)
+    assert built == [] and without.height == 5  # was one stage-2 measurement per release
+    monkeypatch.setattr(module, release, getattr(module, constructor))  # stage 2 as its measurement
+    fixed_randomness()
+    m = make(*wgm.user_items_space(), **options)
+    built.clear()
+    assert m(frame).equals(without)
+    assert built == [1]
