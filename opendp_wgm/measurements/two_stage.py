@@ -64,7 +64,7 @@ class Stage2Release:
 
 #: Stage 2: ``(input_domain, input_metric, candidates) -> Measurement``, a known-domain measurement on the
 #: candidates stage 1 released (or its :class:`Stage2Release`).
-Stage2 = Callable[[dp.Domain, dp.Metric, pl.Series], "dp.Measurement | Stage2Release"]
+Stage2 = Callable[[dp.Domain, dp.Metric, pl.Series], dp.Measurement | Stage2Release]
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class _TwoStageCalibration(Protocol):
 #: A peeling constructor on a known candidate list: ``(domain, metric, *, candidates, k, scale, output_measure,
 #: delta, item) -> Measurement`` (``make_peeling_top_k``, ``make_user_peeling``, or an engine's twin), or its
 #: :class:`Stage2Release` (``_peeling_top_k_release``, ``_user_peeling_release``: the Polars two-stage calls').
-Peeling = Callable[..., "dp.Measurement | Stage2Release"]
+Peeling = Callable[..., dp.Measurement | Stage2Release]
 
 
 def make_wgm_then_peeling(
