@@ -788,7 +788,9 @@ def _candidate_rows(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> pl.Dat
         position = item.cast(pl.Enum(items), strict=not once).to_physical()
     else:
         positions = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
-        position = item.replace_strict(items, positions, default=None) if once else item.replace_strict(items, positions)
+        position = (
+            item.replace_strict(items, positions, default=None) if once else item.replace_strict(items, positions)
+        )
     if once:
         rows = lf.select(pl.col(space.user), position.alias(_POSITION)).filter(pl.col(_POSITION).is_not_null())
     else:
@@ -889,8 +891,9 @@ def _polars_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *
         pairs = _hashed_pairs(rows.lazy(), user, rows.schema[user], contiguous=contiguous)
     elif (jit := kernel_jit()) is not None:  # each run's repeats dropped by the compiled step's marker pass
         n_users = int(runs[-1]) + 1 if runs.size else 0
-        positions = rows.get_column(_POSITION).to_numpy().astype(np.int32)
-        held, start = jit.distinct_items_by_user(runs, positions, n_users, items.len())
+        held, start = jit.distinct_items_by_user(
+            runs, rows.get_column(_POSITION).to_numpy().astype(np.int32), n_users, items.len()
+        )
         return _Pairs(held.astype(np.int64), offsets=start)  # every run holds a candidate
     else:
         codes = pl.Series(_USER_CODE, runs).set_sorted()  # sorted: the group-by slices the runs

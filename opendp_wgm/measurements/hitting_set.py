@@ -318,37 +318,18 @@ def make_user_peeling(
     return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
 
 
-def _user_peeling_release(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    candidates: Sequence[Any] | pl.Series | np.ndarray,
-    k: int,
-    scale: float,
-    output_measure: dp.Measure | None = None,
-    delta: float | None = None,
-    item: str | Sequence[str] | None = None,
-) -> Stage2Release:
+def _user_peeling_release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
     """:func:`make_user_peeling`'s checks and release function, without its measurement: WGM-then-user-peeling's
     stage 2 at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges
     the peeling's ``k`` rounds itself)."""
-    release, _ = _user_peeling(
-        input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
-        delta=delta, item=item,
-    )
+    release, _ = _user_peeling(input_domain, input_metric, **options)
     return release
 
 
 def _user_peeling(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    candidates: Sequence[Any] | pl.Series | np.ndarray,
-    k: int,
-    scale: float,
-    output_measure: dp.Measure | None,
-    delta: float | None,
-    item: str | Sequence[str] | None,
+    input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: Sequence[Any] | pl.Series | np.ndarray, k: int,
+    scale: float, output_measure: dp.Measure | None = None, delta: float | None = None,
+    item: str | Sequence[str] | None = None,
 ) -> tuple[Stage2Release, Callable[[int], Any]]:
     """:func:`make_user_peeling`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()

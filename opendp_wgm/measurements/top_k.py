@@ -192,39 +192,18 @@ def make_peeling_top_k(
     return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
 
 
-def _peeling_top_k_release(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    candidates: Sequence[Any] | pl.Series | np.ndarray,
-    k: int,
-    scale: float,
-    output_measure: dp.Measure | None = None,
-    delta: float | None = None,
-    method: SelectionMethod = "auto",
-    item: str | Sequence[str] | None = None,
-) -> Stage2Release:
+def _peeling_top_k_release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
     """:func:`make_peeling_top_k`'s checks and release function, without its measurement: WGM-then-top-k's stage 2
     at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges the
     peeling's ``k`` rounds itself)."""
-    release, _ = _peeling_top_k(
-        input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
-        delta=delta, method=method, item=item,
-    )
+    release, _ = _peeling_top_k(input_domain, input_metric, **options)
     return release
 
 
 def _peeling_top_k(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    candidates: Sequence[Any] | pl.Series | np.ndarray,
-    k: int,
-    scale: float,
-    output_measure: dp.Measure | None,
-    delta: float | None,
-    method: SelectionMethod,
-    item: str | Sequence[str] | None,
+    input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: Sequence[Any] | pl.Series | np.ndarray, k: int,
+    scale: float, output_measure: dp.Measure | None = None, delta: float | None = None,
+    method: SelectionMethod = "auto", item: str | Sequence[str] | None = None,
 ) -> tuple[Stage2Release, Callable[[int], Any]]:
     """:func:`make_peeling_top_k`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()

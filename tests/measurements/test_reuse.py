@@ -679,7 +679,7 @@ def test_collected_frames_rows_are_looked_up_without_a_filter(monkeypatch, item_
 
 @pytest.mark.parametrize("shape", ["adjacent string users", "shuffled int users", "float users"])
 @pytest.mark.parametrize(
-    "make, module, release, constructor",
+    ("make", "module", "release", "constructor"),
     [
         (make_wgm_top_k, top_k, "_peeling_top_k_release", "make_peeling_top_k"),
         (make_wgm_hitting_set, hitting_set, "_user_peeling_release", "make_user_peeling"),
