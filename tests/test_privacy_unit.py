@@ -247,3 +247,21 @@ def test_key_release_keeps_signed_zeros_together() -> None:
     release = key_release.make_opendp_key_release(*wgm.user_items_space(), max_contributions=2, epsilon=50.0, delta=1e-6)
     released = release(users)
     assert released["item"].to_list() == [0.0] and abs(released["noisy_count"][0] - 60) <= 5
+
+
+def test_a_space_resolved_again_from_the_same_objects_is_the_same_space() -> None:
+    """A two-stage call builds its stage 2 on the same domain and metric at every release: the space is read off
+    them once (no FFI read per release); other objects, another item or a changed item list are read again."""
+    domain, metric = wgm.user_items_space(item=["country", "query"])
+    items = ["country", "query"]
+    space = _resolve_space(domain, metric, items)
+    assert _resolve_space(domain, metric, items) is space
+    assert _resolve_space(domain, metric, ["country", "query"]) is space
+    items.append("other")  # the same list object, changed: read again (and refused)
+    with pytest.raises(ValueError, match="disagrees"):
+        _resolve_space(domain, metric, items)
+    other_domain, other_metric = wgm.user_items_space(user="person")
+    other = _resolve_space(other_domain, other_metric)
+    assert other.user == "person" and other is not space
+    context_domain, context_metric = context_space()
+    assert _resolve_space(context_domain, context_metric, "item") == _resolve_space(*context_space(), "item")

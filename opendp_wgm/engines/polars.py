@@ -53,12 +53,14 @@ __all__ = [
     "bound_plan",
     "bounded_lists_plan",
     "candidate_counts",
+    "candidate_csr",
     "candidate_pairs",
     "cast_candidates",
     "coded_pairs",
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
+    "item_counts",
     "kernel_jit",
     "lattice_histogram",
     "lattice_histogram_plan",
@@ -66,6 +68,7 @@ __all__ = [
     "noisy_above_threshold",
     "peel_jit",
     "release_above_threshold",
+    "run_offsets",
     "share_codes",
     "weights_frame",
 ]
@@ -96,8 +99,21 @@ def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> pl.LazyFr
     larger than memory, and each step re-scans the input instead (``docs/engines.md``).
     """
     if passes == 1 and engine != "streaming":
-        return lf.collect().lazy()
+        collected = lf.collect().lazy()
+        key = id(collected)
+        _COLLECTED[key] = weakref.ref(collected, lambda _: _COLLECTED.pop(key, None))
+        return collected
     return lf
+
+
+#: Frames :func:`collect_once` collected, ``id(lf) -> weak reference to lf``: in memory, no file scan that a filter
+#: could reach (:func:`_candidate_rows` looks their rows up without filtering first).
+_COLLECTED: dict[int, weakref.ref[pl.LazyFrame]] = {}
+
+
+def _collected(lf: pl.LazyFrame) -> bool:
+    reference = _COLLECTED.get(id(lf))
+    return reference is not None and reference() is lf
 
 
 @dataclass(frozen=True)
@@ -111,12 +127,27 @@ class _CodedRows:
     n_items: int
     decode: Callable[[NDArray[np.int64]], pl.Series]
 
-    def item_codes_of(self, values: pl.Series) -> NDArray[np.int64]:
-        """The item code of each of ``values`` (in the data's item dtype), -1 where no row holds it."""
-        codes = pl.Series("code", np.arange(self.n_items, dtype=np.int64))
-        table = pl.DataFrame([self.decode(codes.to_numpy()).rename("value"), codes])
-        found = pl.DataFrame([values.rename("value")]).join(table, on="value", how="left", maintain_order="left")
-        return found.get_column("code").fill_null(-1).to_numpy()
+    def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
+        """Per item code, the position among ``values`` (distinct, in the data's item dtype) of the code's value,
+        -1 where it is none of them. Integer items are matched in NumPy (a sorted search: exact, and no Polars
+        query's fixed cost, which was most of stage 2's lookup on steam_200k's 5·10^3 items); others by a join."""
+        decoded = self.decode(np.arange(self.n_items, dtype=np.int64))
+        position_of = np.full(self.n_items, -1, dtype=np.int32)
+        if values.len() == 0:
+            return position_of
+        if decoded.dtype.is_integer():
+            wanted = values.to_numpy()
+            order = np.argsort(wanted, kind="stable")
+            ranked, present = wanted[order], decoded.to_numpy()
+            at = np.minimum(np.searchsorted(ranked, present), ranked.size - 1)
+            hit = ranked[at] == present
+            position_of[hit] = order[at[hit]]
+            return position_of
+        position = pl.int_range(values.len(), eager=True, dtype=pl.Int32).alias("position")
+        table = pl.DataFrame([values.rename("value"), position])
+        found = pl.DataFrame([decoded.rename("value")]).join(table, on="value", how="left", maintain_order="left")
+        position_of[:] = found.get_column("position").fill_null(-1).to_numpy()
+        return position_of
 
 
 #: Prepared frames whose compiled coding later steps read: ``id(lf) -> (weak reference to lf, [coding])``.
@@ -812,6 +843,8 @@ def _cast_exactly(candidates: pl.Series, dtype: PolarsDataType) -> pl.Series:
             raise TypeError(msg)
         fields = candidates.struct.unnest()
         return pl.DataFrame([_cast_exactly(fields[f.name], f.dtype) for f in dtype.fields]).to_struct(candidates.name)
+    if source == dtype and not isinstance(dtype, (pl.Categorical, pl.Enum)):
+        return candidates  # the identity (a two-stage release's candidates are in the data's dtype already)
     text_source, text_target = isinstance(source, _TEXT_DTYPES), isinstance(dtype, _TEXT_DTYPES)
     if source != pl.Null and candidates.len() and (text_source != text_target):
         msg = f"`candidates` must have the item column's type {dtype} (found {source})"
@@ -850,31 +883,47 @@ def _dense_user_code(user: str, dtype: pl.DataType) -> pl.Expr | None:
 
 def _candidate_rows(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> pl.DataFrame:
     """The user key and the candidate position (column :data:`_POSITION`) of every row whose item is a candidate,
-    in row order: the filter reaches a file scan, then one lookup per kept row. Text items look up an ``Enum``
-    whose categories are the candidates (exact string matching: the category's index is the position; about
-    twice as fast as ``replace_strict`` on imdb_50k's 5.5e6 candidate rows), other dtypes ``replace_strict``."""
+    in row order. Text items look up an ``Enum`` whose categories are the candidates (exact string matching: the
+    category's index is the position; about twice as fast as ``replace_strict`` on imdb_50k's 5.5e6 candidate
+    rows), other dtypes ``replace_strict``.
+
+    A plan that scans a file is filtered first (``is_in``: the filter reaches the scan, which then decodes the
+    candidates' rows only), then each kept row looked up. A frame :func:`collect_once` collected is in memory:
+    text and integer items are looked up once per row, null where the item is no candidate (a non-strict cast; a
+    null default), and those rows dropped: a quarter less CPU than the filter and the second lookup (imdb_50k:
+    0.19 s against 0.25 s)."""
     item = pl.col(space.item)
+    once = _collected(lf) and (items.dtype == pl.String or items.dtype.is_integer())
     if items.dtype == pl.String:
-        position = item.cast(pl.Enum(items)).to_physical()
+        position = item.cast(pl.Enum(items), strict=not once).to_physical()
     else:
-        position = item.replace_strict(items, pl.int_range(items.len(), eager=True, dtype=pl.UInt32))
-    rows = lf.filter(item.is_in(items.implode())).select(pl.col(space.user), position.alias(_POSITION))
+        positions = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
+        position = (
+            item.replace_strict(items, positions, default=None) if once else item.replace_strict(items, positions)
+        )
+    if once:
+        rows = lf.select(pl.col(space.user), position.alias(_POSITION)).filter(pl.col(_POSITION).is_not_null())
+    else:
+        rows = lf.filter(item.is_in(items.implode())).select(pl.col(space.user), position.alias(_POSITION))
     return rows.collect()
 
 
-def _user_runs(column: pl.Series) -> pl.Series | None:
-    """Dense user codes ``0, 1, ...`` (sorted ``UInt32``) from the runs of equal adjacent values, when every user's
+def _user_runs(column: pl.Series) -> NDArray[np.uint32] | None:
+    """Dense user codes ``0, 1, ...`` (sorted ``uint32``) from the runs of equal adjacent values, when every user's
     rows form one run: the run index then names the user, without hashing the values. ``None`` otherwise, or for
     a dtype other than text or integers (whose equality need not be the grouping's: NaN floats).
 
     Checked, never assumed: the runs' values must be distinct (one pass comparing neighbours, then a distinct
-    count of one value per run). Files written user by user (the public data sets) pass."""
+    count of one value per run). Files written user by user (the public data sets) pass. The codes repeat each
+    run's index over its length (no second pass over the values: half the CPU of ``rle_id`` on text)."""
     if not (column.dtype == pl.String or column.dtype.is_integer()) or column.null_count():
         return None
-    heads = column.rle().struct.field("value")
+    runs = column.rle()
+    heads = runs.struct.field("value")
     if heads.n_unique() != heads.len():
         return None
-    return column.rle_id().set_sorted()
+    lengths = runs.struct.field("len").to_numpy()
+    return np.repeat(np.arange(lengths.size, dtype=np.uint32), lengths)
 
 
 def _hashed_pairs(rows: pl.LazyFrame, user: str, dtype: pl.DataType, *, contiguous: bool) -> pl.DataFrame:
@@ -895,32 +944,79 @@ def peel_jit() -> ModuleType | None:
     return _compiled("_peel_jit")
 
 
-def _compiled_candidate_pairs(
-    lf: pl.LazyFrame, items: pl.Series
-) -> tuple[NDArray[np.int64], NDArray[np.int64]] | None:
+@dataclass(frozen=True)
+class _Pairs:
+    """Distinct (user, candidate) pairs: the candidate position of each pair, and its user as a code per pair
+    (``users``) or, each user's pairs adjacent and users coded ``0, 1, ...``, as CSR offsets (``offsets``). The
+    other form is derived only when a caller reads it: the counts read the positions only."""
+
+    positions: NDArray[np.int64]
+    users: NDArray[np.int64] | None = None
+    offsets: NDArray[np.int64] | None = None
+
+    def user_codes(self) -> NDArray[np.int64]:
+        if self.users is not None:
+            return self.users
+        if self.offsets is None:  # pragma: no cover - a bug guard: every path gives one of the two
+            raise AssertionError("pairs without their users")
+        return np.repeat(np.arange(self.offsets.size - 1, dtype=np.int64), np.diff(self.offsets))
+
+    def user_offsets(self) -> NDArray[np.int64]:
+        """CSR offsets (each user's pairs adjacent: built so, or ``contiguous`` asked of the Polars plans)."""
+        return self.offsets if self.offsets is not None else run_offsets(self.user_codes())
+
+
+def _compiled_candidate_pairs(lf: pl.LazyFrame, items: pl.Series) -> _Pairs | None:
     """:func:`candidate_pairs` on the codes the WGM's compiled step made of ``lf``'s rows (:func:`share_codes`),
-    when it ran on this frame: a candidate position per row, then the candidates' rows deduplicated per user by
-    the compiled step's counting sort (:func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`, linear
-    passes; each user's candidates in order of first row); users come grouped, coded densely. The data is not
-    read or coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the candidates' rows
-    afresh cost more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6 rows of String
-    users; its stage 1 takes the Polars plans)."""
-    jit, coded = kernel_jit(), _shared_codes(lf)
-    if jit is None or coded is None:
+    when it ran on this frame: the candidates' rows by one compiled pass
+    (:func:`opendp_wgm.engines._peel_jit.candidate_rows`), then deduplicated per user by the compiled step's
+    counting sort (:func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`, linear passes; each user's
+    candidates in order of first row), as CSR offsets; users holding none are dropped. The data is not read or
+    coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the candidates' rows afresh cost
+    more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6 rows of String users; its
+    stage 1 takes the Polars plans)."""
+    jit, peel, coded = kernel_jit(), peel_jit(), _shared_codes(lf)
+    if jit is None or peel is None or coded is None:
         return None
-    code = coded.item_codes_of(items)  # the candidates' item codes (-1: not in the data)
-    position_of = np.full(coded.n_items, -1, dtype=np.int32)  # the kernel's item codes are int32
-    found = code >= 0
-    position_of[code[found]] = np.flatnonzero(found)
-    positions = position_of[coded.items]
-    candidate_rows = positions >= 0
-    held, start = jit.distinct_items_by_user(
-        coded.users[candidate_rows], positions[candidate_rows], coded.n_users, items.len()
-    )
-    per_user = np.diff(start)
-    holding = per_user > 0
-    dense = np.cumsum(holding)[holding] - 1  # the users holding a candidate, coded 0, 1, ... in code order
-    return np.repeat(dense, per_user[holding]).astype(np.int64), held.astype(np.int64)
+    users, positions = peel.candidate_rows(coded.users, coded.items, coded.positions_of(items))
+    held, start = jit.distinct_items_by_user(users, positions, coded.n_users, items.len())
+    ends = start[1:]
+    offsets = np.concatenate((start[:1], ends[ends > start[:-1]]))  # the users holding a candidate
+    return _Pairs(held.astype(np.int64), offsets=offsets)
+
+
+def run_offsets(users: NDArray[np.integer]) -> NDArray[np.int64]:
+    """The offsets of the runs of equal adjacent values of ``users`` (``runs + 1`` of them, from 0 to the length):
+    CSR offsets of rows whose users are contiguous."""
+    starts = np.flatnonzero(np.concatenate(([True], users[1:] != users[:-1]))) if users.size else users[:0]
+    return np.concatenate((starts, [users.size])).astype(np.int64)
+
+
+def _polars_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
+    """:func:`candidate_pairs` by the Polars plans (the rows read again)."""
+    user = space.user
+    rows = _candidate_rows(lf, space, items)
+    runs = _user_runs(rows.get_column(user))
+    if runs is None:
+        pairs = _hashed_pairs(rows.lazy(), user, rows.schema[user], contiguous=contiguous)
+    elif (jit := kernel_jit()) is not None:  # each run's repeats dropped by the compiled step's marker pass
+        n_users = int(runs[-1]) + 1 if runs.size else 0
+        held, start = jit.distinct_items_by_user(
+            runs, rows.get_column(_POSITION).to_numpy().astype(np.int32), n_users, items.len()
+        )
+        return _Pairs(held.astype(np.int64), offsets=start)  # every run holds a candidate
+    else:
+        codes = pl.Series(_USER_CODE, runs).set_sorted()  # sorted: the group-by slices the runs
+        coded = pl.DataFrame([codes, rows.get_column(_POSITION)])
+        by_run = coded.lazy().group_by(_USER_CODE, maintain_order=True)
+        pairs = by_run.agg(pl.col(_POSITION).unique()).explode(_POSITION).collect()
+    users, positions = pairs.get_column(_USER_CODE), pairs.get_column(_POSITION)
+    return _Pairs(positions.to_numpy().astype(np.int64), users=users.to_numpy().astype(np.int64))
+
+
+def _candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
+    compiled = _compiled_candidate_pairs(lf, items)
+    return _polars_candidate_pairs(lf, space, items, contiguous=contiguous) if compiled is None else compiled
 
 
 def candidate_pairs(
@@ -929,35 +1025,35 @@ def candidate_pairs(
     """The distinct (user, candidate) pairs of a prepared frame: a user code and a candidate position per pair.
 
     ``items`` are the candidates, already in the data's item dtype (:func:`cast_candidates`); rows of other
-    items are dropped first (the filter reaches a file scan) and the frame is read once
+    items are dropped first (a filter that reaches a file scan) and the frame is read once
     (:func:`_candidate_rows`). Users are coded densely. Both stage-2 counts read these pairs: distinct-user
-    counts (:func:`candidate_counts`) and the coverage state of user peeling.
+    counts (:func:`candidate_counts`) and the coverage state of user peeling (:func:`candidate_csr`).
 
     When each user's candidate rows are adjacent (checked by :func:`_user_runs`: the public data sets, written
-    user by user), the run index is the user code, and one ``group_by`` on it, which slices the sorted runs,
-    deduplicates each user's positions: no hash of the user key, no hash of pairs (``docs/engines.md``). The
-    pairs then come user by user, coded ``0, 1, ...``. Otherwise, with ``contiguous`` (the CSR of
-    :mod:`opendp_wgm.measurements._user_items` needs each user's pairs adjacent) one group-by on the user key's
-    value gives that; without it, a string or integer user key is coded once and the pairs deduplicated as one
-    ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step coded ``lf`` in the same
-    release (:func:`share_codes`), its codes are read instead (:func:`_compiled_candidate_pairs`: users grouped
-    and coded ``0, 1, ...``; no read of the rows). Every path gives the same set of pairs, up to the naming of
-    users.
+    user by user), the run index is the user code, and each user's positions are deduplicated in one pass with a
+    marker per candidate (the compiled step's :func:`~opendp_wgm.engines._kernel_jit.distinct_items_by_user`;
+    without Numba, one ``group_by`` on the run index, which slices the sorted runs): no hash of the user key, no
+    hash of pairs (``docs/engines.md``). The pairs then come user by user, coded ``0, 1, ...``. Otherwise, with
+    ``contiguous`` (the CSR of :mod:`opendp_wgm.measurements._user_items` needs each user's pairs adjacent) one
+    group-by on the user key's value gives that; without it, a string or integer user key is coded once and the
+    pairs deduplicated as one ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step
+    coded ``lf`` in the same release (:func:`share_codes`), its codes are read instead
+    (:func:`_compiled_candidate_pairs`: users grouped and coded ``0, 1, ...``; no read of the rows). Every path
+    gives the same set of pairs, up to the naming of users.
     """
-    user = space.user
-    compiled = _compiled_candidate_pairs(lf, items)
-    if compiled is not None:
-        return compiled
-    rows = _candidate_rows(lf, space, items)
-    runs = _user_runs(rows.get_column(user))
-    if runs is None:
-        pairs = _hashed_pairs(rows.lazy(), user, rows.schema[user], contiguous=contiguous)
-    else:
-        coded = pl.DataFrame([runs.alias(_USER_CODE), rows.get_column(_POSITION)])  # keeps the sorted flag
-        by_run = coded.lazy().group_by(_USER_CODE, maintain_order=True)
-        pairs = by_run.agg(pl.col(_POSITION).unique()).explode(_POSITION).collect()
-    users, positions = pairs.get_column(_USER_CODE), pairs.get_column(_POSITION)
-    return users.to_numpy().astype(np.int64), positions.to_numpy().astype(np.int64)
+    pairs = _candidate_pairs(lf, space, items, contiguous=contiguous)
+    return pairs.user_codes(), pairs.positions
+
+
+def candidate_csr(
+    lf: pl.LazyFrame, space: _Space, items: pl.Series
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """:func:`candidate_pairs` as CSR arrays: user ``u`` holds the candidates ``positions[offsets[u]:offsets[u + 1]]``
+    (distinct; only users holding one). User peeling's coverage state reads it
+    (:func:`opendp_wgm.measurements._user_items.csr_of_offsets`); the compiled steps give these arrays directly,
+    with no user code per pair."""
+    pairs = _candidate_pairs(lf, space, items, contiguous=True)
+    return pairs.user_offsets(), pairs.positions
 
 
 def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:
@@ -966,6 +1062,13 @@ def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> 
     if candidates.len() == 0:
         return np.zeros(0, dtype=np.int64)
     # cast the public list to the data's dtype (never the data to the list's), exactly
-    items = cast_candidates(candidates, lf.collect_schema()[space.item])
-    _, positions = candidate_pairs(lf, space, items)
+    return item_counts(lf, space, cast_candidates(candidates, lf.collect_schema()[space.item]))
+
+
+def item_counts(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> NDArray[np.int64]:
+    """:func:`candidate_counts` of candidates already cast to the data's item dtype (:func:`cast_candidates`: a
+    caller that cast them for its release does not cast them again)."""
+    if items.len() == 0:
+        return np.zeros(0, dtype=np.int64)
+    positions = _candidate_pairs(lf, space, items, contiguous=False).positions  # no user code per pair
     return np.bincount(positions, minlength=items.len()).astype(np.int64)

@@ -22,7 +22,7 @@ plus ``k`` exact noisy-max draws.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -41,9 +41,10 @@ from opendp_wgm._spaces import (
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import candidate_pairs, cast_candidates, peel_jit
-from opendp_wgm.measurements._user_items import UserItemCSR, user_item_csr
+from opendp_wgm.engines.polars import candidate_csr, cast_candidates, peel_jit
+from opendp_wgm.measurements._user_items import UserItemCSR, csr_of_offsets
 from opendp_wgm.measurements.two_stage import (
+    Stage2Release,
     make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     ranked_frame,
@@ -91,7 +92,7 @@ def _slices(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
 class _Coverage:
     """Uncovered-user counts of ``n_items`` items while items are picked one at a time.
 
-    ``csr`` holds the distinct (user, item) pairs (:func:`~opendp_wgm.measurements._user_items.user_item_csr`
+    ``csr`` holds the distinct (user, item) pairs (:func:`~opendp_wgm.measurements._user_items.csr_of_offsets`
     with ``item_index=True``): user → items and item → holders, built once in O(pairs). Picking item ``j`` marks its
     not-yet-covered holders as covered and subtracts, in one ``bincount``, one from every item those users
     hold: afterwards ``counts[x]`` is the number of *uncovered* users holding ``x`` (the reference's
@@ -126,7 +127,7 @@ def coverage(
 
     Returns the state and the items in code order (a Series of the data's item dtype). Pairs whose item is
     not a candidate are dropped (they can never be picked), then (user, item) duplicates; users are coded
-    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_pairs`). The
+    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_csr`). The
     layout carries nothing: every count the rounds read is a function of the set of pairs.
     """
     item = space.item
@@ -137,9 +138,9 @@ def coverage(
         # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
         items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
-        return _Coverage(user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
-    users, codes = candidate_pairs(lf, space, items, contiguous=True)
-    return _Coverage(user_item_csr(users, codes, items.len(), item_index=True)), items
+        return _Coverage(csr_of_offsets(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
+    offsets, codes = candidate_csr(lf, space, items)
+    return _Coverage(csr_of_offsets(offsets, codes, items.len(), item_index=True)), items
 
 
 def _compiled_rounds(
@@ -310,6 +311,27 @@ def make_user_peeling(
     >>> m.map(1)  # 2 rounds: 2 / (8 * 4^2)
     (0.015625, 0.0)
     """
+    release, privacy_map = _user_peeling(
+        input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
+        delta=delta, item=item,
+    )
+    return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
+
+
+def _user_peeling_release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
+    """:func:`make_user_peeling`'s checks and release function, without its measurement: WGM-then-user-peeling's
+    stage 2 at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges
+    the peeling's ``k`` rounds itself)."""
+    release, _ = _user_peeling(input_domain, input_metric, **options)
+    return release
+
+
+def _user_peeling(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: Sequence[Any] | pl.Series | np.ndarray, k: int,
+    scale: float, output_measure: dp.Measure | None = None, delta: float | None = None,
+    item: str | Sequence[str] | None = None,
+) -> tuple[Stage2Release, Callable[[int], Any]]:
+    """:func:`make_user_peeling`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()
     series = _check_candidates(candidates)
     k = _check_int("k", k, minimum=1)
@@ -325,7 +347,7 @@ def make_user_peeling(
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, privacy_map)
+    return Stage2Release(measure_of(kind), function), privacy_map
 
 
 def make_user_peeling_from_budget(
@@ -476,7 +498,7 @@ def make_wgm_hitting_set(
         item=item,
         passes=passes,
         engine=engine,
-        peeling=make_user_peeling,
+        peeling=_user_peeling_release,
         accounting=USER_PEELING,
     )
 
@@ -568,7 +590,7 @@ def wgm_hitting_set_of_calibration(
             input_domain,
             input_metric,
             **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
-            peeling=make_user_peeling,
+            peeling=_user_peeling_release,
             accounting=USER_PEELING,
         )
     return make_wgm_hitting_set(

@@ -18,7 +18,7 @@ Every release is a ``pl.DataFrame`` with the item column (the input's name and d
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -40,8 +40,9 @@ from opendp_wgm._validation import (
     _check_int,
     _check_positive,
 )
-from opendp_wgm.engines.polars import candidate_counts, cast_candidates
+from opendp_wgm.engines.polars import cast_candidates, item_counts
 from opendp_wgm.measurements.two_stage import (
+    Stage2Release,
     make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     ranked_frame,
@@ -103,7 +104,7 @@ def _peel_candidates(
 ) -> pl.DataFrame:
     """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
     items = cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
-    counts = candidate_counts(lf, space, items)  # no query for an empty list
+    counts = item_counts(lf, space, items)  # no query for an empty list
     return top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
 
@@ -184,6 +185,27 @@ def make_peeling_top_k(
     >>> m.map(1)
     (0.06250000000000006, 0.0)
     """
+    release, privacy_map = _peeling_top_k(
+        input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
+        delta=delta, method=method, item=item,
+    )
+    return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
+
+
+def _peeling_top_k_release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
+    """:func:`make_peeling_top_k`'s checks and release function, without its measurement: WGM-then-top-k's stage 2
+    at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges the
+    peeling's ``k`` rounds itself)."""
+    release, _ = _peeling_top_k(input_domain, input_metric, **options)
+    return release
+
+
+def _peeling_top_k(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: Sequence[Any] | pl.Series | np.ndarray, k: int,
+    scale: float, output_measure: dp.Measure | None = None, delta: float | None = None,
+    method: SelectionMethod = "auto", item: str | Sequence[str] | None = None,
+) -> tuple[Stage2Release, Callable[[int], Any]]:
+    """:func:`make_peeling_top_k`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
@@ -202,7 +224,7 @@ def make_peeling_top_k(
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta_value)
 
-    return dp.m.make_user_measurement(input_domain, input_metric, measure_of(kind), function, privacy_map)
+    return Stage2Release(measure_of(kind), function), privacy_map
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -315,7 +337,7 @@ def make_wgm_top_k(
         item=item,
         passes=passes,
         engine=engine,
-        peeling=functools.partial(make_peeling_top_k, method=method),
+        peeling=functools.partial(_peeling_top_k_release, method=method),
         accounting=TOP_K,
     )
 
@@ -411,7 +433,7 @@ def wgm_top_k_of_calibration(
             input_domain,
             input_metric,
             **two_stage_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
-            peeling=functools.partial(make_peeling_top_k, method=check_method(method)),
+            peeling=functools.partial(_peeling_top_k_release, method=check_method(method)),
             accounting=TOP_K,
         )
     return make_wgm_top_k(

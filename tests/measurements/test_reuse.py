@@ -392,9 +392,13 @@ def test_two_stage_releases_are_those_of_the_frozen_pairs(fixed_randomness, monk
     frame = shapes()[shape]
     options = dict(k=5, max_contributions=3, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     releases = []
-    for pairs in (kernel.candidate_pairs, _frozen_candidate_pairs):
+    def frozen_csr(lf: pl.LazyFrame, space, items: pl.Series):
+        users, positions = _frozen_candidate_pairs(lf, space, items)  # each user's pairs contiguous
+        return kernel.run_offsets(users), positions
+
+    for pairs, csr in ((kernel.candidate_pairs, kernel.candidate_csr), (_frozen_candidate_pairs, frozen_csr)):
         monkeypatch.setattr(kernel, "candidate_pairs", pairs)
-        monkeypatch.setattr(hitting_set, "candidate_pairs", pairs)
+        monkeypatch.setattr(hitting_set, "candidate_csr", csr)
         fixed_randomness()
         releases.append(make(*wgm.user_items_space(), **options)(frame))
     assert releases[0].height == 5
@@ -554,3 +558,152 @@ def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatc
     frame = shapes()["shuffled string users"]
     m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     assert m(frame).height == 5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stage 2's lookups: candidates matched to stage 1's codes in NumPy, their rows in one compiled pass, one lookup
+# per row on a collected frame, each run's repeats dropped by the compiled marker pass
+
+
+def _coded_rows(frame: pl.DataFrame) -> kernel._CodedRows:
+    """The compiled step's coding of ``frame``'s rows, as :func:`kernel._compiled_histogram` keeps it."""
+    jit = kernel.kernel_jit()
+    user_dtype, item_dtype = frame.schema["user"], frame.schema["item"]
+    coded = frame.select(kernel._code_expr("user", user_dtype), kernel._code_expr("item", item_dtype))
+    users, n_users, _ = kernel._codes(coded.get_column("user"), user_dtype, jit, compact=False)
+    items, n_items, decode = kernel._codes(coded.get_column("item"), item_dtype, jit)
+    return kernel._CodedRows(users, n_users, items, n_items, decode)
+
+
+ITEMS = {
+    "string": lambda x: pl.format("i{}", x),
+    "categorical": lambda x: pl.format("i{}", x).cast(pl.Categorical),
+    "small ints": lambda x: x,
+    "sparse ints": lambda x: x * 10**12 - 7,  # a span far over the rows: hash-coded, codes not in value order
+    "uint64": lambda x: (x * 3 + 2**63).cast(pl.UInt64),
+}
+
+
+@pytest.mark.parametrize("items", list(ITEMS))
+def test_positions_of_stage_1s_codes_are_the_candidates_positions(items: str) -> None:
+    """Per item code, the position of its value among the candidates (-1: none): integers by a sorted search in
+    NumPy, others by a join; checked against a dictionary, candidates in shuffled order, one absent."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(3)  # test data only
+    frame = pl.DataFrame({"user": rng.integers(0, 50, 600), "x": rng.integers(0, 80, 600)})
+    frame = frame.select("user", ITEMS[items](pl.col("x")).alias("item"))
+    coded = _coded_rows(frame)
+    present = frame.get_column("item").unique()
+    absent = frame.select(ITEMS[items](pl.lit(10**4, dtype=pl.Int64)).alias("item")).to_series()
+    values = kernel.cast_candidates(pl.concat([present.sample(fraction=0.5, seed=1), absent]), frame.schema["item"])
+    position_of = coded.positions_of(values)
+    where = {value: position for position, value in enumerate(values.to_list())}
+    decoded = coded.decode(np.arange(coded.n_items, dtype=np.int64)).to_list()
+    assert position_of.tolist() == [where.get(value, -1) for value in decoded]
+    assert (position_of >= 0).sum() == values.len() - 1  # every present candidate has its code
+    assert coded.positions_of(values.head(0)).tolist() == [-1] * coded.n_items
+
+
+@pytest.mark.parametrize("kept", [0.0, 0.3, 1.0])
+def test_compiled_candidate_rows_are_the_boolean_selection(kept: float) -> None:
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(4)  # test data only
+    users, items = rng.integers(0, 90, 5000).astype(np.int32), rng.integers(0, 40, 5000).astype(np.int32)
+    position_of = np.where(rng.random(40) < kept, rng.permutation(40), -1).astype(np.int32)
+    kept_users, positions = kernel.peel_jit().candidate_rows(users, items, position_of)
+    selected = position_of[items] >= 0
+    assert np.array_equal(kept_users, users[selected])
+    assert np.array_equal(positions, position_of[items][selected])
+    empty = kernel.peel_jit().candidate_rows(users[:0], items[:0], position_of)
+    assert empty[0].size == empty[1].size == 0
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+def test_candidate_csr_holds_the_candidate_pairs(shape: str) -> None:
+    """User peeling's CSR arrays (on stage 1's codes, or from the Polars pairs) hold the distinct pairs, one user per
+    run of offsets, no user without a candidate."""
+    frame = shapes()[shape]
+    space = _resolve_space(*wgm.user_items_space())
+    items = frame.get_column("item").unique().sort().gather_every(2)
+    for lf in (_prepare_frame(frame, space), kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")):
+        items = kernel.cast_candidates(items, lf.collect_schema()["item"])
+        offsets, positions = kernel.candidate_csr(lf, space, items)
+        users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+        assert np.all(np.diff(offsets) > 0) and offsets[0] == 0 and offsets[-1] == positions.size
+        old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
+        assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+def test_candidate_rows_of_a_collected_frame_are_those_of_the_filter(shape: str) -> None:
+    """A frame collect_once collected is in memory: text and integer candidates are looked up once per row (null:
+    no candidate), the other dtypes keep the filter; the rows and positions are the filter-then-lookup path's (a
+    plan that scans a file), candidates absent from the data included."""
+    frame = shapes()[shape]
+    space = _resolve_space(*wgm.user_items_space())
+    lf = _prepare_frame(frame, space)
+    collected = kernel.collect_once(lf, passes=1, engine="auto")
+    assert kernel._collected(collected) and not kernel._collected(lf)
+    dtype = lf.collect_schema()["item"]
+    items = frame.get_column("item").unique().sort().gather_every(3)
+    if dtype == pl.String or dtype.is_integer():  # a candidate no row holds
+        items = pl.concat([items, pl.Series("item", ["i100000" if dtype == pl.String else 10**6], dtype=dtype)])
+    items = kernel.cast_candidates(items, dtype)
+    once, filtered = kernel._candidate_rows(collected, space, items), kernel._candidate_rows(lf, space, items)
+    assert once.height == filtered.height > 0
+    assert once.get_column("user").equals(filtered.get_column("user"))
+    assert once.get_column(kernel._POSITION).cast(pl.Int64).equals(filtered.get_column(kernel._POSITION).cast(pl.Int64))
+
+
+@pytest.mark.parametrize("item_dtype", [pl.String, pl.Int64])
+def test_collected_frames_rows_are_looked_up_without_a_filter(monkeypatch, item_dtype) -> None:
+    """On the frame a two-stage call collected, the candidates' rows are looked up once per row, not filtered with
+    ``is_in`` and looked up again (the plan of a file scan: there the filter reaches the scan)."""
+    frame = shapes()["adjacent string users"].with_columns(pl.col("item").str.slice(1).cast(item_dtype))
+    space = _resolve_space(*wgm.user_items_space())
+    lf = _prepare_frame(frame, space)
+    items = kernel.cast_candidates(frame.get_column("item").unique().sort().head(5), lf.collect_schema()["item"])
+    plans: list[str] = []
+    collect = pl.LazyFrame.collect
+    monkeypatch.setattr(pl.LazyFrame, "collect", lambda self, *a, **k: plans.append(self.explain()) or collect(self, *a, **k))
+    kernel._candidate_rows(kernel.collect_once(lf, passes=1, engine="auto"), space, items)
+    once = "\n".join(plans)
+    plans.clear()
+    kernel._candidate_rows(lf, space, items)
+    assert "is_in" not in once and "is_in" in "\n".join(plans)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stage 2 without its OpenDP measurement: the peeling's checks and release function, the same release
+
+
+@pytest.mark.parametrize("shape", ["adjacent string users", "shuffled int users", "float users"])
+@pytest.mark.parametrize(
+    ("make", "module", "release", "constructor"),
+    [
+        (make_wgm_top_k, top_k, "_peeling_top_k_release", "make_peeling_top_k"),
+        (make_wgm_hitting_set, hitting_set, "_user_peeling_release", "make_user_peeling"),
+    ],
+    ids=["top-k", "hitting set"],
+)
+def test_stage_2_without_its_measurement_releases_what_its_measurement_releases(
+    fixed_randomness, monkeypatch, shape: str, make, module, release: str, constructor: str
+) -> None:
+    """For fixed randomness, a two-stage release whose stage 2 is the peeling's release function (no measurement
+    built, no FFI callback) is the release of the peeling's measurement; a release builds no OpenDP measurement."""
+    frame = shapes()[shape]
+    options = dict(k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    built: list[int] = []
+    make_user_measurement = dp.m.make_user_measurement
+    monkeypatch.setattr(dp.m, "make_user_measurement", lambda *a, **k: built.append(1) or make_user_measurement(*a, **k))
+    fixed_randomness()
+    m = make(*wgm.user_items_space(), **options)
+    built.clear()
+    without = m(frame)
+    assert built == [] and without.height == 5  # was one stage-2 measurement per release
+    monkeypatch.setattr(module, release, getattr(module, constructor))  # stage 2 as its measurement
+    fixed_randomness()
+    m = make(*wgm.user_items_space(), **options)
+    built.clear()
+    assert m(frame).equals(without)
+    assert built == [1]
