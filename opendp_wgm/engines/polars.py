@@ -659,11 +659,10 @@ def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleTyp
     """
     space, bound = lists.space, lists.max_contributions
     frame = lists.lf.collect()
-    runs = _user_runs(frame.get_column(space.user)) if frame.height < 2**31 else None
-    if runs is None:
+    user_codes = _user_runs(frame.get_column(space.user)) if frame.height < 2**31 else None
+    if user_codes is None:
         return None
     keys = frame.select(bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
-    user_codes = runs.to_numpy()
     n_users = int(user_codes[-1]) + 1 if user_codes.size else 0
     start = np.zeros(n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(user_codes, minlength=n_users), out=start[1:])
