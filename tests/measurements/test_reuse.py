@@ -805,3 +805,23 @@ def test_stage_2_reads_the_keyed_routes_runs_not_the_users_again(monkeypatch, ma
     frame = shapes()["adjacent string users"]
     m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     assert m(frame).height == 5
+
+
+@pytest.mark.parametrize("n_users", [0, 1, 200])
+def test_item_index_of_offsets_is_the_polars_group_by(monkeypatch, n_users: int) -> None:
+    """User peeling's item -> holders index from CSR offsets (the compiled counting sort that reads the users from
+    the offsets) is the stable group-by by item of the path without Numba, and the old compiled sort's."""
+    from opendp_wgm.measurements._user_items import csr_of_offsets
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(5)  # test data only
+    lengths = rng.integers(1, 9, n_users)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    items = np.concatenate([rng.choice(30, n, replace=False) for n in lengths] or [[]]).astype(np.int64)
+    compiled = csr_of_offsets(offsets, items, 30, item_index=True)
+    users = np.repeat(np.arange(n_users, dtype=np.int64), lengths)
+    old_users, old_offsets = kernel.kernel_jit().items_by_user(items, users, 30)
+    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
+    polars = csr_of_offsets(offsets, items, 30, item_index=True)
+    for other_users, other_offsets in ((polars.item_users, polars.item_offsets), (old_users, old_offsets)):
+        assert np.array_equal(compiled.item_users, other_users) and np.array_equal(compiled.item_offsets, other_offsets)
