@@ -1044,8 +1044,8 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
     """:func:`candidate_pairs` on the users' runs the WGM's keyed route found in ``lf`` (:func:`share_codes`,
     :class:`_UserRuns`): one lookup of every row's candidate position (no user column, no filtered copy of the
     rows, no second :func:`_user_runs`), then each user's run deduplicated in place by a compiled marker pass
-    (:func:`opendp_wgm.engines._peel_jit.run_candidates`, in threads over user ranges) and compacted to CSR
-    arrays; users holding none are dropped. ``None`` (the other paths) where the keyed route left no runs, or
+    (:func:`opendp_wgm.engines._peel_jit.run_candidates`, in threads over user ranges) as CSR arrays; users
+    holding none are dropped. ``None`` (the other paths) where the keyed route left no runs, or
     without Numba."""
     runs, peel = _shared_runs(lf), peel_jit()
     jit = kernel_jit()
@@ -1060,13 +1060,19 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
     parts = pl.collect_all([lf.slice(int(a), int(b - a)).select(position) for a, b in itertools.pairwise(bounds)])
     positions = np.concatenate([part.to_series().to_numpy() for part in parts])
     held = np.empty(rows, dtype=np.int32)
-    ends = np.empty(start.size - 1, dtype=np.int64)
+    counts = np.empty(start.size - 1, dtype=np.int64)
     ranges = np.searchsorted(start, bounds).astype(np.int64)
     ranges[0], ranges[-1] = 0, start.size - 1
     n_items = items.len()
-    _in_threads(ranges, lambda _, first, stop: peel.run_candidates(start, positions, n_items, first, stop, held, ends))
-    distinct, offsets = peel.compact_runs(held, start, ends)
-    return _Pairs(distinct.astype(np.int64), offsets=offsets)
+
+    def deduplicate(_: int, first: int, stop: int) -> None:
+        peel.run_candidates(start, positions, n_items, first, stop, held, counts)
+
+    _in_threads(ranges, deduplicate)
+    # each range's pairs were written from its first row on: joined, and the users holding none dropped
+    written = [held[start[a] : start[a] + counts[a:b].sum()] for a, b in itertools.pairwise(ranges)]
+    offsets = np.concatenate(([0], np.cumsum(counts[counts > 0]))).astype(np.int64)
+    return _Pairs(np.concatenate(written, dtype=np.int64), offsets=offsets)
 
 
 def _candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
