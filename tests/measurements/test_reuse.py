@@ -501,6 +501,20 @@ def _paths() -> dict[str, dict[str, object]]:
     }
 
 
+def _releases_on_paths(fixed_randomness, monkeypatch, frame: pl.DataFrame, make, options: dict, paths: dict) -> list:
+    """A two-stage release of ``frame`` on each of ``paths`` (attributes of ``kernel`` patched), for fixed
+    randomness."""
+    releases = []
+    for patches in paths.values():
+        with monkeypatch.context() as patched:
+            for name, value in patches.items():
+                patched.setattr(kernel, name, value)
+            fixed_randomness()
+            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
+            releases.append(m(frame))
+    return releases
+
+
 @pytest.mark.parametrize("shape", list(shapes()))
 @pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
 @pytest.mark.parametrize(
@@ -529,14 +543,7 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
         return codes
 
     monkeypatch.setattr(kernel, "_shared_codes", recorded)
-    releases = []
-    for patches in _paths().values():
-        with monkeypatch.context() as patched:
-            for name, value in patches.items():
-                patched.setattr(kernel, name, value)
-            fixed_randomness()
-            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
-            releases.append(m(frame))
+    releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, _paths())
     compiled_histogram = shape != "float users"  # floats are left to the Polars plans
     if options["wgm_threshold"] < 1e9:
         assert releases[0].height == min(options["k"], releases[0].height) > 0
@@ -775,14 +782,7 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
         "polars, no shared runs": {"_shared_runs": lambda lf: None},
         "polars, no numba": {"kernel_jit": lambda: None},
     }
-    releases = []
-    for patches in paths.values():
-        with monkeypatch.context() as patched:
-            for name, value in patches.items():
-                patched.setattr(kernel, name, value)
-            fixed_randomness()
-            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
-            releases.append(m(frame))
+    releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, paths)
     if options["wgm_threshold"] < 1e9:
         assert releases[0].height == min(options["k"], releases[0].height) > 0
         assert read[0] is (shape in KEYED_RUNS or shape == "categorical items")  # the first release read the runs
