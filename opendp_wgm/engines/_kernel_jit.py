@@ -35,6 +35,7 @@ __all__ = [
     "histogram_above",
     "histogram_distinct",
     "histogram_user_range",
+    "holders_by_item",
     "items_by_user",
     "keyed_weights",
     "mark_bits",
@@ -169,6 +170,28 @@ def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> i
                     j = (j + np.uint64(1)) & np.uint64(size - 1)
                 table[j] = k
     return next_code
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def holders_by_item(
+    items: np.ndarray, offsets: np.ndarray, n_items: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """The transpose of CSR rows (user ``u`` holds ``items[offsets[u]:offsets[u + 1]]``): item ``x`` is held by the
+    users ``holders[start[x]:start[x + 1]]``, ascending. :func:`items_by_user` keyed by item, with the users read
+    from the offsets (no user position per row)."""
+    start = np.zeros(n_items + 1, dtype=np.int64)
+    for r in range(items.size):
+        start[items[r] + 1] += 1
+    for x in range(n_items):
+        start[x + 1] += start[x]
+    cursor = start[:-1].copy()
+    holders = np.empty(items.size, dtype=np.int64)
+    for u in range(offsets.size - 1):
+        for r in range(offsets[u], offsets[u + 1]):
+            x = items[r]
+            holders[cursor[x]] = u
+            cursor[x] += 1
+    return holders, start
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

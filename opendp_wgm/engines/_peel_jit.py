@@ -1,7 +1,8 @@
 r"""Compiled (Numba) stage 2 of the two-stage releases: the candidates' rows among the WGM's coded rows
 (:func:`candidate_rows`; their distinct pairs then come from the per-user step's counting sort,
 :func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`; read by
-:func:`opendp_wgm.engines.polars.candidate_csr`) and the rounds of user peeling (:func:`em_rounds`, with
+:func:`opendp_wgm.engines.polars.candidate_csr`), the distinct candidates of each run of users the WGM's keyed
+route found (:func:`run_candidates`) and the rounds of user peeling (:func:`em_rounds`, with
 :func:`cover`).
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.measurements.hitting_set.peel`
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["candidate_rows", "cover", "em_rounds"]
+__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates"]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
@@ -36,6 +37,28 @@ def candidate_rows(
         positions[t] = p
         t += p >= 0
     return kept[:n], positions[:n]
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def run_candidates(
+    start: np.ndarray, positions: np.ndarray, n_items: int, first: int, stop: int, held: np.ndarray, counts: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """The distinct candidates of the users ``first <= u < stop``, whose rows are ``start[u] <= r < start[u + 1]``
+    (each user's rows one run) and whose candidate positions are ``positions[r]`` (-1: no candidate): written one
+    user after the other (each in order of first row) to ``held`` from ``start[first]`` on, ``counts[u]`` of user
+    ``u``; a per-candidate marker drops repeats. One pass over the rows, no user code per row and no filtered copy
+    of them (:func:`candidate_rows`)."""
+    seen = np.full(n_items, -1, dtype=np.int64)
+    t = start[first]
+    for u in range(first, stop):
+        at = t
+        for r in range(start[u], start[u + 1]):
+            p = positions[r]
+            if p >= 0 and seen[p] != u:
+                seen[p] = u
+                held[t] = p  # t <= r: within the slots of the range's own rows
+                t += 1
+        counts[u] = t - at
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

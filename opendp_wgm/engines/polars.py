@@ -14,7 +14,7 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
   list and its distinct-user counts (stage 2 of top-k and of user peeling), on the compiled step's codes of the
-  same frame when a two-stage release kept them (:func:`share_codes`).
+  same frame, or its keyed route's runs of users, when a two-stage release kept them (:func:`share_codes`).
 
 The names are public within the engines package (the Spark engine implements the same steps); they are not part
 of the package's top-level API.
@@ -23,6 +23,7 @@ of the package's top-level API.
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import secrets
 import weakref
@@ -150,13 +151,22 @@ class _CodedRows:
         return position_of
 
 
+@dataclass(frozen=True)
+class _UserRuns:
+    """The keyed route's reading of a prepared frame's rows (:func:`_keyed_histogram`): each user's rows are one
+    run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`_user_runs`; no item codes)."""
+
+    start: NDArray[np.int64]
+
+
 #: Prepared frames whose compiled coding later steps read: ``id(lf) -> (weak reference to lf, [coding])``.
-_SHARED: dict[int, tuple[weakref.ref[pl.LazyFrame], list[_CodedRows]]] = {}
+_SHARED: dict[int, tuple[weakref.ref[pl.LazyFrame], list[_CodedRows | _UserRuns]]] = {}
 
 
 def share_codes(lf: pl.LazyFrame) -> None:
-    """Keep the compiled step's coding of ``lf``'s rows, when it codes them, for later steps of the same release
-    that read ``lf`` (a two-stage release's stage 2: :func:`candidate_pairs`), instead of reading the rows again.
+    """Keep the compiled step's coding of ``lf``'s rows, when it codes them (or its keyed route's runs of users:
+    :class:`_UserRuns`), for later steps of the same release that read ``lf`` (a two-stage release's stage 2:
+    :func:`candidate_pairs`), instead of reading the rows again.
 
     ``lf`` is an in-memory prepared frame (:func:`collect_once`). The coding lives as long as ``lf`` does (the
     entry goes with the last reference to it) and is a deterministic function of its rows: no seed, no noise.
@@ -165,14 +175,19 @@ def share_codes(lf: pl.LazyFrame) -> None:
     _SHARED[key] = (weakref.ref(lf, lambda _: _SHARED.pop(key, None)), [])
 
 
-def _shared_slot(lf: pl.LazyFrame) -> list[_CodedRows] | None:
+def _shared_slot(lf: pl.LazyFrame) -> list[_CodedRows | _UserRuns] | None:
     entry = _SHARED.get(id(lf))
     return entry[1] if entry is not None and entry[0]() is lf else None
 
 
 def _shared_codes(lf: pl.LazyFrame) -> _CodedRows | None:
     slot = _shared_slot(lf)
-    return slot[0] if slot else None
+    return slot[0] if slot and isinstance(slot[0], _CodedRows) else None
+
+
+def _shared_runs(lf: pl.LazyFrame) -> _UserRuns | None:
+    slot = _shared_slot(lf)
+    return slot[0] if slot and isinstance(slot[0], _UserRuns) else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -666,6 +681,9 @@ def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleTyp
     n_users = int(user_codes[-1]) + 1 if user_codes.size else 0
     start = np.zeros(n_users + 1, dtype=np.int64)
     np.cumsum(np.bincount(user_codes, minlength=n_users), out=start[1:])
+    slot = _shared_slot(lists.lf)
+    if slot is not None:  # a later step of the release reads the same rows (share_codes): their users' runs
+        slot[:] = [_UserRuns(start)]
     threads = _kernel_threads(frame.height, jit)
     ranges = np.searchsorted(start, _even_ranges(frame.height, threads)).astype(np.int64)
     ranges[0], ranges[-1] = 0, n_users
@@ -892,19 +910,28 @@ def _candidate_rows(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> pl.Dat
     null default), and those rows dropped: a quarter less CPU than the filter and the second lookup (imdb_50k:
     0.19 s against 0.25 s)."""
     item = pl.col(space.item)
-    once = _collected(lf) and (items.dtype == pl.String or items.dtype.is_integer())
-    if items.dtype == pl.String:
-        position = item.cast(pl.Enum(items), strict=not once).to_physical()
-    else:
-        positions = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
-        position = (
-            item.replace_strict(items, positions, default=None) if once else item.replace_strict(items, positions)
-        )
+    once = _collected(lf) and _looked_up_once(items)
+    position = _position(space, items, once=once)
     if once:
         rows = lf.select(pl.col(space.user), position.alias(_POSITION)).filter(pl.col(_POSITION).is_not_null())
     else:
         rows = lf.filter(item.is_in(items.implode())).select(pl.col(space.user), position.alias(_POSITION))
     return rows.collect()
+
+
+def _looked_up_once(items: pl.Series) -> bool:
+    """Whether :func:`_position` looks up candidates of this dtype once per row (text and integers)."""
+    return items.dtype == pl.String or items.dtype.is_integer()
+
+
+def _position(space: _Space, items: pl.Series, *, once: bool) -> pl.Expr:
+    """The candidate position of a row's item: ``once``, null where it is no candidate (text and integers:
+    :func:`_looked_up_once`); otherwise strict (the rows are filtered to the candidates first)."""
+    item = pl.col(space.item)
+    if items.dtype == pl.String:
+        return item.cast(pl.Enum(items), strict=not once).to_physical()
+    positions = pl.int_range(items.len(), eager=True, dtype=pl.UInt32)
+    return item.replace_strict(items, positions, default=None) if once else item.replace_strict(items, positions)
 
 
 def _user_runs(column: pl.Series) -> NDArray[np.uint32] | None:
@@ -1013,8 +1040,45 @@ def _polars_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *
     return _Pairs(positions.to_numpy().astype(np.int64), users=users.to_numpy().astype(np.int64))
 
 
+def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _Pairs | None:
+    """:func:`candidate_pairs` on the users' runs the WGM's keyed route found in ``lf`` (:func:`share_codes`,
+    :class:`_UserRuns`): one lookup of every row's candidate position (no user column, no filtered copy of the
+    rows, no second :func:`_user_runs`), then each user's run deduplicated in place by a compiled marker pass
+    (:func:`opendp_wgm.engines._peel_jit.run_candidates`, in threads over user ranges) as CSR arrays; users
+    holding none are dropped. ``None`` (the other paths) where the keyed route left no runs, or
+    without Numba."""
+    runs, peel = _shared_runs(lf), peel_jit()
+    jit = kernel_jit()
+    if runs is None or peel is None or jit is None or not _looked_up_once(items):
+        return None
+    start = runs.start
+    rows = int(start[-1])
+    threads = _kernel_threads(rows, jit)
+    # one lookup per row, in ``threads`` slices collected at once: a cast of one column runs in one thread
+    position = _position(space, items, once=True).cast(pl.Int32).fill_null(-1)
+    bounds = _even_ranges(rows, threads)
+    parts = pl.collect_all([lf.slice(int(a), int(b - a)).select(position) for a, b in itertools.pairwise(bounds)])
+    positions = np.concatenate([part.to_series().to_numpy() for part in parts])
+    held = np.empty(rows, dtype=np.int32)
+    counts = np.empty(start.size - 1, dtype=np.int64)
+    ranges = np.searchsorted(start, bounds).astype(np.int64)
+    ranges[0], ranges[-1] = 0, start.size - 1
+    n_items = items.len()
+
+    def deduplicate(_: int, first: int, stop: int) -> None:
+        peel.run_candidates(start, positions, n_items, first, stop, held, counts)
+
+    _in_threads(ranges, deduplicate)
+    # each range's pairs were written from its first row on: joined, and the users holding none dropped
+    written = [held[start[a] : start[a] + counts[a:b].sum()] for a, b in itertools.pairwise(ranges)]
+    offsets = np.concatenate(([0], np.cumsum(counts[counts > 0]))).astype(np.int64)
+    return _Pairs(np.concatenate(written, dtype=np.int64), offsets=offsets)
+
+
 def _candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
     compiled = _compiled_candidate_pairs(lf, items)
+    if compiled is None:
+        compiled = _run_candidate_pairs(lf, space, items)
     return _polars_candidate_pairs(lf, space, items, contiguous=contiguous) if compiled is None else compiled
 
 
@@ -1037,8 +1101,9 @@ def candidate_pairs(
     group-by on the user key's value gives that; without it, a string or integer user key is coded once and the
     pairs deduplicated as one ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step
     coded ``lf`` in the same release (:func:`share_codes`), its codes are read instead
-    (:func:`_compiled_candidate_pairs`: users grouped and coded ``0, 1, ...``; no read of the rows). Every path
-    gives the same set of pairs, up to the naming of users.
+    (:func:`_compiled_candidate_pairs`: users grouped and coded ``0, 1, ...``; no read of the rows); where its keyed
+    route found each user's rows in one run, those runs are read and only the items looked up
+    (:func:`_run_candidate_pairs`). Every path gives the same set of pairs, up to the naming of users.
     """
     pairs = _candidate_pairs(lf, space, items, contiguous=contiguous)
     return pairs.user_codes(), pairs.positions

@@ -501,6 +501,20 @@ def _paths() -> dict[str, dict[str, object]]:
     }
 
 
+def _releases_on_paths(fixed_randomness, monkeypatch, frame: pl.DataFrame, make, options: dict, paths: dict) -> list:
+    """A two-stage release of ``frame`` on each of ``paths`` (attributes of ``kernel`` patched), for fixed
+    randomness."""
+    releases = []
+    for patches in paths.values():
+        with monkeypatch.context() as patched:
+            for name, value in patches.items():
+                patched.setattr(kernel, name, value)
+            fixed_randomness()
+            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
+            releases.append(m(frame))
+    return releases
+
+
 @pytest.mark.parametrize("shape", list(shapes()))
 @pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
 @pytest.mark.parametrize(
@@ -529,14 +543,7 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
         return codes
 
     monkeypatch.setattr(kernel, "_shared_codes", recorded)
-    releases = []
-    for patches in _paths().values():
-        with monkeypatch.context() as patched:
-            for name, value in patches.items():
-                patched.setattr(kernel, name, value)
-            fixed_randomness()
-            m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
-            releases.append(m(frame))
+    releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, _paths())
     compiled_histogram = shape != "float users"  # floats are left to the Polars plans
     if options["wgm_threshold"] < 1e9:
         assert releases[0].height == min(options["k"], releases[0].height) > 0
@@ -707,3 +714,114 @@ def test_stage_2_without_its_measurement_releases_what_its_measurement_releases(
     built.clear()
     assert m(frame).equals(without)
     assert built == [1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stage 2 on the users' runs the WGM's keyed route found (imdb_50k's route): one lookup per row, no second read of
+# the user column
+
+#: Shapes whose users are each one run and whose candidates are looked up once per row (text or integer items):
+#: the keyed route leaves its runs there, and stage 2 reads them
+KEYED_RUNS = ("adjacent string users", "adjacent int users", "sorted int users", "int items")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("shape", list(shapes()))
+def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeypatch, shape: str, threads: int) -> None:
+    """After the keyed route (:func:`kernel._keyed_histogram`) on a two-stage call's collected frame, the candidate
+    pairs (CSR, and the counts) are the frozen path's, in one thread or in three (user ranges); where the route
+    found no runs, or the candidates are not looked up once per row, the other paths run."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route on every shape
+    monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: threads)
+    frame = shapes()[shape]
+    space = _resolve_space(*wgm.user_items_space())
+    lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
+    kernel.share_codes(lf)
+    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
+    assert (kernel._shared_runs(lf) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
+    items = frame.get_column("item").unique().sort().gather_every(2)
+    dtype = lf.collect_schema()["item"]
+    if dtype == pl.String or dtype.is_integer():  # a candidate no row holds
+        items = pl.concat([items, pl.Series("item", ["i100000" if dtype == pl.String else 10**6], dtype=dtype)])
+    items = kernel.cast_candidates(items, dtype)
+    runs: list[object] = []
+    path = kernel._run_candidate_pairs
+    monkeypatch.setattr(kernel, "_run_candidate_pairs", lambda *a: runs.append(path(*a)) or runs[-1])
+    offsets, positions = kernel.candidate_csr(lf, space, items)
+    assert (runs[-1] is not None) == (shape in KEYED_RUNS)
+    users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+    assert np.all(np.diff(offsets) > 0) and offsets[0] == 0 and offsets[-1] == positions.size
+    old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
+    assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
+    counts = np.bincount(old_positions, minlength=items.len())
+    assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
+
+
+@pytest.mark.parametrize("shape", list(shapes()))
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+@pytest.mark.parametrize(
+    "options",
+    [dict(k=5, wgm_threshold=1.0), dict(k=40, wgm_threshold=1.0), dict(k=5, wgm_threshold=1e9)],
+    ids=["candidates", "fewer-than-k", "none"],
+)
+def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases(
+    fixed_randomness, monkeypatch, shape: str, make, options: dict
+) -> None:
+    """For fixed randomness, stage 2 on the users' runs the keyed route found releases what the Polars plans
+    release (without the runs, and without Numba), in one thread or in three."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route (imdb_50k's) on every shape
+    frame = shapes()[shape]
+    read: list[bool] = []
+    original = kernel._shared_runs
+    monkeypatch.setattr(kernel, "_shared_runs", lambda lf: read.append(original(lf) is not None) or original(lf))
+    paths = {
+        "the keyed route's runs": {},
+        "in three threads": {"_kernel_threads": lambda rows, jit: 3},
+        "polars, no shared runs": {"_shared_runs": lambda lf: None},
+        "polars, no numba": {"kernel_jit": lambda: None},
+    }
+    releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, paths)
+    if options["wgm_threshold"] < 1e9:
+        assert releases[0].height == min(options["k"], releases[0].height) > 0
+        assert read[0] is (shape in KEYED_RUNS or shape == "categorical items")  # the first release read the runs
+    for released in releases[1:]:
+        assert released.equals(releases[0])
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_stage_2_reads_the_keyed_routes_runs_not_the_users_again(monkeypatch, make) -> None:
+    """Where the WGM's keyed route found each user's rows in one run (imdb_50k), stage 2 reads those runs: the
+    candidates' rows (user column included) are not filtered out of the frame and their users not run again
+    (they were: :func:`kernel._candidate_rows`, then :func:`kernel._user_runs` on them)."""
+    pytest.importorskip("numba")
+
+    def no_read(*_args):
+        raise AssertionError("stage 2 read the users' rows again")
+
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)
+    monkeypatch.setattr(kernel, "_candidate_rows", no_read)
+    frame = shapes()["adjacent string users"]
+    m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    assert m(frame).height == 5
+
+
+@pytest.mark.parametrize("n_users", [0, 1, 200])
+def test_item_index_of_offsets_is_the_polars_group_by(monkeypatch, n_users: int) -> None:
+    """User peeling's item -> holders index from CSR offsets (the compiled counting sort that reads the users from
+    the offsets) is the stable group-by by item of the path without Numba, and the old compiled sort's."""
+    from opendp_wgm.measurements._user_items import csr_of_offsets
+
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(5)  # test data only
+    lengths = rng.integers(1, 9, n_users)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    items = np.concatenate([rng.choice(30, n, replace=False) for n in lengths] or [[]]).astype(np.int64)
+    compiled = csr_of_offsets(offsets, items, 30, item_index=True)
+    users = np.repeat(np.arange(n_users, dtype=np.int64), lengths)
+    old_users, old_offsets = kernel.kernel_jit().items_by_user(items, users, 30)
+    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
+    polars = csr_of_offsets(offsets, items, 30, item_index=True)
+    for other_users, other_offsets in ((polars.item_users, polars.item_offsets), (old_users, old_offsets)):
+        assert np.array_equal(compiled.item_users, other_users) and np.array_equal(compiled.item_offsets, other_offsets)
