@@ -775,8 +775,14 @@ def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine
     if prepared.height >= 2**31:
         return None
     threads = _kernel_threads(prepared.height, jit)
-    user_codes, n_users, user_of = _pair_codes(prepared.get_column(space.user), user_dtype, jit, threads, runs=True)
-    item_codes, n_items, item_of = _pair_codes(prepared.get_column(space.item), item_dtype, jit, threads)
+    columns = ((space.user, user_dtype, True), (space.item, item_dtype, False))
+    # the two columns at once (their compiled, NumPy and Polars steps release the GIL), in threads from
+    # _THREAD_ROWS rows on
+    with ThreadPoolExecutor(max_workers=min(threads, 2)) as pool:
+        (user_codes, n_users, user_of), (item_codes, n_items, item_of) = pool.map(
+            lambda column: _pair_codes(prepared.get_column(column[0]), column[1], jit, threads, runs=column[2]),
+            columns,
+        )
     held, start = jit.distinct_items_by_user(user_codes, item_codes, n_users, n_items)
     values = item_of(np.arange(n_items, dtype=np.int64))
     return CodedPairs(jit, space, prepared, held, start, user_of, item_of, values, threads)
@@ -801,10 +807,11 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     imdb_50k's 7·10^6 items): with ``runs``, each user's rows one run, the run index (:func:`_user_runs`); else the
     first-occurrence codes of a 64-bit hash of each value (:func:`opendp_wgm.engines._kernel_jit.dense_codes`).
 
-    Checked, never assumed: every row's value must equal the value of its code's first row (a gather from the
-    distinct values, which stay in cache); ``None`` (the caller casts) where two values share a hash, or, with
-    ``runs``, where a user's rows are not one run."""
+    Checked, never assumed: every row's hashed value must equal the value of its code's first row (a gather from
+    the distinct values, which stay in cache; :func:`_user_runs` checks its runs' values distinct); ``None`` (the
+    caller casts) where two values share a hash, or, with ``runs``, where a user's rows are not one run."""
     codes: NDArray[np.integer] | None = _user_runs(column) if runs else None
+    hashed = codes is None
     if codes is None:
         hashes = column.hash(*_TEXT_SEEDS).to_numpy().view(np.int64)
         codes, uniques = np.empty(hashes.size, dtype=np.int32), np.empty(hashes.size, dtype=np.int64)
@@ -816,7 +823,7 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     first[0] = True
     np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=first[1:])
     values = column.gather(np.flatnonzero(first))
-    if not (values.gather(codes) == column).all():
+    if hashed and not (values.gather(codes) == column).all():  # runs are checked by _user_runs (distinct heads)
         return None
     return codes, values.len(), values.gather
 
