@@ -714,7 +714,8 @@ class CodedPairs:
     user_of: Callable[[NDArray[np.int64]], pl.Series]
     item_of: Callable[[NDArray[np.int64]], pl.Series]
     values: pl.Series
-    #: threads of :meth:`histogram`'s keyed pass (:func:`_kernel_threads`): the same histogram in any number
+    #: threads of :meth:`histogram`'s keyed pass over the users above the bound (:func:`_kernel_threads`): the same
+    #: histogram in any number
     threads: int = 1
 
     def flags(self, items: pl.Series) -> NDArray[np.bool_]:
@@ -742,18 +743,20 @@ class CodedPairs:
         histogram: NDArray[np.int64]
         histogram, above = jit.histogram_distinct(self.held, self.start, self.values.len(), bound, weights)
         if above.any():  # the users above Δ0: keyed on their pairs only, by the values
-            users, items, offsets = jit.pairs_of(self.held, self.start, above)
-            rows = pl.DataFrame([self.user_of(users), self.item_of(items)])
-            keys = rows.select(bound_key(rows.lazy(), self.space, seeds)).to_series().to_numpy()
-            positions = np.arange(items.size, dtype=np.int64)
-            # ranges of those users holding about as many pairs, each with its own histogram: integer sums, the
-            # same whatever their order
-            threads = self.threads if items.size >= _THREAD_ROWS else 1
-            ranges = np.searchsorted(offsets, _even_ranges(items.size, threads)).astype(np.int64)
-            ranges[0], ranges[-1] = 0, offsets.size - 1
-            parts = np.zeros((threads, histogram.size), dtype=np.int64)
-            _in_threads(ranges, lambda k, first, stop: jit.histogram_above(
-                parts[k], items, positions, offsets[first : stop + 1], keys, bound, int(weights[bound - 1])))
+            # in ranges of users holding about as many pairs, each range's pairs, keys and histogram its own
+            # (integer sums, the same whatever their order): the keys are one Polars select per range
+            ranges = np.searchsorted(self.start, _even_ranges(int(self.start[-1]), self.threads)).astype(np.int64)
+            ranges[0], ranges[-1] = 0, self.start.size - 1
+            parts = np.zeros((self.threads, histogram.size), dtype=np.int64)
+
+            def keyed(k: int, first: int, stop: int) -> None:
+                users, items, offsets = jit.pairs_of(self.held, self.start[first : stop + 1], above[first:stop])
+                rows = pl.DataFrame([self.user_of(users + first), self.item_of(items)])
+                keys = rows.select(bound_key(rows.lazy(), self.space, seeds)).to_series().to_numpy()
+                positions = np.arange(items.size, dtype=np.int64)
+                jit.histogram_above(parts[k], items, positions, offsets, keys, bound, int(weights[bound - 1]))
+
+            _in_threads(ranges, keyed)
             histogram += parts.sum(axis=0)
         kept = np.flatnonzero(histogram)
         return pl.DataFrame([self.item_of(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
@@ -775,26 +778,24 @@ def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine
     if prepared.height >= 2**31:
         return None
     threads = _kernel_threads(prepared.height, jit)
-    columns = ((space.user, user_dtype, True), (space.item, item_dtype, False))
-    # the two columns at once (their compiled, NumPy and Polars steps release the GIL), in threads from
-    # _THREAD_ROWS rows on
+    columns = ((space.user, user_dtype), (space.item, item_dtype))
+    # text without a category map, the two columns at once (the compiled, NumPy and Polars steps release the GIL)
     with ThreadPoolExecutor(max_workers=min(threads, 2)) as pool:
-        (user_codes, n_users, user_of), (item_codes, n_items, item_of) = pool.map(
-            lambda column: _pair_codes(prepared.get_column(column[0]), column[1], jit, threads, runs=column[2]),
+        texts = list(pool.map(
+            lambda column: _text_codes(prepared.get_column(column[0]), jit, runs=column[0] == space.user)
+            if column[1] == pl.String else None,
             columns,
-        )
+        ))
+    # the others through a fresh category map each, one select each, in this thread: two fresh maps made at once
+    # (in one select, or in two Python threads) were seen to be one map now and then (the codes of both columns
+    # in one numbering, no longer each in order of first occurrence: the same histograms, their rows reordered)
+    (user_codes, n_users, user_of), (item_codes, n_items, item_of) = (
+        _codes(prepared.select(_code_expr(name, dtype)).to_series(), dtype, jit, threads) if text is None else text
+        for (name, dtype), text in zip(columns, texts, strict=True)
+    )
     held, start = jit.distinct_items_by_user(user_codes, item_codes, n_users, n_items)
     values = item_of(np.arange(n_items, dtype=np.int64))
     return CodedPairs(jit, space, prepared, held, start, user_of, item_of, values, threads)
-
-
-def _pair_codes(column: pl.Series, dtype: pl.DataType, jit: ModuleType, threads: int, *, runs: bool = False) -> _Codes:
-    """:func:`coded_pairs`' codes of a column: text by :func:`_text_codes` where it applies, else :func:`_codes`
-    of :func:`_code_expr` (in ``threads`` chunks). The same codes either way."""
-    codes = _text_codes(column, jit, runs=runs) if dtype == pl.String else None
-    if codes is None:
-        codes = _codes(column.to_frame().select(_code_expr(column.name, dtype)).to_series(), dtype, jit, threads)
-    return codes
 
 
 #: Seeds of :func:`_text_codes`' hash (no secret: the codes only index arrays, and every row is checked).

@@ -486,13 +486,11 @@ def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: 
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_coded_pairs_give_the_same_histograms_in_any_number_of_threads(
-    shape: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """:meth:`kernel.CodedPairs.histogram`'s keyed pass in 1 or 3 threads (ranges of the users above Δ0, each with
-    its own histogram): the same histogram, bit for bit, rows in the same order, for every bound and seeds."""
+def test_coded_pairs_give_the_same_histograms_in_any_number_of_threads(shape: str) -> None:
+    """:meth:`kernel.CodedPairs.histogram`'s keyed pass in 1 or 3 threads (ranges of users, each with its own
+    pairs, keys and histogram): the same histogram, bit for bit, rows in the same order, for every bound and
+    seeds."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(kernel, "_THREAD_ROWS", 0)  # threads even on a few rows
     coded = kernel.coded_pairs(_prepare_frame(_variant(_shape(shape), "string"), SPACE), SPACE, passes=1, engine="auto")
     assert coded is not None
     for bound, seeds in ((MAX_CONTRIBUTIONS, SEEDS), (3, (5, 6, 7, 8)), (1, (9, 10, 11, 12))):
