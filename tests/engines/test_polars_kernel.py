@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -441,6 +442,60 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
         assert kernel.coded_pairs(_prepare_frame(frame.with_columns(item=items), SPACE), SPACE, passes=1, engine="auto") is None
     monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
     assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
+
+
+class _MergingJit:
+    """A compiled module whose ``dense_codes`` gives every value code 0, as if all their hashes collided."""
+
+    @staticmethod
+    def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:
+        codes[:] = 0
+        return 1
+
+
+@pytest.mark.parametrize("order", ["runs", "shuffled"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`kernel._text_codes` (users by their runs, else by a hash) gives text the codes and decoding the
+    category map gave (:func:`kernel._code_expr`, then :func:`kernel._codes`); where two values share a hash its
+    check fails (``None``), and :func:`kernel.coded_pairs` then casts: the same histograms either way."""
+    jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
+    frame = _shape(shape).with_columns(pl.format("u{}", "user"), pl.format("item-{}", "item"))
+    frame = frame.sort("user") if order == "runs" else frame.sample(fraction=1.0, shuffle=True, seed=8)
+    everything = np.arange(frame.height, dtype=np.int64)
+    for column, runs in (("user", True), ("user", False), ("item", False)):
+        values = frame.get_column(column)
+        coded = kernel._text_codes(values, jit, runs=runs)
+        assert coded is not None
+        codes, size, decode = coded
+        cast = values.to_frame().select(kernel._code_expr(column, pl.String)).to_series()
+        expected, expected_size, expected_decode = kernel._codes(cast, pl.String, jit)
+        assert (np.asarray(codes) == expected).all() and size == expected_size == values.n_unique()
+        assert decode(everything[:size]).equals(expected_decode(everything[:size]))
+        assert decode(np.asarray(codes, dtype=np.int64)).equals(values)
+        assert kernel._text_codes(values, _MergingJit(), runs=False) is None  # the check finds the merged values
+    lf = _prepare_frame(frame, SPACE)
+    hashed = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
+    text_codes = kernel._text_codes
+    monkeypatch.setattr(kernel, "_text_codes", lambda column, _, **options: text_codes(column, _MergingJit()))
+    cast = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
+    assert hashed is not None and cast is not None
+    assert (hashed.held == cast.held).all() and (hashed.start == cast.start).all()
+    for bound, seeds in ((MAX_CONTRIBUTIONS, SEEDS), (3, (5, 6, 7, 8))):
+        assert hashed.histogram(bound, seeds, MAX_CONTRIBUTIONS).equals(cast.histogram(bound, seeds, MAX_CONTRIBUTIONS))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_coded_pairs_give_the_same_histograms_in_any_number_of_threads(shape: str) -> None:
+    """:meth:`kernel.CodedPairs.histogram`'s keyed pass in 1 or 3 threads (ranges of users, each with its own
+    pairs, keys and histogram): the same histogram, bit for bit, rows in the same order, for every bound and
+    seeds."""
+    pytest.importorskip("numba")
+    coded = kernel.coded_pairs(_prepare_frame(_variant(_shape(shape), "string"), SPACE), SPACE, passes=1, engine="auto")
+    assert coded is not None
+    for bound, seeds in ((MAX_CONTRIBUTIONS, SEEDS), (3, (5, 6, 7, 8)), (1, (9, 10, 11, 12))):
+        one = replace(coded, threads=1).histogram(bound, seeds, MAX_CONTRIBUTIONS)
+        assert one.equals(replace(coded, threads=3).histogram(bound, seeds, MAX_CONTRIBUTIONS))
 
 
 @pytest.mark.parametrize("variant", ["sorted", "sparse", "wide", "string", "categorical", "narrow"])

@@ -483,8 +483,10 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
     no round runs the per-round compiled dispatch (which executed the round's plan and coded it again)."""
     pytest.importorskip("numba")
     coded: list[int] = []
-    codes, compiled = kernel._codes, kernel._compiled_histogram
-    monkeypatch.setattr(kernel, "_codes", lambda *args: coded.append(1) or codes(*args))
+    codes, text_codes, compiled = kernel._codes, kernel._text_codes, kernel._compiled_histogram
+    # a column is coded by _codes, or by _text_codes when it holds text (falling back to _codes if its check fails)
+    monkeypatch.setattr(kernel, "_codes", lambda *args, **options: coded.append(1) or codes(*args, **options))
+    monkeypatch.setattr(kernel, "_text_codes", lambda *args, **options: coded.append(1) or text_codes(*args, **options))
     monkeypatch.setattr(kernel, "_compiled_histogram", lambda *args: coded.append(100) or compiled(*args))
     released = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(data())
     assert released["round"].n_unique() == 3  # three rounds ran
