@@ -47,7 +47,8 @@ def run_candidates(
     (each user's rows one run) and whose candidate positions are ``positions[r]`` (-1: no candidate): written one
     user after the other (each in order of first row) to ``held`` from ``start[first]`` on, ``counts[u]`` of user
     ``u``; a per-candidate marker drops repeats. One pass over the rows, no user code per row and no filtered copy
-    of them (:func:`candidate_rows`)."""
+    of them (:func:`candidate_rows`). ``held`` may be ``positions`` itself: a row is read before any write reaches
+    its slot."""
     seen = np.full(n_items, -1, dtype=np.int64)
     t = start[first]
     for u in range(first, stop):

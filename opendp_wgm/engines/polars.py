@@ -154,7 +154,7 @@ class _CodedRows:
 @dataclass(frozen=True)
 class _UserRuns:
     """The keyed route's reading of a prepared frame's rows (:func:`_keyed_histogram`): each user's rows are one
-    run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`_user_runs`; no item codes)."""
+    run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`_run_starts`; no item codes)."""
 
     start: NDArray[np.int64]
 
@@ -670,17 +670,15 @@ def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleTyp
     A repeated key within a user is taken for a repeated item; the rows that repeat a key are checked against
     the row they repeat (a gather of those rows only), and where one holds another item (two items of a user
     with the same 64-bit key) the Polars plans run instead (``None``), so that such a tie is decided as there.
-    ``None`` too where the users' rows are not each one run (:func:`_user_runs`) or from 2^31 rows on.
+    ``None`` too where the users' rows are not each one run (:func:`_run_starts`) or from 2^31 rows on.
     """
     space, bound = lists.space, lists.max_contributions
     frame = lists.lf.collect()
-    user_codes = _user_runs(frame.get_column(space.user)) if frame.height < 2**31 else None
-    if user_codes is None:
+    start = _run_starts(frame.get_column(space.user)) if frame.height < 2**31 else None
+    if start is None:
         return None
     keys = frame.select(bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
-    n_users = int(user_codes[-1]) + 1 if user_codes.size else 0
-    start = np.zeros(n_users + 1, dtype=np.int64)
-    np.cumsum(np.bincount(user_codes, minlength=n_users), out=start[1:])
+    n_users = start.size - 1
     slot = _shared_slot(lists.lf)
     if slot is not None:  # a later step of the release reads the same rows (share_codes): their users' runs
         slot[:] = [_UserRuns(start)]
@@ -991,22 +989,32 @@ def _position(space: _Space, items: pl.Series, *, once: bool) -> pl.Expr:
     return item.replace_strict(items, positions, default=None) if once else item.replace_strict(items, positions)
 
 
-def _user_runs(column: pl.Series) -> NDArray[np.uint32] | None:
-    """Dense user codes ``0, 1, ...`` (sorted ``uint32``) from the runs of equal adjacent values, when every user's
-    rows form one run: the run index then names the user, without hashing the values. ``None`` otherwise, or for
-    a dtype other than text or integers (whose equality need not be the grouping's: NaN floats).
+def _run_starts(column: pl.Series) -> NDArray[np.int64] | None:
+    """The offsets of the runs of equal adjacent values (``runs + 1``, from 0 to the length), when every user's
+    rows form one run: user ``u``'s rows are ``start[u] <= r < start[u + 1]``, without hashing the values. ``None``
+    otherwise, or for a dtype other than text or integers (whose equality need not be the grouping's: NaN floats).
 
     Checked, never assumed: the runs' values must be distinct (one pass comparing neighbours, then a distinct
-    count of one value per run). Files written user by user (the public data sets) pass. The codes repeat each
-    run's index over its length (no second pass over the values: half the CPU of ``rle_id`` on text)."""
+    count of one value per run). Files written user by user (the public data sets) pass."""
     if not (column.dtype == pl.String or column.dtype.is_integer()) or column.null_count():
         return None
     runs = column.rle()
     heads = runs.struct.field("value")
     if heads.n_unique() != heads.len():
         return None
-    lengths = runs.struct.field("len").to_numpy()
-    return np.repeat(np.arange(lengths.size, dtype=np.uint32), lengths)
+    start = np.zeros(heads.len() + 1, dtype=np.int64)
+    np.cumsum(runs.struct.field("len").to_numpy(), out=start[1:])
+    return start
+
+
+def _user_runs(column: pl.Series) -> NDArray[np.uint32] | None:
+    """Dense user codes ``0, 1, ...`` (sorted ``uint32``): the index of each row's run, when every user's rows
+    form one run (:func:`_run_starts`, which checks it); ``None`` otherwise. The codes repeat each run's index
+    over its length (no second pass over the values: half the CPU of ``rle_id`` on text)."""
+    start = _run_starts(column)
+    if start is None:
+        return None
+    return np.repeat(np.arange(start.size - 1, dtype=np.uint32), np.diff(start))
 
 
 def _hashed_pairs(rows: pl.LazyFrame, user: str, dtype: pl.DataType, *, contiguous: bool) -> pl.DataFrame:
@@ -1116,7 +1124,7 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
     bounds = _even_ranges(rows, threads)
     parts = pl.collect_all([lf.slice(int(a), int(b - a)).select(position) for a, b in itertools.pairwise(bounds)])
     positions = np.concatenate([part.to_series().to_numpy() for part in parts])
-    held = np.empty(rows, dtype=np.int32)
+    held = positions  # deduplicated in place: each range writes its pairs over its own rows, never ahead of them
     counts = np.empty(start.size - 1, dtype=np.int64)
     ranges = np.searchsorted(start, bounds).astype(np.int64)
     ranges[0], ranges[-1] = 0, start.size - 1
