@@ -406,40 +406,48 @@ def keyed_weights(
     weights: np.ndarray,
     out: np.ndarray,
     twins: np.ndarray,
+    above: np.ndarray,
 ) -> int:  # pragma: no cover - compiled
     """The lattice weight of each row of the users ``first <= u < stop``, whose rows are
     ``start[u] <= r < start[u + 1]`` (each user's rows adjacent), from the rows' keys alone: ``out[r]`` is the
     weight ``weights[t - 1]`` of the row's user (``t``: the items it keeps) where the row is kept, else 0.
 
     Equal (user, item) rows have equal keys, so a user's distinct keys stand for its distinct items (a per-user
-    hash set of the keys drops the repeats); then a user with at most ``max_contributions`` of them keeps all,
-    one with more the ``max_contributions`` of smallest key (:func:`smallest`: distinct keys, no ties). A repeat
-    is taken for the same item, which the caller checks: the pairs of rows (first row of the key, the repeat)
-    are written to ``twins`` from the range's first row on, and their number returned. If two distinct items
-    of a user share a key (a 64-bit collision), the check fails and the caller keeps the Polars plans."""
+    hash set of the keys drops the repeats); then a user with at most ``max_contributions`` of them keeps all.
+    A user with more keeps the ``max_contributions`` of smallest key (:func:`smallest`: distinct keys, no ties)
+    when the keys are the bound's secret keys (``above`` empty); when they only identify the items (the items'
+    values or hashes: ``above`` holds a flag per user), its rows get 0 and it is flagged, for the caller to key.
+
+    Where the keys are hashes, a repeat is taken for the same item, which the caller checks: the pairs of rows
+    (first row of the key, the repeat) are written to ``twins`` from the range's first row on, and their number
+    returned. If two distinct items of a user share a key (a 64-bit collision), the check fails and the caller
+    keeps the Polars plans. Exact keys (integer values) need no check: ``twins`` is then empty and nothing is
+    written to it."""
     longest = 0
     for u in range(first, stop):
         longest = max(longest, start[u + 1] - start[u])
-    size = 16
-    while size < 2 * longest:
-        size *= 2
-    owner = np.full(size, -1, dtype=np.int64)  # the user whose key a slot holds (no clearing between users)
-    slot = np.empty(size, dtype=np.int64)  # the index of that key among the user's distinct keys
+    bits = 4
+    while (1 << bits) < 2 * longest:
+        bits += 1
+    owner = np.full(1 << bits, -1, dtype=np.int64)  # the user whose key a slot holds (no clearing between users)
+    slot = np.empty(1 << bits, dtype=np.int64)  # the index of that key among the user's distinct keys
     distinct_keys = np.empty(longest, dtype=np.uint64)
     distinct_rows = np.empty(longest, dtype=np.int64)
     scratch = np.empty(longest, dtype=np.uint64)
+    check, flag = twins.shape[0] > 0, above.size > 0
     at = start[first]
     n_twins = 0
     for u in range(first, stop):
-        mask = 16
-        while mask < 2 * (start[u + 1] - start[u]):  # at most half full: short probes
-            mask *= 2
-        mask -= 1
+        size = 4
+        while (1 << size) < 2 * (start[u + 1] - start[u]):  # at most half full: short probes
+            size += 1
+        shift, mask = np.uint64(64 - size), (1 << size) - 1
         t = 0
         for r in range(start[u], start[u + 1]):
-            k = keys[r]
+            k = np.uint64(keys[r])  # integer values as their 64 bits (a negative one too: distinct values, distinct keys)
             out[r] = 0
-            i = np.int64(k & np.uint64(mask))  # the keys are uniform hashes: their low bits index the table
+            # the high bits of a multiplicative hash: integer values spread too (1, 2, 3, ..., multiples of 2^40)
+            i = np.int64((k * np.uint64(0x9E3779B97F4A7C15)) >> shift)
             while True:
                 if owner[i] != u:
                     owner[i], slot[i] = u, t
@@ -447,11 +455,15 @@ def keyed_weights(
                     t += 1
                     break
                 if distinct_keys[slot[i]] == k:
-                    twins[at + n_twins, 0], twins[at + n_twins, 1] = distinct_rows[slot[i]], r
-                    n_twins += 1
+                    if check:
+                        twins[at + n_twins, 0], twins[at + n_twins, 1] = distinct_rows[slot[i]], r
+                        n_twins += 1
                     break
                 i = (i + 1) & mask
         if t == 0:
+            continue
+        if t > max_contributions and flag:
+            above[u] = True
             continue
         w = weights[min(t, max_contributions) - 1]
         if t <= max_contributions:

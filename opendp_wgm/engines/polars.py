@@ -604,12 +604,11 @@ def _histogram_below(
     return histogram, rows_of, offsets
 
 
-#: From this many rows on, a frame whose users are sorted, or text, takes the Polars plans: they slice sorted
-#: users' runs on every core, and the one-thread compiled step paid 2.0x at 10^6 sorted Zipf rows, 1.1x at
-#: 3·10^6 and 0.9x at 10^7, 0.9x on 10^7 rows of String ids (idle, ``benchmarks/bench_wgm.py``); in threads
-#: about 1.3x at 10^7 sorted rows (CPU 0.46 s against 0.61 s), short of the 1.5x a second path needs;
-#: unsorted integer users pay (2.5x at 10^7 shuffled rows in one thread).
-_POLARS_ROWS = 2**21
+#: From this many rows on, a frame whose users' rows are runs takes :func:`_runs_histogram` (no coding: 0.85-0.9x
+#: the compiled step's time at 10^6 and 4·10^6 sorted Zipf rows, 1.3x at 10^5 and on fimi_retail's 9·10^5, where
+#: the streaming group-by's fixed cost weighs), and one whose users are text and not runs the Polars plans (coding
+#: text costs what the compiled step saves: 0.9x on 10^7 rows of String ids, ``benchmarks/bench_wgm.py``).
+_LARGE_ROWS = 2**21
 
 
 def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataFrame | None:
@@ -619,12 +618,14 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     Δ0 distinct items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys
     being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None`` (the
     caller runs the Polars plans) when Numba is not installed, for a column dtype :func:`_codes_dtype` rejects
-    (a composite key's Struct, floats, ...), from 2^31 rows on (int32 row positions), and where the compiled
-    step does not pay: when the users are sorted (flagged by :func:`opendp_wgm._spaces._prepare_frame`) or text
-    and the frame holds at least :data:`_POLARS_ROWS` rows, the Polars plans are faster. The plan runs once (the
-    coded columns; text users are counted first, so that a large text frame is not coded for nothing). When most
-    of the first rows belong to users above Δ0 (:func:`mostly_above`, the ``"auto"`` plan's test), every row
-    needs its key anyway: :func:`_keyed_histogram` runs instead, with no coding.
+    (a composite key's Struct, floats, ...) and from 2^31 rows on (int32 row positions).
+
+    Where each user's rows form one run (:func:`_run_starts`: files written user by user) and most of the first
+    rows belong to users above Δ0 (:func:`mostly_above`, the ``"auto"`` plan's test), or the frame holds at
+    least :data:`_LARGE_ROWS` rows, :func:`_runs_histogram` runs: no column is coded. Otherwise the columns are
+    coded (:func:`_coding`) and the rows bucketed by user (:func:`_histogram_below`), except where the compiled
+    step does not pay and ``None`` is returned: most rows above Δ0 (every row needs its key: the Polars plans
+    sort each user's rows by it), or text users from :data:`_LARGE_ROWS` rows on.
     """
     jit = kernel_jit()
     space, bound = lists.space, lists.max_contributions
@@ -632,15 +633,17 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     user_dtype, item_dtype = schema[space.user], schema[space.item]
     if jit is None or not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
         return None
-    if mostly_above(lists.lf, space.user, bound):
-        return _keyed_histogram(lists, max_contributions, jit)  # every row needs its key anyway
-    if user_dtype == pl.String and lists.lf.select(pl.len()).collect().item() >= _POLARS_ROWS:
-        return None  # coding text costs what the compiled step saves
-    frame = lists.lf.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype)).collect()
-    if frame.get_column(space.user).flags["SORTED_ASC"] and frame.height >= _POLARS_ROWS:
-        return None  # the Polars plans slice sorted users' runs on every core (the flag: set by _prepare_frame)
+    keyed = mostly_above(lists.lf, space.user, bound)  # every row needs its key anyway
+    frame = lists.lf.collect()  # in memory (collect_once): the Polars plans after a None read no file again
     if frame.height >= 2**31:
         return None
+    if keyed or frame.height >= _LARGE_ROWS:
+        start = _run_starts(frame.get_column(space.user))
+        if start is not None:
+            return _runs_histogram(lists, frame, start, max_contributions, jit, keyed=keyed)
+    if keyed or (user_dtype == pl.String and frame.height >= _LARGE_ROWS):
+        return None  # the Polars plans: sorting every user's rows by the key; coding text costs what it saves
+    frame = frame.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype))
     threads = _kernel_threads(frame.height, jit)
     users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
     items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
@@ -660,50 +663,112 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     return pl.DataFrame([items.decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
 
 
-def _keyed_histogram(lists: BoundedLists, max_contributions: int, jit: ModuleType) -> pl.DataFrame | None:
-    """:func:`_compiled_histogram` where most rows belong to users above Δ0 (imdb_50k): every row is keyed (one
-    Polars ``select``: no coding of the items), each user's rows are weighted from their keys alone by the
-    compiled step (:func:`opendp_wgm.engines._kernel_jit.keyed_weights`: distinct keys, then the Δ0 smallest by
-    a linear selection), and the kept rows summed per item by one Polars ``group_by``. The same histogram as
-    :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit.
+def _runs_histogram(
+    lists: BoundedLists,
+    frame: pl.DataFrame,
+    start: NDArray[np.int64],
+    max_contributions: int,
+    jit: ModuleType,
+    *,
+    keyed: bool,
+) -> pl.DataFrame | None:
+    """:func:`_compiled_histogram` where each user's rows form one run (``start``: :func:`_run_starts`), with no
+    coding of the columns: each user's rows are weighted by the compiled step from one key per row
+    (:func:`opendp_wgm.engines._kernel_jit.keyed_weights`, in threads over ranges of users: a per-user hash set
+    of the keys drops repeated items), and the kept rows are summed per item by one Polars ``group_by``. The same
+    histogram as :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit.
 
-    A repeated key within a user is taken for a repeated item; the rows that repeat a key are checked against
-    the row they repeat (a gather of those rows only), and where one holds another item (two items of a user
-    with the same 64-bit key) the Polars plans run instead (``None``), so that such a tie is decided as there.
-    ``None`` too where the users' rows are not each one run (:func:`_run_starts`) or from 2^31 rows on.
+    ``keyed`` (most rows belong to users above Δ0, imdb_50k): every row's key is the bound's secret key (one
+    Polars ``select``), and a user above Δ0 keeps its Δ0 distinct items of smallest key by a linear selection.
+    Otherwise (Zipf) the keys identify the items only (:func:`_item_keys`): users with at most Δ0 distinct items
+    keep them all, and the rows of the others alone are keyed and weighted again, as in the ``keyed`` case.
+
+    ``None`` (the Polars plans, which decide any tie as they always did) where two distinct items of a user share
+    a hashed key (:func:`_weigh_runs` checks every repeat).
     """
     space, bound = lists.space, lists.max_contributions
-    frame = lists.lf.collect()
-    start = _run_starts(frame.get_column(space.user)) if frame.height < 2**31 else None
-    if start is None:
-        return None
-    keys = frame.select(bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
-    n_users = start.size - 1
     slot = _shared_slot(lists.lf)
     if slot is not None:  # a later step of the release reads the same rows (share_codes): their users' runs
         slot[:] = [_UserRuns(start)]
-    threads = _kernel_threads(frame.height, jit)
-    ranges = np.searchsorted(start, _even_ranges(frame.height, threads)).astype(np.int64)
-    ranges[0], ranges[-1] = 0, n_users
+    items = frame.get_column(space.item)
     weights = lattice_weights(max_contributions).astype(np.int32)  # at most 2^20
-    out = np.empty(frame.height, dtype=np.int32)
-    twins = np.empty((frame.height, 2), dtype=np.int32)  # rows below 2^31; pages written only where rows repeat a key
+    if keyed:
+        keys = frame.select(bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
+        weighed = _weigh_runs(jit, start, keys, items, bound, weights, check=True, flag=False)
+    else:
+        keys, hashed = _item_keys(items)
+        weighed = _weigh_runs(jit, start, keys, items, bound, weights, check=hashed, flag=True)
+    if weighed is None:
+        return None
+    out, above = weighed
+    if above.any():  # the users above Δ0, keyed on their rows only
+        rows, offsets = _rows_of_runs(start, above)
+        theirs = frame[rows]
+        keys = theirs.select(bound_key(lists.lf, space, lists.seeds)).to_series().to_numpy()
+        weighed = _weigh_runs(jit, offsets, keys, theirs.get_column(space.item), bound, weights, check=True, flag=False)
+        if weighed is None:
+            return None
+        out[rows] = weighed[0]
+    weight = pl.col(WEIGHT_LAT)
+    kept = pl.DataFrame([items, pl.Series(WEIGHT_LAT, out)]).lazy().filter(weight > 0)
+    # the streaming engine's group_by: half the CPU of the in-memory engine's on text here (the same integer sums)
+    return kept.group_by(space.item).agg(weight.cast(pl.Int64).sum()).collect(engine="streaming")
+
+
+def _item_keys(items: pl.Series) -> tuple[NDArray[np.integer], bool]:
+    """A key per row that identifies its item within a user's rows, and whether it is a hash (repeats then need a
+    check): integers are their own keys (exact), a category its physical code (one per value in a column), text
+    a 64-bit hash of its value."""
+    if items.dtype == pl.String:
+        return items.hash(0).to_numpy(), True
+    physical = items.to_physical() if isinstance(items.dtype, (pl.Categorical, pl.Enum)) else items
+    return physical.to_numpy(), False
+
+
+def _weigh_runs(
+    jit: ModuleType,
+    start: NDArray[np.int64],
+    keys: NDArray[np.integer],
+    items: pl.Series,
+    bound: int,
+    weights: NDArray[np.int32],
+    *,
+    check: bool,
+    flag: bool,
+) -> tuple[NDArray[np.int32], NDArray[np.bool_]] | None:
+    """:func:`opendp_wgm.engines._kernel_jit.keyed_weights` over every user's run, in threads over ranges of users
+    holding about as many rows: the weight of each row and (``flag``) the users above ``bound`` left to the
+    caller. With ``check`` (hashed keys), every row that repeats a key is compared with the row it repeats (a
+    gather of those rows only); ``None`` where one holds another item."""
+    rows, n_users = int(start[-1]), start.size - 1
+    threads = _kernel_threads(rows, jit)
+    ranges = np.searchsorted(start, _even_ranges(rows, threads)).astype(np.int64)
+    ranges[0], ranges[-1] = 0, n_users
+    out = np.empty(rows, dtype=np.int32)
+    twins = np.empty((rows if check else 0, 2), dtype=np.int32)  # rows below 2^31; pages written where rows repeat
+    above = np.zeros(n_users if flag else 0, dtype=np.bool_)
     found = np.zeros(threads, dtype=np.int64)
 
     def weigh(k: int, first: int, stop: int) -> None:
-        found[k] = jit.keyed_weights(start, keys, first, stop, bound, weights, out, twins)
+        found[k] = jit.keyed_weights(start, keys, first, stop, bound, weights, out, twins, above)
 
     _in_threads(ranges, weigh)
     if found.any():
         at = start[ranges[:-1]]  # each range wrote its pairs from its first row on
         pairs = np.concatenate([twins[first : first + n] for first, n in zip(at, found, strict=True)])
-        items = frame.get_column(space.item)
         if not (items.gather(pairs[:, 0]) == items.gather(pairs[:, 1])).all():
             return None
-    weight = pl.col(WEIGHT_LAT)
-    rows = pl.DataFrame([frame.get_column(space.item), pl.Series(WEIGHT_LAT, out)]).lazy()
-    # the streaming engine's group_by on text: half the CPU of the in-memory engine's here (the same integer sums)
-    return rows.filter(weight > 0).group_by(space.item).agg(weight.cast(pl.Int64).sum()).collect(engine="streaming")
+    return out, above
+
+
+def _rows_of_runs(start: NDArray[np.int64], flags: NDArray[np.bool_]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The rows of the runs ``flags`` flags (run ``u``: ``start[u] <= r < start[u + 1]``), in order, and the offsets
+    of each flagged run's rows among them."""
+    runs = np.flatnonzero(flags)
+    lengths = start[runs + 1] - start[runs]
+    offsets = np.zeros(runs.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.arange(offsets[-1], dtype=np.int64) + np.repeat(start[runs] - offsets[:-1], lengths), offsets
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -998,6 +1063,8 @@ def _run_starts(column: pl.Series) -> NDArray[np.int64] | None:
     count of one value per run). Files written user by user (the public data sets) pass."""
     if not (column.dtype == pl.String or column.dtype.is_integer()) or column.null_count():
         return None
+    if column.len() > _PLAN_SAMPLE_ROWS and _run_starts(column.slice(0, _PLAN_SAMPLE_ROWS)) is None:
+        return None  # a user in two runs among the first rows (shuffled users): no pass over the whole column
     runs = column.rle()
     heads = runs.struct.field("value")
     if heads.n_unique() != heads.len():

@@ -148,11 +148,12 @@ def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, 
             assert dict(histogram.iter_rows()) == _frozen_histogram(kept, MAX_CONTRIBUTIONS)
 
 
-@pytest.fixture(params=["compiled", "threads", "keyed", "polars"])
+@pytest.fixture(params=["compiled", "threads", "keyed", "runs", "polars"])
 def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The per-user step of :func:`kernel.lattice_histogram`: compiled in one thread or in three (chunks of rows
-    and ranges of users; skipped without Numba), the compiled keyed route in three threads (what runs where most
-    rows belong to users above Δ0), or Polars."""
+    and ranges of users; skipped without Numba), the compiled route on users' runs in three threads with every
+    row keyed (what runs where most rows belong to users above Δ0) or the items' values as keys (what runs on
+    large frames whose users are runs), or Polars."""
     if request.param == "polars":
         monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
     else:
@@ -161,6 +162,8 @@ def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
             monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: 3)
         # the dispatch is a speed choice: force each route on every shape
         monkeypatch.setattr(kernel, "mostly_above", lambda *args: request.param == "keyed")
+        if request.param == "runs":
+            monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)
     return str(request.param)
 
 
@@ -173,8 +176,9 @@ def test_bounded_lists_histogram_equals_the_frozen_kernel(shape: str, variant: s
     frame = _variant(_shape(shape), variant)
     lf = _prepare_frame(frame, SPACE)
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
-    runs = kernel._user_runs(lf.collect().get_column("user")) is not None  # the keyed route's condition
-    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == (jit != "polars" and (jit != "keyed" or runs))
+    runs = kernel._run_starts(lf.collect().get_column("user")) is not None  # the condition of the route on runs
+    compiled = {"polars": False, "keyed": runs, "runs": runs or variant != "string"}.get(jit, True)
+    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == compiled
     histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
     assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
     frozen = _frozen_lists(lf, bound, SEEDS).with_columns(pl.col("item").list.len().alias("t"))
@@ -203,25 +207,26 @@ def test_compiled_step_leaves_other_inputs_to_polars(monkeypatch: pytest.MonkeyP
     assert len(calls) == 1
 
 
-def test_compiled_step_takes_the_keyed_route_where_most_users_are_above(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where most rows belong to users above Δ0 (imdb_50k) and each user's rows are one run, the compiled keyed
-    route runs (it used to be left to the keyed Polars plan); users not in runs are left to it."""
+def test_compiled_step_takes_the_route_on_runs_where_most_users_are_above(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where most rows belong to users above Δ0 (imdb_50k) and each user's rows are one run, the compiled route on
+    runs keys every row (it used to be left to the keyed Polars plan); users not in runs are left to that plan."""
     pytest.importorskip("numba")
-    keyed: list[object] = []
-    route = kernel._keyed_histogram
-    monkeypatch.setattr(kernel, "_keyed_histogram", lambda *a: keyed.append(a) or route(*a))
-    for shape, bound, compiled, runs in (("above", MAX_CONTRIBUTIONS, True, True), ("below", 2 * MAX_CONTRIBUTIONS, True, False),
-                                         ("above", MAX_CONTRIBUTIONS, False, True)):
+    routes: list[bool] = []
+    route = kernel._runs_histogram
+    monkeypatch.setattr(kernel, "_runs_histogram", lambda *a, keyed: routes.append(keyed) or route(*a, keyed=keyed))
+    for shape, bound, compiled, runs in (("above", MAX_CONTRIBUTIONS, True, [True]), ("below", 2 * MAX_CONTRIBUTIONS, True, []),
+                                         ("above", MAX_CONTRIBUTIONS, False, [])):
         frame = _shape(shape) if compiled else _variant(_shape(shape), "shuffled")
         lists = kernel.BoundedLists(_prepare_frame(frame, SPACE), SPACE, bound, SEEDS)
-        keyed.clear()
+        routes.clear()
         assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
-        assert len(keyed) == runs  # "below": the compiled step of users at most Δ0
+        assert routes == runs  # "below", fewer than _LARGE_ROWS rows: the compiled step of users at most Δ0
 
 
 def _runs_frame(items: str) -> pl.DataFrame:
     """Users above, at and below Δ0 (``MAX_CONTRIBUTIONS``), each user's rows one run (users not sorted), rows
-    repeated within a run, ``items`` "int", "string" or "categorical"."""
+    repeated within a run, ``items`` "int", "wide" (negative and multiples of 2^40: the same low bits), "string"
+    or "categorical"."""
     rng = np.random.default_rng(17)
     distinct = np.r_[np.full(6, MAX_CONTRIBUTIONS + 1), np.full(6, MAX_CONTRIBUTIONS), rng.integers(1, 6 * MAX_CONTRIBUTIONS, 40)]
     parts = []
@@ -232,15 +237,20 @@ def _runs_frame(items: str) -> pl.DataFrame:
     frame = pl.concat(parts)
     if items == "int":
         return frame
+    if items == "wide":
+        return frame.with_columns((pl.col("item") - 50) * 2**40)
     frame = frame.with_columns(pl.format("u{}", "user"), pl.format("w{}", "item"))
     return frame.with_columns(pl.col("item").cast(pl.Categorical)) if items == "categorical" else frame
 
 
+@pytest.mark.parametrize("keyed", [True, False])
 @pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
-@pytest.mark.parametrize("items", ["int", "string", "categorical"])
-def test_keyed_route_gives_the_frozen_histogram(items: str, bound: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compiled keyed route (:func:`kernel._keyed_histogram`: weights from the keys alone, repeats checked) on
-    users above, at and below Δ0 with repeated rows, in one thread and in three: the frozen kernel's histogram."""
+@pytest.mark.parametrize("items", ["int", "wide", "string", "categorical"])
+def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled route on users' runs (:func:`kernel._runs_histogram`: weights from one key per row, repeats of
+    hashed keys checked), every row keyed by the bound's key or by its item (then the users above Δ0 keyed
+    again, on their rows only), on users above, at and below Δ0 with repeated rows, in one thread and in three:
+    the frozen kernel's histogram."""
     pytest.importorskip("numba")
     lf = _prepare_frame(_runs_frame(items), SPACE)
     assert kernel.mostly_above(lf, "user", bound)
@@ -250,26 +260,36 @@ def test_keyed_route_gives_the_frozen_histogram(items: str, bound: int, monkeypa
     rows = frozen.explode("item").with_columns(w=pl.col("t").map_batches(lambda t: weights.gather(t - 1)))
     expected = dict(rows.group_by("item").agg(pl.col("w").sum()).iter_rows())
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
+    frame = lf.collect()
+    start = kernel._run_starts(frame.get_column("user"))
+    assert start is not None
     for threads in (1, 3):
         monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit, threads=threads: threads)
-        histogram = kernel._keyed_histogram(lists, MAX_CONTRIBUTIONS, kernel.kernel_jit())
+        histogram = kernel._runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
         assert histogram is not None
         assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
         assert dict(histogram.iter_rows()) == expected
 
 
-def test_keyed_route_leaves_items_sharing_a_key_to_the_polars_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two distinct items of a user with one key (a 64-bit collision, made common here by a coarse key): the
-    keyed route, which reads keys only, finds it by checking each repeated key's rows and returns ``None``; the
-    Polars plan then decides, so the histogram is the Polars plan's under the same key."""
+@pytest.mark.parametrize("keyed", [True, False])
+def test_route_on_runs_leaves_items_sharing_a_key_to_the_polars_plan(keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two distinct items of a user with one key (a 64-bit collision, made common here by a coarse key: the bound's
+    key, or the text items' hash): the route on runs, which reads keys only, finds it by checking each repeated
+    key's rows and returns ``None``; the Polars plan then decides, so the histogram is the Polars plan's under the
+    same key."""
     pytest.importorskip("numba")
     lf = _prepare_frame(_runs_frame("string"), SPACE)
     lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
-    jit = kernel.kernel_jit()
-    assert kernel._keyed_histogram(lists, MAX_CONTRIBUTIONS, jit) is not None
-    key = kernel.bound_key
-    monkeypatch.setattr(kernel, "bound_key", lambda *args: key(*args) % 4096)
-    assert kernel._keyed_histogram(lists, MAX_CONTRIBUTIONS, jit) is None
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: keyed)
+    monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)
+    assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None
+    if keyed:
+        key = kernel.bound_key
+        monkeypatch.setattr(kernel, "bound_key", lambda *args: key(*args) % 4096)
+    else:
+        item_keys = kernel._item_keys
+        monkeypatch.setattr(kernel, "_item_keys", lambda items: (item_keys(items)[0] % 64, True))
+    assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is None
     histogram = dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
     monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
     assert histogram == dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
@@ -370,21 +390,28 @@ def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() ->
     assert kernel.mostly_above(above, "user", MAX_CONTRIBUTIONS)
 
 
-def test_compiled_step_leaves_large_sorted_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Users flagged sorted, or text, from ``_POLARS_ROWS`` rows on: the Polars plans; unsorted integer users,
-    or fewer rows, the compiled step; the same histogram either way."""
+def test_large_frames_take_the_route_on_runs_or_leave_text_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From ``_LARGE_ROWS`` rows on: users whose rows are runs (sorted or not), the route on runs; other text users,
+    the Polars plans; other integer users, or fewer rows, the compiled step; the same histogram on every route."""
     pytest.importorskip("numba")
     frame, bound = _shape("below").sort("user"), 2 * MAX_CONTRIBUTIONS  # no user above the bound
-    monkeypatch.setattr(kernel, "_POLARS_ROWS", frame.height)
+    monkeypatch.setattr(kernel, "_LARGE_ROWS", frame.height)
+    routes: list[bool] = []
+    route = kernel._runs_histogram
+    monkeypatch.setattr(kernel, "_runs_histogram", lambda *a, keyed: routes.append(keyed) or route(*a, keyed=keyed))
     histograms = []
     text = _variant(frame, "string")
-    for rows, compiled in ((frame, False), (frame.head(-1), True), (_variant(frame, "shuffled"), True),
-                           (text, False), (text.head(-1), True)):
+    runs = frame.sample(fraction=1.0, shuffle=True, seed=8).sort("user", maintain_order=True).reverse()  # not sorted
+    for rows, compiled, on_runs in ((frame, True, True), (frame.head(-1), True, False), (runs, True, True),
+                                    (_variant(frame, "shuffled"), True, False), (text, False, False),
+                                    (text.head(-1), True, False), (text.sort("user"), True, True)):
         lists = kernel.BoundedLists(_prepare_frame(rows, SPACE), SPACE, bound, SEEDS)
+        routes.clear()
         assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
-        if rows.height == frame.height:
-            histograms.append(dict(kernel.lattice_histogram(lists, SPACE, bound).collect().iter_rows()))
-    assert histograms[0] == histograms[1]
+        assert routes == ([False] if on_runs else [])
+        histograms.append(dict(kernel.lattice_histogram(lists, SPACE, bound).collect().iter_rows()))
+    assert histograms[0] == histograms[2] == histograms[3]
+    assert histograms[4] == histograms[6]
 
 
 # --------------------------------------------------------------------------------------------------------------
