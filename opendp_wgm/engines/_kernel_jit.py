@@ -444,7 +444,7 @@ def keyed_weights(
         shift, mask = np.uint64(64 - size), (1 << size) - 1
         t = 0
         for r in range(start[u], start[u + 1]):
-            k = np.uint64(keys[r])  # integer values as their 64 bits (a negative one too: distinct values, distinct keys)
+            k = np.uint64(keys[r])  # an integer value as its 64 bits (distinct values, distinct keys)
             out[r] = 0
             # the high bits of a multiplicative hash: integer values spread too (1, 2, 3, ..., multiples of 2^40)
             i = np.int64((k * np.uint64(0x9E3779B97F4A7C15)) >> shift)
