@@ -41,25 +41,29 @@ def candidate_rows(
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def run_candidates(
-    start: np.ndarray, positions: np.ndarray, n_items: int, first: int, stop: int, held: np.ndarray, counts: np.ndarray
-) -> None:  # pragma: no cover - compiled
+    start: np.ndarray, positions: np.ndarray, n_items: int, first: int, stop: int, held: np.ndarray, at: int,
+    counts: np.ndarray,
+) -> int:  # pragma: no cover - compiled
     """The distinct candidates of the users ``first <= u < stop``, whose rows are ``start[u] <= r < start[u + 1]``
-    (each user's rows one run) and whose candidate positions are ``positions[r]`` (-1: no candidate): written one
-    user after the other (each in order of first row) to ``held`` from ``start[first]`` on, ``counts[u]`` of user
-    ``u``; a per-candidate marker drops repeats. One pass over the rows, no user code per row and no filtered copy
-    of them (:func:`candidate_rows`). ``held`` may be ``positions`` itself: a row is read before any write reaches
-    its slot."""
-    seen = np.full(n_items, -1, dtype=np.int64)
-    t = start[first]
+    (each user's rows one run) and whose candidate positions are ``positions[r - start[first]]`` (the range's
+    rows only; -1 or any value ``>= n_items``: no candidate): written one user after the other (each in order of
+    first row) to ``held`` from ``at`` on, ``counts[u]`` of user ``u``; return where the range's pairs end. A
+    per-candidate marker drops repeats. One pass over the rows, no user code per row and no filtered copy of
+    them (:func:`candidate_rows`). ``held`` may hold ``positions`` at ``at``: a row is read before any write
+    reaches its slot."""
+    seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
+    base = start[first]
+    t = at
     for u in range(first, stop):
-        at = t
-        for r in range(start[u], start[u + 1]):
+        begin = t
+        for r in range(start[u] - base, start[u + 1] - base):
             p = positions[r]
-            if p >= 0 and seen[p] != u:
+            if 0 <= p < n_items and seen[p] != u:
                 seen[p] = u
-                held[t] = p  # t <= r: within the slots of the range's own rows
+                held[t] = p
                 t += 1
-        counts[u] = t - at
+        counts[u] = t - begin
+    return t
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

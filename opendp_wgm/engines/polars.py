@@ -61,6 +61,7 @@ __all__ = [
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
+    "holders_by_item",
     "item_counts",
     "kernel_jit",
     "lattice_histogram",
@@ -1037,11 +1038,12 @@ def peel_jit() -> ModuleType | None:
 
 @dataclass(frozen=True)
 class _Pairs:
-    """Distinct (user, candidate) pairs: the candidate position of each pair, and its user as a code per pair
+    """Distinct (user, candidate) pairs: the candidate position of each pair (int32: positions of a candidate
+    list, half the bytes of int64 for user peeling's CSR to write and read), and its user as a code per pair
     (``users``) or, each user's pairs adjacent and users coded ``0, 1, ...``, as CSR offsets (``offsets``). The
     other form is derived only when a caller reads it: the counts read the positions only."""
 
-    positions: NDArray[np.int64]
+    positions: NDArray[np.int32]
     users: NDArray[np.int64] | None = None
     offsets: NDArray[np.int64] | None = None
 
@@ -1073,7 +1075,7 @@ def _compiled_candidate_pairs(lf: pl.LazyFrame, items: pl.Series) -> _Pairs | No
     held, start = jit.distinct_items_by_user(users, positions, coded.n_users, items.len())
     ends = start[1:]
     offsets = np.concatenate((start[:1], ends[ends > start[:-1]]))  # the users holding a candidate
-    return _Pairs(held.astype(np.int64), offsets=offsets)
+    return _Pairs(held, offsets=offsets)  # int32 (distinct_items_by_user)
 
 
 def run_offsets(users: NDArray[np.integer]) -> NDArray[np.int64]:
@@ -1095,49 +1097,52 @@ def _polars_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *
         held, start = jit.distinct_items_by_user(
             runs, rows.get_column(_POSITION).to_numpy().astype(np.int32), n_users, items.len()
         )
-        return _Pairs(held.astype(np.int64), offsets=start)  # every run holds a candidate
+        return _Pairs(held, offsets=start)  # int32; every run holds a candidate
     else:
         codes = pl.Series(_USER_CODE, runs).set_sorted()  # sorted: the group-by slices the runs
         coded = pl.DataFrame([codes, rows.get_column(_POSITION)])
         by_run = coded.lazy().group_by(_USER_CODE, maintain_order=True)
         pairs = by_run.agg(pl.col(_POSITION).unique()).explode(_POSITION).collect()
     users, positions = pairs.get_column(_USER_CODE), pairs.get_column(_POSITION)
-    return _Pairs(positions.to_numpy().astype(np.int64), users=users.to_numpy().astype(np.int64))
+    return _Pairs(positions.to_numpy().astype(np.int32), users=users.to_numpy().astype(np.int64))
 
 
 def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _Pairs | None:
     """:func:`candidate_pairs` on the users' runs the WGM's keyed route found in ``lf`` (:func:`share_codes`,
     :class:`_UserRuns`): one lookup of every row's candidate position (no user column, no filtered copy of the
-    rows, no second :func:`_user_runs`), then each user's run deduplicated in place by a compiled marker pass
-    (:func:`opendp_wgm.engines._peel_jit.run_candidates`, in threads over user ranges) as CSR arrays; users
-    holding none are dropped. ``None`` (the other paths) where the keyed route left no runs, or
-    without Numba."""
+    rows, no second :func:`_user_runs`), in slices cut at users' boundaries and collected at once, then each
+    slice's users deduplicated by a compiled marker pass (:func:`opendp_wgm.engines._peel_jit.run_candidates`,
+    one thread per slice, reading the slice's own lookup: no joined copy of the rows' positions) into one int32
+    array, as CSR arrays; users holding none are dropped. ``None`` (the other paths) where the keyed route left
+    no runs, or without Numba."""
     runs, peel = _shared_runs(lf), peel_jit()
     jit = kernel_jit()
     if runs is None or peel is None or jit is None or not _looked_up_once(items):
         return None
     start = runs.start
-    rows = int(start[-1])
-    threads = _kernel_threads(rows, jit)
-    # one lookup per row, in ``threads`` slices collected at once: a cast of one column runs in one thread
+    rows, n_users = int(start[-1]), start.size - 1
+    users = np.searchsorted(start, _even_ranges(rows, _kernel_threads(rows, jit)))  # ranges of users
+    users[0], users[-1] = 0, n_users
+    bounds = start[users]  # each slice holds whole users
+    # one lookup per row, in slices collected at once: a cast of one column runs in one thread
     position = _position(space, items, once=True).cast(pl.Int32).fill_null(-1)
-    bounds = _even_ranges(rows, threads)
     parts = pl.collect_all([lf.slice(int(a), int(b - a)).select(position) for a, b in itertools.pairwise(bounds)])
-    positions = np.concatenate([part.to_series().to_numpy() for part in parts])
-    held = positions  # deduplicated in place: each range writes its pairs over its own rows, never ahead of them
-    counts = np.empty(start.size - 1, dtype=np.int64)
-    ranges = np.searchsorted(start, bounds).astype(np.int64)
-    ranges[0], ranges[-1] = 0, start.size - 1
-    n_items = items.len()
+    held = np.empty(rows, dtype=np.int32)  # allocated by NumPy (large pages), each slice's pairs from its first row
+    counts = np.empty(n_users, dtype=np.int64)
+    ends = bounds[1:].copy()
 
-    def deduplicate(_: int, first: int, stop: int) -> None:
-        peel.run_candidates(start, positions, n_items, first, stop, held, counts)
+    def deduplicate(k: int, first: int, stop: int) -> None:
+        positions = parts[k].to_series().to_numpy()
+        ends[k] = peel.run_candidates(start, positions, items.len(), first, stop, held, bounds[k], counts)
 
-    _in_threads(ranges, deduplicate)
-    # each range's pairs were written from its first row on: joined, and the users holding none dropped
-    written = [held[start[a] : start[a] + counts[a:b].sum()] for a, b in itertools.pairwise(ranges)]
+    _in_threads(users, deduplicate)
+    at = int(ends[0])
+    for k in range(1, users.size - 1):  # one move per slice (as many as threads): the pairs made contiguous
+        size = int(ends[k] - bounds[k])
+        held[at : at + size] = held[bounds[k] : ends[k]]
+        at += size
     offsets = np.concatenate(([0], np.cumsum(counts[counts > 0]))).astype(np.int64)
-    return _Pairs(np.concatenate(written, dtype=np.int64), offsets=offsets)
+    return _Pairs(held[:at], offsets=offsets)
 
 
 def _candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
@@ -1171,18 +1176,41 @@ def candidate_pairs(
     (:func:`_run_candidate_pairs`). Every path gives the same set of pairs, up to the naming of users.
     """
     pairs = _candidate_pairs(lf, space, items, contiguous=contiguous)
-    return pairs.user_codes(), pairs.positions
+    return pairs.user_codes(), pairs.positions.astype(np.int64)
 
 
 def candidate_csr(
     lf: pl.LazyFrame, space: _Space, items: pl.Series
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
     """:func:`candidate_pairs` as CSR arrays: user ``u`` holds the candidates ``positions[offsets[u]:offsets[u + 1]]``
-    (distinct; only users holding one). User peeling's coverage state reads it
+    (distinct, int32; only users holding one). User peeling's coverage state reads it
     (:func:`opendp_wgm.measurements._user_items.csr_of_offsets`); the compiled steps give these arrays directly,
     with no user code per pair."""
     pairs = _candidate_pairs(lf, space, items, contiguous=True)
     return pairs.user_offsets(), pairs.positions
+
+
+def holders_by_item(
+    items: NDArray[np.integer], offsets: NDArray[np.int64], n_items: int
+) -> tuple[NDArray[np.int32], NDArray[np.int64]] | None:
+    """The compiled step's :func:`~opendp_wgm.engines._kernel_jit.holders_by_item` (item ``x`` held by the users
+    ``holders[start[x]:start[x + 1]]``, ascending) in threads over ranges of users holding about as many pairs:
+    each counts its pairs' items, then places its users after the previous ranges' holders of each item (the
+    cursors of :func:`~opendp_wgm.engines._kernel_jit.user_cursors`), so the holders come out as in one pass.
+    ``None`` without Numba."""
+    jit = kernel_jit()
+    if jit is None:
+        return None
+    n_users, pairs = offsets.size - 1, items.size
+    users = np.searchsorted(offsets, _even_ranges(pairs, _kernel_threads(pairs, jit)))  # ranges of users
+    users[0], users[-1] = 0, n_users
+    counts = np.zeros((users.size - 1, n_items), dtype=np.int64)
+    _in_threads(users, lambda k, first, stop: jit.count_users(items, 0, offsets[first], offsets[stop], counts[k]))
+    start = np.empty(n_items + 1, dtype=np.int64)
+    jit.user_cursors(counts, start)  # by item: each range's first slot of each item
+    holders = np.empty(pairs, dtype=np.int32)  # allocated by NumPy (large pages); users below 2^31
+    _in_threads(users, lambda k, first, stop: jit.place_holders(items, offsets, first, stop, counts[k], holders))
+    return holders, start
 
 
 def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:

@@ -760,6 +760,36 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads: int) -> None:
+    """The runs path's slices are cut at users' boundaries, each deduplicated on its own lookup, and their pairs
+    joined into one int32 array: the CSR is the frozen path's with users holding no candidate at the ends of the
+    slices and a user holding most rows (a slice of no user), candidates in a range's first and last user."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route
+    monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: threads)
+    base = data(n_users=120, seed=4)
+    big = pl.DataFrame({"user": ["big"] * 2000, "item": [f"i{x % 70}" for x in range(2000)]})
+    number = pl.col("user").str.slice(1).cast(pl.Int64)
+    frame = pl.concat([base.filter(number < 30), big, base.filter(number >= 30)])  # users: one run each
+    space = _resolve_space(*wgm.user_items_space())
+    lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
+    kernel.share_codes(lf)
+    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
+    assert kernel._shared_runs(lf) is not None
+    for names in (["i3", "i5", "absent"], ["i1", "i2", "i69"], ["absent"]):
+        items = kernel.cast_candidates(pl.Series("item", names), pl.String)
+        pairs = kernel._run_candidate_pairs(lf, space, items)
+        assert pairs is not None and pairs.positions.dtype == np.int32
+        offsets, positions = pairs.user_offsets(), pairs.positions
+        assert offsets[0] == 0 and offsets[-1] == positions.size and np.all(np.diff(offsets) > 0)
+        users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+        old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
+        assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
+        counts = np.bincount(old_positions, minlength=len(names))
+        assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
+
+
 @pytest.mark.parametrize("shape", list(shapes()))
 @pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
 @pytest.mark.parametrize(
