@@ -2,8 +2,8 @@ r"""Compiled (Numba) stage 2 of the two-stage releases: the candidates' rows amo
 (:func:`candidate_rows`; their distinct pairs then come from the per-user step's counting sort,
 :func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`; read by
 :func:`opendp_wgm.engines.polars.candidate_csr`), the distinct candidates of each run of users the WGM's keyed
-route found (:func:`run_candidates`) and the rounds of user peeling (:func:`em_rounds`, with
-:func:`cover`).
+route found (:func:`run_candidates`; their text items looked up by their Arrow views, :func:`view_table` and
+:func:`view_positions`) and the rounds of user peeling (:func:`em_rounds`, with :func:`cover`).
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.measurements.hitting_set.peel`
 runs its NumPy loop without it, with the same picks on the same words.
@@ -11,10 +11,12 @@ runs its NumPy loop without it, with the same picks on the same words.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
-__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates"]
+__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates", "view_positions", "view_table"]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
@@ -64,6 +66,77 @@ def run_candidates(
                 t += 1
         counts[u] = t - begin
     return t
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator, unused-ignore]
+def _view_key(w0: np.uint64, w1: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - compiled
+    """The key of a string from its 16-byte Arrow view (two words: ``w0`` = length | 4-byte prefix << 32, ``w1``
+    = the next 8 bytes, or a long string's buffer and offset): up to 12 bytes the view holds the whole string,
+    and the key is the view with the bytes past the length cleared (equal strings, equal keys; unequal, unequal);
+    a longer string's key is its length and prefix only (``w1`` cleared): equal for equal strings, possibly for
+    unequal ones too."""
+    n = w0 & np.uint64(0xFFFFFFFF)
+    if n > 12:
+        return w0, np.uint64(0)
+    if n < 4:
+        return w0 & ((np.uint64(1) << (np.uint64(32) + np.uint64(8) * n)) - np.uint64(1)), np.uint64(0)
+    if n < 12:
+        return w0, w1 & ((np.uint64(1) << (np.uint64(8) * (n - np.uint64(4)))) - np.uint64(1))
+    return w0, w1
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator, unused-ignore]
+def _view_slot(a: np.uint64, b: np.uint64, shift: np.uint64) -> Any:  # pragma: no cover - compiled
+    """The first slot of key ``(a, b)`` in a table of ``2^(64 - shift)`` slots (multiplicative hashing: top bits)."""
+    return ((a * np.uint64(0x9E3779B97F4A7C15)) ^ (b * np.uint64(0xC2B2AE3D27D4EB4F))) >> shift
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def view_table(views: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """An open-addressing table (``2^bits`` slots, at least twice the candidates) of the candidates' string views
+    (:func:`_view_key`; distinct candidates): the key of each slot and its candidate's position, -2 for a key of
+    candidates longer than 12 bytes (a key that does not tell them apart), -1 for an empty slot."""
+    size, shift = 1 << bits, np.uint64(64 - bits)
+    k0, k1 = np.zeros(size, dtype=np.uint64), np.zeros(size, dtype=np.uint64)
+    slot = np.full(size, -1, dtype=np.int32)
+    for j in range(views.shape[0]):
+        a, b = _view_key(views[j, 0], views[j, 1])
+        i = _view_slot(a, b, shift)
+        while slot[i] != -1 and not (k0[i] == a and k1[i] == b):
+            i = (i + np.uint64(1)) & np.uint64(size - 1)
+        k0[i], k1[i] = a, b
+        slot[i] = -2 if (a & np.uint64(0xFFFFFFFF)) > 12 else j
+    return k0, k1, slot
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def view_positions(
+    views: np.ndarray, first: int, stop: int, k0: np.ndarray, k1: np.ndarray, slot: np.ndarray, out: np.ndarray,
+    at: int, unsure: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """The candidate position of the strings ``views[first:stop]`` (Arrow views) by the table of
+    :func:`view_table`, into ``out`` from ``at`` on: -1 for no candidate, exactly (a string of up to 12 bytes is
+    its key; a longer one whose length and prefix no candidate has is no candidate), -2 where a longer string
+    shares its length and prefix with a candidate: those rows' indices in ``out`` are written to ``unsure`` from
+    ``at`` on (the caller compares them whole); return how many."""
+    shift = np.uint64(64 - int(np.log2(k0.size)))
+    mask = np.uint64(k0.size - 1)
+    n = 0
+    for r in range(first, stop):
+        a, b = _view_key(views[r, 0], views[r, 1])
+        i = _view_slot(a, b, shift)
+        p = -1
+        while slot[i] != -1:
+            if k0[i] == a and k1[i] == b:
+                p = slot[i]
+                break
+            i = (i + np.uint64(1)) & mask
+        t = at + r - first
+        out[t] = p
+        if p == -2:
+            unsure[at + n] = t
+            n += 1
+    return n
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

@@ -11,7 +11,7 @@ import pytest
 
 import opendp_wgm as wgm
 from opendp_wgm import transformations
-from opendp_wgm._spaces import _prepare_frame, _resolve_space
+from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
@@ -761,13 +761,42 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads: int) -> None:
+def test_text_items_are_looked_up_exactly_by_their_views(threads: int) -> None:
+    """The candidate position of every row of a String column by its Arrow views is the ``Enum`` cast's, exactly:
+    strings of 0-4, 5-12 and more bytes (a 12-byte view holds the whole string, a longer one its length and
+    prefix only), long strings sharing the length and prefix of a candidate, multi-byte text, on a column of
+    several chunks, one of them a slice."""
+    peel = pytest.importorskip("opendp_wgm.engines._peel_jit")
+    pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(threads)  # test data only
+    alphabet = np.array(list("abcdXé日"))
+    words = ["", "a", "ab", "abc", "abcd", "abcde", "abcdefghijk", "abcdefghijkl", "abcdefghijklm", "abcdefghijklX",
+             "abcdXXXXXXXXX", "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyZ", "日本語テキスト", "é"]
+    words += ["".join(rng.choice(alphabet, n)) for n in rng.integers(0, 16, 300)]
+    values = [words[i] for i in rng.integers(0, len(words), 5000)]
+    parts = [pl.DataFrame({"item": values[:1700]}), pl.DataFrame({"item": values[1000:]}).slice(700)]
+    frame = pl.concat(parts, rechunk=False)
+    assert frame.n_chunks() == 2
+    space = _Space("user", "item", None, lazyframe_domain=False)
+    for chosen in (words[::2], words[1::3], ["abcdefghijklm", "abcdefghijklmnopqrstuvwxyz"], ["zzz"]):
+        items = kernel.cast_candidates(pl.Series("item", list(dict.fromkeys(chosen))), pl.String)
+        looked_up = kernel._view_positions(frame.lazy(), space, items, threads, peel)
+        assert looked_up is not None and looked_up.dtype == np.int32
+        cast = frame.get_column("item").cast(pl.Enum(items), strict=False).to_physical()
+        assert looked_up.tolist() == cast.cast(pl.Int32).fill_null(-1).to_list()
+
+
+@pytest.mark.parametrize("views", [True, False], ids=["views", "cast"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads: int, views: bool) -> None:
     """The runs path's slices are cut at users' boundaries, each deduplicated on its own lookup, and their pairs
     joined into one int32 array: the CSR is the frozen path's with users holding no candidate at the ends of the
     slices and a user holding most rows (a slice of no user), candidates in a range's first and last user."""
     pytest.importorskip("numba")
     monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route
     monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: threads)
+    if not views:  # the Enum cast, in slices (no pyarrow)
+        monkeypatch.setattr(kernel, "_string_views", lambda column: None)
     base = data(n_users=120, seed=4)
     big = pl.DataFrame({"user": ["big"] * 2000, "item": [f"i{x % 70}" for x in range(2000)]})
     number = pl.col("user").str.slice(1).cast(pl.Int64)
