@@ -76,13 +76,13 @@ def _view_key(w0: np.uint64, w1: np.uint64) -> tuple[np.uint64, np.uint64]:  # p
     a longer string's key is its length and prefix only (``w1`` cleared): equal for equal strings, possibly for
     unequal ones too."""
     n = w0 & np.uint64(0xFFFFFFFF)
-    if n > 12:
-        return w0, np.uint64(0)
-    if n < 4:
-        return w0 & ((np.uint64(1) << (np.uint64(32) + np.uint64(8) * n)) - np.uint64(1)), np.uint64(0)
-    if n < 12:
-        return w0, w1 & ((np.uint64(1) << (np.uint64(8) * (n - np.uint64(4)))) - np.uint64(1))
-    return w0, w1
+    # bits kept of each word, branch-free (word lengths vary row to row): a shift by 64 is split in two halves
+    bits0 = np.uint64(32) + np.uint64(8) * min(n, np.uint64(4))
+    bits1 = np.uint64(0) if n > 12 else np.uint64(8) * (max(n, np.uint64(4)) - np.uint64(4))
+    one = np.uint64(1)
+    mask0 = ((one << (bits0 >> one)) << (bits0 - (bits0 >> one))) - one
+    mask1 = ((one << (bits1 >> one)) << (bits1 - (bits1 >> one))) - one
+    return w0 & mask0, w1 & mask1
 
 
 @njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator, unused-ignore]
