@@ -786,6 +786,31 @@ def test_text_items_are_looked_up_exactly_by_their_views(threads: int) -> None:
         assert looked_up.tolist() == cast.cast(pl.Int32).fill_null(-1).to_list()
 
 
+def test_view_keys_ignore_the_bytes_past_the_length() -> None:
+    """A view's key reads its string's bytes only: with any bytes past the length of a string of up to 12 bytes
+    (Arrow pads them with zeros; the key does not rely on it), and any buffer and offset of a longer one, each
+    short string finds its own candidate and each long one its length and prefix (-2: compared whole after)."""
+    peel = pytest.importorskip("opendp_wgm.engines._peel_jit")
+    pytest.importorskip("pyarrow")
+    words = ["", "a", "abc", "abcd", "abce", "abcde", "abcdefgh", "abcdefghijk", "abcdefghijkl", "abcdefghijkm",
+             "abcdefghijklm", "é日"]
+    views = kernel._string_views(pl.Series(words))
+    assert views is not None
+    table = peel.view_table(views, 6)
+    dirty = views.copy()
+    raw = dirty.view(np.uint8).reshape(-1, 16)
+    for row, word in enumerate(words):
+        size = len(word.encode())
+        if size <= 12:
+            raw[row, 4 + size :] = 0xA5  # bytes past the string
+        else:
+            raw[row, 8:] = 0x3C  # buffer index and offset
+    out, unsure = np.empty(len(words), dtype=np.int32), np.empty(len(words), dtype=np.int32)
+    found = peel.view_positions(dirty, 0, len(words), *table, out, 0, unsure)
+    expected = [-2 if len(word.encode()) > 12 else j for j, word in enumerate(words)]
+    assert out.tolist() == expected and found == 1 and unsure[0] == words.index("abcdefghijklm")
+
+
 @pytest.mark.parametrize("views", [True, False], ids=["views", "cast"])
 @pytest.mark.parametrize("threads", [1, 3])
 def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads: int, views: bool) -> None:
