@@ -2,8 +2,8 @@ r"""Compiled (Numba) stage 2 of the two-stage releases: the candidates' rows amo
 (:func:`candidate_rows`; their distinct pairs then come from the per-user step's counting sort,
 :func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`; read by
 :func:`opendp_wgm.engines.polars.candidate_csr`), the distinct candidates of each run of users the WGM's keyed
-route found (:func:`run_candidates`) and the rounds of user peeling (:func:`em_rounds`, with
-:func:`cover`).
+route found (:func:`run_candidates`; their text items looked up by their Arrow views, :func:`view_table` and
+:func:`view_positions`) and the rounds of user peeling (:func:`em_rounds`, with :func:`cover`).
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.measurements.hitting_set.peel`
 runs its NumPy loop without it, with the same picks on the same words.
@@ -11,10 +11,12 @@ runs its NumPy loop without it, with the same picks on the same words.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
-__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates"]
+__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates", "view_positions", "view_table"]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
@@ -41,25 +43,100 @@ def candidate_rows(
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def run_candidates(
-    start: np.ndarray, positions: np.ndarray, n_items: int, first: int, stop: int, held: np.ndarray, counts: np.ndarray
-) -> None:  # pragma: no cover - compiled
+    start: np.ndarray, positions: np.ndarray, n_items: int, first: int, stop: int, held: np.ndarray, at: int,
+    counts: np.ndarray,
+) -> int:  # pragma: no cover - compiled
     """The distinct candidates of the users ``first <= u < stop``, whose rows are ``start[u] <= r < start[u + 1]``
-    (each user's rows one run) and whose candidate positions are ``positions[r]`` (-1: no candidate): written one
-    user after the other (each in order of first row) to ``held`` from ``start[first]`` on, ``counts[u]`` of user
-    ``u``; a per-candidate marker drops repeats. One pass over the rows, no user code per row and no filtered copy
-    of them (:func:`candidate_rows`). ``held`` may be ``positions`` itself: a row is read before any write reaches
-    its slot."""
-    seen = np.full(n_items, -1, dtype=np.int64)
-    t = start[first]
+    (each user's rows one run) and whose candidate positions are ``positions[r - start[first]]`` (the range's
+    rows only; -1 or any value ``>= n_items``: no candidate): written one user after the other (each in order of
+    first row) to ``held`` from ``at`` on, ``counts[u]`` of user ``u``; return where the range's pairs end. A
+    per-candidate marker drops repeats. One pass over the rows, no user code per row and no filtered copy of
+    them (:func:`candidate_rows`). ``held`` may hold ``positions`` at ``at``: a row is read before any write
+    reaches its slot."""
+    seen = np.full(n_items, -1, dtype=np.int32)  # user codes are below 2^31 (as many as rows at most)
+    base = start[first]
+    t = at
     for u in range(first, stop):
-        at = t
-        for r in range(start[u], start[u + 1]):
+        begin = t
+        for r in range(start[u] - base, start[u + 1] - base):
             p = positions[r]
-            if p >= 0 and seen[p] != u:
+            if 0 <= p < n_items and seen[p] != u:
                 seen[p] = u
-                held[t] = p  # t <= r: within the slots of the range's own rows
+                held[t] = p
                 t += 1
-        counts[u] = t - at
+        counts[u] = t - begin
+    return t
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator, unused-ignore]
+def _view_key(w0: np.uint64, w1: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - compiled
+    """The key of a string from its 16-byte Arrow view (two words: ``w0`` = length | 4-byte prefix << 32, ``w1``
+    = the next 8 bytes, or a long string's buffer and offset): up to 12 bytes the view holds the whole string,
+    and the key is the view with the bytes past the length cleared (equal strings, equal keys; unequal, unequal);
+    a longer string's key is its length and prefix only (``w1`` cleared): equal for equal strings, possibly for
+    unequal ones too."""
+    n = w0 & np.uint64(0xFFFFFFFF)
+    # bits kept of each word, branch-free (word lengths vary row to row): a shift by 64 is split in two halves
+    bits0 = np.uint64(32) + np.uint64(8) * min(n, np.uint64(4))
+    bits1 = np.uint64(0) if n > 12 else np.uint64(8) * (max(n, np.uint64(4)) - np.uint64(4))
+    one = np.uint64(1)
+    mask0 = ((one << (bits0 >> one)) << (bits0 - (bits0 >> one))) - one
+    mask1 = ((one << (bits1 >> one)) << (bits1 - (bits1 >> one))) - one
+    return w0 & mask0, w1 & mask1
+
+
+@njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator, unused-ignore]
+def _view_slot(a: np.uint64, b: np.uint64, shift: np.uint64) -> Any:  # pragma: no cover - compiled
+    """The first slot of key ``(a, b)`` in a table of ``2^(64 - shift)`` slots (multiplicative hashing: top bits)."""
+    return ((a * np.uint64(0x9E3779B97F4A7C15)) ^ (b * np.uint64(0xC2B2AE3D27D4EB4F))) >> shift
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def view_table(views: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """An open-addressing table (``2^bits`` slots, at least twice the candidates) of the candidates' string views
+    (:func:`_view_key`; distinct candidates): the key of each slot and its candidate's position, -2 for a key of
+    candidates longer than 12 bytes (a key that does not tell them apart), -1 for an empty slot."""
+    size, shift = 1 << bits, np.uint64(64 - bits)
+    k0, k1 = np.zeros(size, dtype=np.uint64), np.zeros(size, dtype=np.uint64)
+    slot = np.full(size, -1, dtype=np.int32)
+    for j in range(views.shape[0]):
+        a, b = _view_key(views[j, 0], views[j, 1])
+        i = _view_slot(a, b, shift)
+        while slot[i] != -1 and not (k0[i] == a and k1[i] == b):
+            i = (i + np.uint64(1)) & np.uint64(size - 1)
+        k0[i], k1[i] = a, b
+        slot[i] = -2 if (a & np.uint64(0xFFFFFFFF)) > 12 else j
+    return k0, k1, slot
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def view_positions(
+    views: np.ndarray, first: int, stop: int, k0: np.ndarray, k1: np.ndarray, slot: np.ndarray, out: np.ndarray,
+    at: int, unsure: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """The candidate position of the strings ``views[first:stop]`` (Arrow views) by the table of
+    :func:`view_table`, into ``out`` from ``at`` on: -1 for no candidate, exactly (a string of up to 12 bytes is
+    its key; a longer one whose length and prefix no candidate has is no candidate), -2 where a longer string
+    shares its length and prefix with a candidate: those rows' indices in ``out`` are written to ``unsure`` from
+    ``at`` on (the caller compares them whole); return how many."""
+    shift = np.uint64(64 - int(np.log2(k0.size)))
+    mask = np.uint64(k0.size - 1)
+    n = 0
+    for r in range(first, stop):
+        a, b = _view_key(views[r, 0], views[r, 1])
+        i = _view_slot(a, b, shift)
+        p = -1
+        while slot[i] != -1:
+            if k0[i] == a and k1[i] == b:
+                p = slot[i]
+                break
+            i = (i + np.uint64(1)) & mask
+        t = at + r - first
+        out[t] = p
+        if p == -2:
+            unsure[at + n] = t
+            n += 1
+    return n
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

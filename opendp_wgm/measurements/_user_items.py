@@ -26,11 +26,11 @@ class UserItemCSR:
     users ``item_users[item_offsets[x]:item_offsets[x+1]]``, in increasing user position.
     """
 
-    items: np.ndarray  # int64 item code of every row, users contiguous
+    items: np.ndarray  # int32 or int64 item code of every row, users contiguous
     offsets: np.ndarray  # int64, n_users + 1
     n_items: int
     item_offsets: np.ndarray | None = None  # int64, n_items + 1
-    item_users: np.ndarray | None = None  # int64 user positions, items contiguous
+    item_users: np.ndarray | None = None  # user positions (int32 by the compiled step, else int64), items contiguous
 
     @property
     def n_users(self) -> int:
@@ -45,12 +45,12 @@ def user_item_csr(users: np.ndarray, items: np.ndarray, n_items: int, *, item_in
     users
         A user key per row (any integer coding); a new user starts wherever the key changes.
     items
-        ``int64`` item codes in ``[0, n_items)``, same length; kept in row order.
+        Integer item codes in ``[0, n_items)``, same length; kept in row order (int32 kept, others as int64).
     n_items
         Number of item codes.
     item_index
         Also build item → users (the rows grouped by item, in row order: a stable sort by item; a compiled
-        counting sort when Numba is installed, :func:`opendp_wgm.engines._kernel_jit.holders_by_item`).
+        counting sort in threads when Numba is installed, :func:`opendp_wgm.engines.polars.holders_by_item`).
     """
     return csr_of_offsets(engine.run_offsets(np.asarray(users)), items, n_items, item_index=item_index)
 
@@ -58,13 +58,17 @@ def user_item_csr(users: np.ndarray, items: np.ndarray, n_items: int, *, item_in
 def csr_of_offsets(offsets: np.ndarray, items: np.ndarray, n_items: int, *, item_index: bool = False) -> UserItemCSR:
     """:func:`user_item_csr` of rows whose users' runs are given by their ``offsets`` (``n_users + 1``, from 0):
     user ``u`` holds ``items[offsets[u]:offsets[u + 1]]``."""
-    items = np.asarray(items, dtype=np.int64)
+    items = np.asarray(items)
+    if items.dtype != np.int32:  # int32 codes (the compiled stage 2's) are kept as they are: no int64 copy
+        items = items.astype(np.int64, copy=False)
     offsets = np.asarray(offsets, dtype=np.int64)
     if not item_index:
         return UserItemCSR(items=items, offsets=offsets, n_items=n_items)
-    jit = engine.kernel_jit()  # read through the module: a caller switching the compiled step off reaches here
-    if jit is not None:  # the compiled counting sort, by item: 0.58 s of CPU on imdb_50k's 5e6 pairs by the group-by
-        item_users, item_offsets = jit.holders_by_item(items, offsets, n_items)  # holders ascending
+    # the compiled counting sort by item, in threads (0.58 s of CPU on imdb_50k's 5e6 pairs by the group-by); read
+    # through the module: a caller switching the compiled step off reaches here
+    index = engine.holders_by_item(items, offsets, n_items)
+    if index is not None:
+        item_users, item_offsets = index  # holders ascending
         return UserItemCSR(
             items=items, offsets=offsets, n_items=n_items, item_offsets=item_offsets, item_users=item_users
         )

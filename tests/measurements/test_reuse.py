@@ -11,7 +11,7 @@ import pytest
 
 import opendp_wgm as wgm
 from opendp_wgm import transformations
-from opendp_wgm._spaces import _prepare_frame, _resolve_space
+from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
@@ -758,6 +758,90 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
     counts = np.bincount(old_positions, minlength=items.len())
     assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_text_items_are_looked_up_exactly_by_their_views(threads: int) -> None:
+    """The candidate position of every row of a String column by its Arrow views is the ``Enum`` cast's, exactly:
+    strings of 0-4, 5-12 and more bytes (a 12-byte view holds the whole string, a longer one its length and
+    prefix only), long strings sharing the length and prefix of a candidate, multi-byte text, on a column of
+    several chunks, one of them a slice."""
+    peel = pytest.importorskip("opendp_wgm.engines._peel_jit")
+    pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(threads)  # test data only
+    alphabet = np.array(list("abcdXé日"))
+    words = ["", "a", "ab", "abc", "abcd", "abcde", "abcdefghijk", "abcdefghijkl", "abcdefghijklm", "abcdefghijklX",
+             "abcdXXXXXXXXX", "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyZ", "日本語テキスト", "é"]
+    words += ["".join(rng.choice(alphabet, n)) for n in rng.integers(0, 16, 300)]
+    values = [words[i] for i in rng.integers(0, len(words), 5000)]
+    parts = [pl.DataFrame({"item": values[:1700]}), pl.DataFrame({"item": values[1000:]}).slice(700)]
+    frame = pl.concat(parts, rechunk=False)
+    assert frame.n_chunks() == 2
+    space = _Space("user", "item", None, lazyframe_domain=False)
+    for chosen in (words[::2], words[1::3], ["abcdefghijklm", "abcdefghijklmnopqrstuvwxyz"], ["zzz"]):
+        items = kernel.cast_candidates(pl.Series("item", list(dict.fromkeys(chosen))), pl.String)
+        looked_up = kernel._view_positions(frame.lazy(), space, items, threads, peel)
+        assert looked_up is not None and looked_up.dtype == np.int32
+        cast = frame.get_column("item").cast(pl.Enum(items), strict=False).to_physical()
+        assert looked_up.tolist() == cast.cast(pl.Int32).fill_null(-1).to_list()
+
+
+def test_view_keys_ignore_the_bytes_past_the_length() -> None:
+    """A view's key reads its string's bytes only: with any bytes past the length of a string of up to 12 bytes
+    (Arrow pads them with zeros; the key does not rely on it), and any buffer and offset of a longer one, each
+    short string finds its own candidate and each long one its length and prefix (-2: compared whole after)."""
+    peel = pytest.importorskip("opendp_wgm.engines._peel_jit")
+    pytest.importorskip("pyarrow")
+    words = ["", "a", "abc", "abcd", "abce", "abcde", "abcdefgh", "abcdefghijk", "abcdefghijkl", "abcdefghijkm",
+             "abcdefghijklm", "é日"]
+    views = kernel._string_views(pl.Series(words))
+    assert views is not None
+    table = peel.view_table(views, 6)
+    dirty = views.copy()
+    raw = dirty.view(np.uint8).reshape(-1, 16)
+    for row, word in enumerate(words):
+        size = len(word.encode())
+        if size <= 12:
+            raw[row, 4 + size :] = 0xA5  # bytes past the string
+        else:
+            raw[row, 8:] = 0x3C  # buffer index and offset
+    out, unsure = np.empty(len(words), dtype=np.int32), np.empty(len(words), dtype=np.int32)
+    found = peel.view_positions(dirty, 0, len(words), *table, out, 0, unsure)
+    expected = [-2 if len(word.encode()) > 12 else j for j, word in enumerate(words)]
+    assert out.tolist() == expected and found == 1 and unsure[0] == words.index("abcdefghijklm")
+
+
+@pytest.mark.parametrize("views", [True, False], ids=["views", "cast"])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads: int, views: bool) -> None:
+    """The runs path's slices are cut at users' boundaries, each deduplicated on its own lookup, and their pairs
+    joined into one int32 array: the CSR is the frozen path's with users holding no candidate at the ends of the
+    slices and a user holding most rows (a slice of no user), candidates in a range's first and last user."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route
+    monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: threads)
+    if not views:  # the Enum cast, in slices (no pyarrow)
+        monkeypatch.setattr(kernel, "_string_views", lambda column: None)
+    base = data(n_users=120, seed=4)
+    big = pl.DataFrame({"user": ["big"] * 2000, "item": [f"i{x % 70}" for x in range(2000)]})
+    number = pl.col("user").str.slice(1).cast(pl.Int64)
+    frame = pl.concat([base.filter(number < 30), big, base.filter(number >= 30)])  # users: one run each
+    space = _resolve_space(*wgm.user_items_space())
+    lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
+    kernel.share_codes(lf)
+    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
+    assert kernel._shared_runs(lf) is not None
+    for names in (["i3", "i5", "absent"], ["i1", "i2", "i69"], ["absent"]):
+        items = kernel.cast_candidates(pl.Series("item", names), pl.String)
+        pairs = kernel._run_candidate_pairs(lf, space, items)
+        assert pairs is not None and pairs.positions.dtype == np.int32
+        offsets, positions = pairs.user_offsets(), pairs.positions
+        assert offsets[0] == 0 and offsets[-1] == positions.size and np.all(np.diff(offsets) > 0)
+        users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
+        old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
+        assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
+        counts = np.bincount(old_positions, minlength=len(names))
+        assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
 
 
 @pytest.mark.parametrize("shape", list(shapes()))

@@ -103,3 +103,42 @@ def test_compiled_item_index_is_the_group_by_one(monkeypatch: pytest.MonkeyPatch
         assert np.array_equal(getattr(compiled, name), getattr(plans, name)), name
     empty = user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 3, item_index=True)
     assert empty.item_offsets.tolist() == [0, 0, 0, 0] and empty.item_users.size == 0
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_threaded_item_index_is_the_stable_sort_by_item(monkeypatch: pytest.MonkeyPatch, threads: int, dtype) -> None:
+    """The item → users index in threads over ranges of users (:func:`engine.holders_by_item`) is the stable sort
+    of the users by item, and the one-pass compiled sort's: holders ascending, with users holding nothing (first,
+    last and in between; a range of users may hold no pair) and items held by nobody."""
+    jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
+    rng = np.random.default_rng(threads)  # test data only
+    sizes = rng.integers(0, 6, 500)
+    sizes[:7] = 0
+    sizes[-9:] = 0
+    sizes[200:260] = 0  # three threads: one range of users may hold no pair
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    items = rng.integers(0, 40, int(offsets[-1])).astype(dtype)  # items 40 .. 44 held by nobody
+    monkeypatch.setattr(engine, "_kernel_threads", lambda rows, kernels: threads)
+    index = engine.holders_by_item(items, offsets, 45)
+    assert index is not None
+    holders, start = index
+    users = np.repeat(np.arange(sizes.size), sizes)
+    assert holders.dtype == np.int32 and start.dtype == np.int64
+    assert start.tolist() == np.concatenate(([0], np.cumsum(np.bincount(items, minlength=45)))).tolist()
+    assert holders.tolist() == users[np.argsort(items, kind="stable")].tolist()
+    one_pass, one_start = jit.holders_by_item(items, offsets, 45)
+    assert np.array_equal(one_pass, holders) and np.array_equal(one_start, start)
+
+
+def test_int32_codes_give_the_int64_codes_csr() -> None:
+    """Item codes in int32 (the compiled stage 2's pairs) are kept as they are, and give the CSR of the same codes
+    in int64, array for array (holders as user positions)."""
+    rng = np.random.default_rng(3)  # test data only
+    users = np.sort(rng.integers(0, 200, 1500))
+    items = rng.integers(0, 30, 1500)
+    wide = user_item_csr(users, items, 30, item_index=True)
+    narrow = user_item_csr(users, items.astype(np.int32), 30, item_index=True)
+    assert narrow.items.dtype == np.int32
+    for name in ("items", "offsets", "item_offsets", "item_users"):
+        assert np.array_equal(getattr(narrow, name), getattr(wide, name)), name
