@@ -35,7 +35,6 @@ __all__ = [
     "histogram_above",
     "histogram_distinct",
     "histogram_user_range",
-    "holders_by_item",
     "items_by_user",
     "keyed_weights",
     "mark_bits",
@@ -174,28 +173,12 @@ def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> i
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def holders_by_item(
-    items: np.ndarray, offsets: np.ndarray, n_items: int
-) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
-    """The transpose of CSR rows (user ``u`` holds ``items[offsets[u]:offsets[u + 1]]``): item ``x`` is held by the
-    users ``holders[start[x]:start[x + 1]]`` (int32), ascending. :func:`items_by_user` keyed by item, with the users
-    read from the offsets (no user position per row). (In one chunk: :func:`count_users`, :func:`user_cursors` and
-    :func:`place_holders` run it over several ranges of users.)"""
-    counts = np.zeros((1, n_items), dtype=np.int64)
-    count_users(items, 0, 0, items.size, counts[0])
-    start = np.empty(n_items + 1, dtype=np.int64)
-    user_cursors(counts, start)
-    holders = np.empty(items.size, dtype=np.int32)
-    place_holders(items, offsets, 0, offsets.size - 1, counts[0], holders)
-    return holders, start
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def place_holders(
     items: np.ndarray, offsets: np.ndarray, first: int, stop: int, cursor: np.ndarray, holders: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     """Place each user ``first <= u < stop`` at the ``cursor`` of every item it holds (``items[offsets[u]:offsets[u
-    + 1]]``) in ``holders``, advancing it: :func:`holders_by_item`'s second pass, over one range of users."""
+    + 1]]``) in ``holders``, advancing it: the second pass of the item → users index
+    (:func:`opendp_wgm.engines.polars.holders_by_item`), over one range of users."""
     for u in range(first, stop):
         for r in range(offsets[u], offsets[u + 1]):
             x = items[r]

@@ -14,7 +14,7 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
   list and its distinct-user counts (stage 2 of top-k and of user peeling), on the compiled step's codes of the
-  same frame, or its keyed route's runs of users, when a two-stage release kept them (:func:`share_codes`).
+  same frame, or the users' runs its route on runs found, when a two-stage release kept them (:func:`share_codes`).
 
 The names are public within the engines package (the Spark engine implements the same steps); they are not part
 of the package's top-level API.
@@ -155,7 +155,7 @@ class _CodedRows:
 
 @dataclass(frozen=True)
 class _UserRuns:
-    """The keyed route's reading of a prepared frame's rows (:func:`_keyed_histogram`): each user's rows are one
+    """The route on runs' reading of a prepared frame's rows (:func:`_runs_histogram`): each user's rows are one
     run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`_run_starts`; no item codes)."""
 
     start: NDArray[np.int64]
@@ -166,7 +166,7 @@ _SHARED: dict[int, tuple[weakref.ref[pl.LazyFrame], list[_CodedRows | _UserRuns]
 
 
 def share_codes(lf: pl.LazyFrame) -> None:
-    """Keep the compiled step's coding of ``lf``'s rows, when it codes them (or its keyed route's runs of users:
+    """Keep the compiled step's coding of ``lf``'s rows, when it codes them (or the users' runs of its route on runs:
     :class:`_UserRuns`), for later steps of the same release that read ``lf`` (a two-stage release's stage 2:
     :func:`candidate_pairs`), instead of reading the rows again.
 
@@ -1233,13 +1233,13 @@ def _view_positions(
 
 
 def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _Pairs | None:
-    """:func:`candidate_pairs` on the users' runs the WGM's keyed route found in ``lf`` (:func:`share_codes`,
+    """:func:`candidate_pairs` on the users' runs the WGM's route on runs found in ``lf`` (:func:`share_codes`,
     :class:`_UserRuns`): one lookup of every row's candidate position (no user column, no filtered copy of the
     rows, no second :func:`_user_runs`; text items by their Arrow views, :func:`_view_positions`, else in slices
     cut at users' boundaries and collected at once), then the users of each slice deduplicated by a compiled
     marker pass (:func:`opendp_wgm.engines._peel_jit.run_candidates`, one thread per slice, on the slice's own
     lookup: no joined copy of the rows' positions) into one int32 array, as CSR arrays; users holding none are
-    dropped. ``None`` (the other paths) where the keyed route left no runs, or without Numba."""
+    dropped. ``None`` (the other paths) where that route left no runs, or without Numba."""
     runs, peel = _shared_runs(lf), peel_jit()
     jit = kernel_jit()
     if runs is None or peel is None or jit is None or not _looked_up_once(items):
@@ -1322,8 +1322,9 @@ def candidate_csr(
 def holders_by_item(
     items: NDArray[np.integer], offsets: NDArray[np.int64], n_items: int
 ) -> tuple[NDArray[np.int32], NDArray[np.int64]] | None:
-    """The compiled step's :func:`~opendp_wgm.engines._kernel_jit.holders_by_item` (item ``x`` held by the users
-    ``holders[start[x]:start[x + 1]]``, ascending) in threads over ranges of users holding about as many pairs:
+    """The transpose of CSR rows (user ``u`` holds ``items[offsets[u]:offsets[u + 1]]``): item ``x`` is held by the
+    users ``holders[start[x]:start[x + 1]]`` (int32), ascending. A counting sort by the compiled step, in threads
+    over ranges of users holding about as many pairs:
     each counts its pairs' items, then places its users after the previous ranges' holders of each item (the
     cursors of :func:`~opendp_wgm.engines._kernel_jit.user_cursors`), so the holders come out as in one pass.
     ``None`` without Numba."""

@@ -719,8 +719,8 @@ def test_stage_2_without_its_measurement_releases_what_its_measurement_releases(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# stage 2 on the users' runs the WGM's keyed route found (imdb_50k's route): one lookup per row, no second read of
-# the user column
+# stage 2 on the users' runs the WGM's route on runs found (imdb_50k's route, every row keyed): one lookup per row,
+# no second read of the user column
 
 #: Shapes whose users are each one run and whose candidates are looked up once per row (text or integer items):
 #: the keyed route leaves its runs there, and stage 2 reads them
@@ -730,7 +730,7 @@ KEYED_RUNS = ("adjacent string users", "adjacent int users", "sorted int users",
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("shape", list(shapes()))
 def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeypatch, shape: str, threads: int) -> None:
-    """After the keyed route (:func:`kernel._keyed_histogram`) on a two-stage call's collected frame, the candidate
+    """After the route on runs (:func:`kernel._runs_histogram`) on a two-stage call's collected frame, the candidate
     pairs (CSR, and the counts) are the frozen path's, in one thread or in three (user ranges); where the route
     found no runs, or the candidates are not looked up once per row, the other paths run."""
     pytest.importorskip("numba")
@@ -851,13 +851,16 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     [dict(k=5, wgm_threshold=1.0), dict(k=40, wgm_threshold=1.0), dict(k=5, wgm_threshold=1e9)],
     ids=["candidates", "fewer-than-k", "none"],
 )
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "item-keys"])
 def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases(
-    fixed_randomness, monkeypatch, shape: str, make, options: dict
+    fixed_randomness, monkeypatch, shape: str, make, options: dict, keyed: bool
 ) -> None:
-    """For fixed randomness, stage 2 on the users' runs the keyed route found releases what the Polars plans
-    release (without the runs, and without Numba), in one thread or in three."""
+    """For fixed randomness, stage 2 on the users' runs the WGM's route on runs found (its rows keyed by the
+    bound's key, imdb_50k's; or by their items, a large Zipf frame's) releases what the Polars plans release
+    (without the runs, and without Numba), in one thread or in three."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route (imdb_50k's) on every shape
+    monkeypatch.setattr(kernel, "mostly_above", lambda *args: keyed)
+    monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)  # the route on runs on every frame whose users are runs
     frame = shapes()[shape]
     read: list[bool] = []
     original = kernel._shared_runs
