@@ -36,7 +36,12 @@ import math
 import numpy as np
 from numba import njit
 
-from opendp_wgm.engines._peel_jit import _view_key
+from opendp_wgm.engines.polars import peel_jit
+
+_PEEL = peel_jit()  # imported only where Numba is, so the engines' compiled module is there too
+assert _PEEL is not None
+#: the key of a String's Arrow view: the string itself up to 12 bytes, else its length and 4-byte prefix
+_view_key = _PEEL.view_key
 
 __all__ = [
     "code_slots",
@@ -290,7 +295,7 @@ def keep_smallest(
     """The ``max_contributions`` distinct items of smallest ``key`` of the users ``first <= u < stop`` (rows as
     :func:`group_runs` gives them), in ascending ``key``: ``count[u]`` of them from ``slot[u]`` on, their rows,
     ``item_hash`` and (unless ``views`` is empty) the keys of their String views
-    (:func:`opendp_wgm.engines._peel_jit._view_key`; row ``r``'s view is ``views[r - base]``: the users' rows lie
+    (:func:`opendp_wgm.engines._peel_jit.view_key`; row ``r``'s view is ``views[r - base]``: the users' rows lie
     in it) to ``slot_rows``, ``slot_hash`` and ``slot_views``.
 
     Rows with equal ``key`` are taken as one item; if their ``item_hash`` differs (two items with one key)
@@ -359,7 +364,7 @@ def _find(items: np.ndarray, shift: np.uint64, mask: int, h: np.uint64) -> int: 
     s = np.int64((h * _GOLDEN) >> shift)
     while items[2 * s + 1] and items[2 * s] != h:
         s = (s + 1) & mask
-    return s
+    return int(s)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

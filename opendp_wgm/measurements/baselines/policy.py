@@ -36,16 +36,16 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space, _Space, _value_key
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, _check_real
 from opendp_wgm.engines.polars import (
-    _even_ranges,
-    _in_threads,
-    _kernel_threads,
-    _string_views,
     bound_key,
     bounded_lists_plan,
+    even_ranges,
     fresh_seeds,
+    in_threads,
     kernel_jit,
+    kernel_threads,
     mostly_above,
     release_above_threshold,
+    string_views,
 )
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
@@ -367,12 +367,12 @@ def _hashed_csr(
 
 def _item_views(items: pl.Series) -> list[np.ndarray]:
     """The Arrow views of a String item column without nulls, two words per row, one array per chunk
-    (:func:`~opendp_wgm.engines.polars._string_views`: no copy), for the kernel of :func:`_hashed_csr` to compare
+    (:func:`~opendp_wgm.engines.polars.string_views`: no copy), for the kernel of :func:`_hashed_csr` to compare
     the kept rows' items exactly; an empty list where there are none (every kept row is then gathered and
     compared)."""
     if items.dtype != pl.String or items.null_count():
         return []
-    read = [_string_views(chunk) for chunk in items.get_chunks()]
+    read = [string_views(chunk) for chunk in items.get_chunks()]
     chunks = [views for views in read if views is not None]
     return chunks if len(chunks) == len(read) else []
 
@@ -458,8 +458,8 @@ def _bounded_arrays(
     # allocated by NumPy (large pages)
     slot_rows, slot_hash = np.empty(slots, dtype=np.int64), np.empty(slots, dtype=np.uint64)
     slot_views = np.empty((slots if views else 0, 2), dtype=np.uint64)
-    threads = _kernel_threads(n, cast("ModuleType", kernel_jit()))  # Numba is installed: this runs compiled code
-    users = np.searchsorted(user_start, _even_ranges(n, threads)).astype(np.int64)  # ranges of about equal rows
+    threads = kernel_threads(n, cast("ModuleType", kernel_jit()))  # Numba is installed: this runs compiled code
+    users = np.searchsorted(user_start, even_ranges(n, threads)).astype(np.int64)  # ranges of about equal rows
     users[0], users[-1] = 0, n_users
     ok = np.ones(threads, dtype=np.bool_)
 
@@ -470,7 +470,7 @@ def _bounded_arrays(
                 slot, count, slot_rows, slot_hash, slot_views,
             )
 
-    _in_threads(users, keep)
+    in_threads(users, keep)
     empty = np.zeros(0, dtype=np.int64)
     if not ok.all():
         return None
@@ -478,14 +478,14 @@ def _bounded_arrays(
     np.cumsum(count[order], out=offsets[1:])
     size = int(offsets[-1])
     pairs = np.empty((slots if views else 0, 2), dtype=np.int64)  # pages written only where pairs are
-    positions = np.searchsorted(offsets, _even_ranges(size, threads)).astype(np.int64)
+    positions = np.searchsorted(offsets, even_ranges(size, threads)).astype(np.int64)
     positions[0], positions[-1] = 0, n_users
     coded: list[tuple[bool, np.ndarray, np.ndarray, int]] = [(True, empty, empty, 0)] * threads
 
     def code(k: int, first: int, stop: int) -> None:
         coded[k] = jit.code_slots(order, slot, count, slot_hash, slot_views, first, stop, pairs)
 
-    _in_threads(positions, code)
+    in_threads(positions, code)
     if not all(c[0] for c in coded):
         return None
     firsts = np.concatenate([c[1] for c in coded])
@@ -507,7 +507,7 @@ def _bounded_arrays(
     def write(k: int, first: int, stop: int) -> None:
         jit.relabel(order, slot, offsets, first, stop, local, final, bases[k], slot_rows, codes, kept)
 
-    _in_threads(positions, write)
+    in_threads(positions, write)
     if not views:
         compare = np.stack((kept, first_rows[codes]), axis=1)
     return _BoundedArrays(codes, offsets, first_rows, same_user, compare)

@@ -284,7 +284,7 @@ def test_hashed_preparation_identical_in_threads(threads: int, shape: str, monke
     monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
     monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
-    monkeypatch.setattr(bl, "_kernel_threads", lambda *_: threads)
+    monkeypatch.setattr(bl, "kernel_threads", lambda *_: threads)
     frame = _users_frame(shape)
     if shape.endswith("chunked str"):
         assert frame["item"].n_chunks() == 3
