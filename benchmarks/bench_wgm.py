@@ -182,7 +182,7 @@ def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] 
     if jit is None:
         return None
     coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
-    threads = kernel._kernel_threads(df.height, jit)
+    threads = kernel.kernel_threads(df.height, jit)
     users = kernel._coding(coded.get_column(user), df.schema[user], jit, threads, compact=False)
     items = kernel._coding(coded.get_column(item), df.schema[item], jit, threads)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
@@ -517,7 +517,7 @@ def report(
         f"`m(df)` as installed (compiled per-user step: {'on' if jit else 'off, Numba not installed'}). "
         "*Polars plans*: the same `m(df)` with the compiled step switched off (as without Numba). *Compiled "
         "floor*: the bare compiled pass over the (user, item) pairs (bucket by user, rank the item offsets, dedup, "
-        f"histogram, in the step's {kernel._kernel_threads(10**7, jit) if jit else 1} thread(s) at 10^7 rows; "
+        f"histogram, in the step's {kernel.kernel_threads(10**7, jit) if jit else 1} thread(s) at 10^7 rows; "
         "the columns' coding (ranges, bitmap of the item offsets), keys, decoding and noise excluded). "
         "*Previous kernel*: `m(df)` with the bound step before issue 13 "
         "(every user's list sorted by the secret key)."

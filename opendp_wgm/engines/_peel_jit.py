@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates", "view_positions", "view_table"]
+__all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates", "view_key", "view_positions", "view_table"]
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
@@ -69,7 +69,7 @@ def run_candidates(
 
 
 @njit(cache=True, nogil=True, inline="always")  # type: ignore[untyped-decorator, unused-ignore]
-def _view_key(w0: np.uint64, w1: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - compiled
+def view_key(w0: np.uint64, w1: np.uint64) -> tuple[np.uint64, np.uint64]:  # pragma: no cover - compiled
     """The key of a string from its 16-byte Arrow view (two words: ``w0`` = length | 4-byte prefix << 32, ``w1``
     = the next 8 bytes, or a long string's buffer and offset): up to 12 bytes the view holds the whole string,
     and the key is the view with the bytes past the length cleared (equal strings, equal keys; unequal, unequal);
@@ -94,13 +94,13 @@ def _view_slot(a: np.uint64, b: np.uint64, shift: np.uint64) -> Any:  # pragma: 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def view_table(views: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """An open-addressing table (``2^bits`` slots, at least twice the candidates) of the candidates' string views
-    (:func:`_view_key`; distinct candidates): the key of each slot and its candidate's position, -2 for a key of
+    (:func:`view_key`; distinct candidates): the key of each slot and its candidate's position, -2 for a key of
     candidates longer than 12 bytes (a key that does not tell them apart), -1 for an empty slot."""
     size, shift = 1 << bits, np.uint64(64 - bits)
     k0, k1 = np.zeros(size, dtype=np.uint64), np.zeros(size, dtype=np.uint64)
     slot = np.full(size, -1, dtype=np.int32)
     for j in range(views.shape[0]):
-        a, b = _view_key(views[j, 0], views[j, 1])
+        a, b = view_key(views[j, 0], views[j, 1])
         i = _view_slot(a, b, shift)
         while slot[i] != -1 and not (k0[i] == a and k1[i] == b):
             i = (i + np.uint64(1)) & np.uint64(size - 1)
@@ -123,7 +123,7 @@ def view_positions(
     mask = np.uint64(k0.size - 1)
     n = 0
     for r in range(first, stop):
-        a, b = _view_key(views[r, 0], views[r, 1])
+        a, b = view_key(views[r, 0], views[r, 1])
         i = _view_slot(a, b, shift)
         p = -1
         while slot[i] != -1:

@@ -61,10 +61,13 @@ __all__ = [
     "coded_pairs",
     "collect_once",
     "distinct_pairs_plan",
+    "even_ranges",
     "fresh_seeds",
     "holders_by_item",
+    "in_threads",
     "item_counts",
     "kernel_jit",
+    "kernel_threads",
     "lattice_histogram",
     "lattice_histogram_plan",
     "mostly_above",
@@ -73,6 +76,7 @@ __all__ = [
     "release_above_threshold",
     "run_offsets",
     "share_codes",
+    "string_views",
     "weights_frame",
 ]
 
@@ -457,7 +461,7 @@ class _Coding:
             jit.offsets_of(values, self.low, first, stop, codes)
             self.ranked(jit, codes, first, stop)
 
-        _in_threads(_even_ranges(codes.size, threads), code)
+        in_threads(even_ranges(codes.size, threads), code)
         return codes
 
 
@@ -499,9 +503,9 @@ def _coding(
     # the compiled functions read any integer dtype as it is (no int64 copy of an Int32 column); uint64 as int64
     # bits, so that subtracting the smallest value stays integer
     signed = values.view(np.int64) if values.dtype == np.uint64 else values
-    chunks = _even_ranges(values.size, threads)
+    chunks = even_ranges(values.size, threads)
     bounds = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min]), (threads, 1))  # empty chunks
-    _in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(signed, first, stop, bounds[k]))
+    in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(signed, first, stop, bounds[k]))
     low, high = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if values.size else (0, -1)
     value_of: Callable[[NDArray[np.int64]], NDArray[np.int64]]
     no_words = np.zeros(0, dtype=np.uint64)
@@ -512,7 +516,7 @@ def _coding(
         value_of = lambda kept: kept + np.int64(low)  # noqa: E731
         if compact and span:  # a bit per offset (1/32 of int32 ranks of every offset: it stays in cache)
             marks = np.zeros((threads, (span + 63) // 64), dtype=np.uint64)  # one per thread
-            _in_threads(chunks, lambda k, first, stop: jit.mark_bits(signed, low, first, stop, marks[k]))
+            in_threads(chunks, lambda k, first, stop: jit.mark_bits(signed, low, first, stop, marks[k]))
             present = np.bitwise_or.reduce(marks, axis=0)
             ranks = np.empty(present.size, dtype=np.int64)
             taken = jit.word_ranks(present, ranks)
@@ -542,7 +546,7 @@ def _coding(
 _THREAD_ROWS = 2**18
 
 
-def _kernel_threads(rows: int, jit: ModuleType) -> int:
+def kernel_threads(rows: int, jit: ModuleType) -> int:
     """Threads for the compiled step's passes over ``rows`` rows: one below :data:`_THREAD_ROWS`, else as many
     as Polars' pool, at most ``NUMBA_NUM_THREADS``. The step runs between two Polars collects, so its threads
     and Polars' pool do not run at once (no oversubscription). Plain Python threads calling the compiled
@@ -554,12 +558,12 @@ def _kernel_threads(rows: int, jit: ModuleType) -> int:
     return max(1, min(pl.thread_pool_size(), int(jit.max_threads())))
 
 
-def _even_ranges(size: int, parts: int) -> NDArray[np.int64]:
+def even_ranges(size: int, parts: int) -> NDArray[np.int64]:
     """``parts + 1`` bounds cutting ``0 … size`` into ``parts`` ranges of (nearly) equal length."""
     return np.linspace(0, size, parts + 1).astype(np.int64)
 
 
-def _in_threads(bounds: NDArray[np.int64], run: Callable[[int, int, int], object]) -> None:
+def in_threads(bounds: NDArray[np.int64], run: Callable[[int, int, int], object]) -> None:
     """``run(k, bounds[k], bounds[k + 1])`` for each range ``k``: in this thread for one range, else one thread
     per range (the compiled functions release the GIL)."""
     if bounds.size <= 2:
@@ -582,22 +586,22 @@ def _histogram_below(
     and the histograms are added up: integer sums, the same whatever their order.
     """
     n_users, n_items, rows = users.size, items.size, users.values.size
-    chunks = _even_ranges(rows, threads)
+    chunks = even_ranges(rows, threads)
     counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
-    _in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
+    in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
     start = np.empty(n_users + 1, dtype=np.int64)
     jit.user_cursors(counts, start)  # the counts become each chunk's cursors
     held = np.empty(rows, dtype=np.int32)  # the item offsets, then (once all are placed) ranked: item codes
-    _in_threads(chunks, lambda k, first, stop: jit.place_items(
+    in_threads(chunks, lambda k, first, stop: jit.place_items(
         users.values, users.low, items.values, items.low, first, stop, counts[k], held))
     if items.words.size:
-        _in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
+        in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
     ranges = np.searchsorted(start, chunks).astype(np.int64)  # users cut where the row chunks are
     ranges[0], ranges[-1] = 0, n_users
     above = np.zeros(n_users, dtype=np.bool_)
     seen = np.full((threads, n_items), -1, dtype=np.int32)
     histograms = np.zeros((threads, n_items), dtype=np.int64)
-    _in_threads(ranges, lambda k, first, stop: jit.histogram_user_range(
+    in_threads(ranges, lambda k, first, stop: jit.histogram_user_range(
         held, start, first, stop, bound, weights, above, seen[k], histograms[k]))
     histogram: NDArray[np.int64] = histograms[0] if threads == 1 else histograms.sum(axis=0)
     if not above.any():
@@ -646,7 +650,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     if keyed or (user_dtype == pl.String and frame.height >= _LARGE_ROWS):
         return None  # the Polars plans: sorting every user's rows by the key; coding text costs what it saves
     frame = frame.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype))
-    threads = _kernel_threads(frame.height, jit)
+    threads = kernel_threads(frame.height, jit)
     users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
     items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
     slot = _shared_slot(lists.lf)
@@ -743,8 +747,8 @@ def _weigh_runs(
     caller. With ``check`` (hashed keys), every row that repeats a key is compared with the row it repeats (a
     gather of those rows only); ``None`` where one holds another item."""
     rows, n_users = int(start[-1]), start.size - 1
-    threads = _kernel_threads(rows, jit)
-    ranges = np.searchsorted(start, _even_ranges(rows, threads)).astype(np.int64)
+    threads = kernel_threads(rows, jit)
+    ranges = np.searchsorted(start, even_ranges(rows, threads)).astype(np.int64)
     ranges[0], ranges[-1] = 0, n_users
     out = np.empty(rows, dtype=np.int32)
     twins = np.empty((rows if check else 0, 2), dtype=np.int32)  # rows below 2^31; pages written where rows repeat
@@ -754,7 +758,7 @@ def _weigh_runs(
     def weigh(k: int, first: int, stop: int) -> None:
         found[k] = jit.keyed_weights(start, keys, first, stop, bound, weights, out, twins, above)
 
-    _in_threads(ranges, weigh)
+    in_threads(ranges, weigh)
     if found.any():
         at = start[ranges[:-1]]  # each range wrote its pairs from its first row on
         pairs = np.concatenate([twins[first : first + n] for first, n in zip(at, found, strict=True)])
@@ -797,7 +801,7 @@ class CodedPairs:
     user_of: Callable[[NDArray[np.int64]], pl.Series]
     item_of: Callable[[NDArray[np.int64]], pl.Series]
     values: pl.Series
-    #: threads of :meth:`histogram`'s keyed pass over the users above the bound (:func:`_kernel_threads`): the same
+    #: threads of :meth:`histogram`'s keyed pass over the users above the bound (:func:`kernel_threads`): the same
     #: histogram in any number
     threads: int = 1
 
@@ -828,7 +832,7 @@ class CodedPairs:
         if above.any():  # the users above Δ0: keyed on their pairs only, by the values
             # in ranges of users holding about as many pairs, each range's pairs, keys and histogram its own
             # (integer sums, the same whatever their order): the keys are one Polars select per range
-            ranges = np.searchsorted(self.start, _even_ranges(int(self.start[-1]), self.threads)).astype(np.int64)
+            ranges = np.searchsorted(self.start, even_ranges(int(self.start[-1]), self.threads)).astype(np.int64)
             ranges[0], ranges[-1] = 0, self.start.size - 1
             parts = np.zeros((self.threads, histogram.size), dtype=np.int64)
 
@@ -839,7 +843,7 @@ class CodedPairs:
                 positions = np.arange(items.size, dtype=np.int64)
                 jit.histogram_above(parts[k], items, positions, offsets, keys, bound, int(weights[bound - 1]))
 
-            _in_threads(ranges, keyed)
+            in_threads(ranges, keyed)
             histogram += parts.sum(axis=0)
         kept = np.flatnonzero(histogram)
         return pl.DataFrame([self.item_of(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
@@ -860,7 +864,7 @@ def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine
     prepared = lf.collect()
     if prepared.height >= 2**31:
         return None
-    threads = _kernel_threads(prepared.height, jit)
+    threads = kernel_threads(prepared.height, jit)
     columns = ((space.user, user_dtype), (space.item, item_dtype))
     # text without a category map, the two columns at once (the compiled, NumPy and Polars steps release the GIL)
     with ThreadPoolExecutor(max_workers=min(threads, 2)) as pool:
@@ -1175,7 +1179,7 @@ def _polars_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *
     return _Pairs(positions.to_numpy().astype(np.int32), users=users.to_numpy().astype(np.int64))
 
 
-def _string_views(column: pl.Series) -> NDArray[np.uint64] | None:
+def string_views(column: pl.Series) -> NDArray[np.uint64] | None:
     """The 16-byte Arrow views of a String column's values, two words per row, without a copy (Arrow's
     ``string_view`` layout, which Polars' strings use), or ``None`` where they cannot be read so (no ``pyarrow``,
     or an export of another layout, or a big-endian machine, where the words of a view are not read as
@@ -1197,7 +1201,7 @@ def _view_positions(
     lf: pl.LazyFrame, space: _Space, items: pl.Series, threads: int, peel: ModuleType
 ) -> NDArray[np.int32] | None:
     """The candidate position of every row's String item (-1: no candidate), exactly, from the column's Arrow
-    views (:func:`_string_views`, chunk by chunk: no copy) by a compiled table of the candidates' views
+    views (:func:`string_views`, chunk by chunk: no copy) by a compiled table of the candidates' views
     (:func:`opendp_wgm.engines._peel_jit.view_positions`, in ``threads`` ranges of rows): a string of up to 12
     bytes is held whole in its view, and a longer one differs from every candidate of another length or 4-byte
     prefix; the few rows left (a longer string sharing both with a candidate) are looked up by :func:`_position`.
@@ -1206,8 +1210,8 @@ def _view_positions(
     if items.dtype != pl.String:
         return None
     column = lf.select(space.item).collect().to_series()
-    candidates = _string_views(items)
-    read = [_string_views(chunk) for chunk in column.get_chunks()]
+    candidates = string_views(items)
+    read = [string_views(chunk) for chunk in column.get_chunks()]
     chunks = [views for views in read if views is not None]
     if column.null_count() or candidates is None or len(chunks) < len(read):
         return None
@@ -1224,7 +1228,7 @@ def _view_positions(
             if a < b:  # each piece writes its unsure rows within its own rows' slots
                 found.append((a, peel.view_positions(views, a - low, b - low, *table, looked_up, a, unsure)))
 
-    _in_threads(_even_ranges(rows, threads), look_up)
+    in_threads(even_ranges(rows, threads), look_up)
     if any(n for _, n in found):
         at = np.concatenate([unsure[a : a + n] for a, n in found])
         position = _position(space, items, once=True).cast(pl.Int32).fill_null(-1)
@@ -1246,8 +1250,8 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
         return None
     start = runs.start
     rows, n_users = int(start[-1]), start.size - 1
-    threads = _kernel_threads(rows, jit)
-    users = np.searchsorted(start, _even_ranges(rows, threads))  # ranges of users
+    threads = kernel_threads(rows, jit)
+    users = np.searchsorted(start, even_ranges(rows, threads))  # ranges of users
     users[0], users[-1] = 0, n_users
     bounds = start[users]  # each slice holds whole users
     held = _view_positions(lf, space, items, threads, peel)
@@ -1264,7 +1268,7 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
     def deduplicate(k: int, first: int, stop: int) -> None:
         ends[k] = peel.run_candidates(start, lookups[k], items.len(), first, stop, held, bounds[k], counts)
 
-    _in_threads(users, deduplicate)
+    in_threads(users, deduplicate)
     at = int(ends[0])
     for k in range(1, users.size - 1):  # one move per slice (as many as threads): the pairs made contiguous
         size = int(ends[k] - bounds[k])
@@ -1332,14 +1336,14 @@ def holders_by_item(
     if jit is None:
         return None
     n_users, pairs = offsets.size - 1, items.size
-    users = np.searchsorted(offsets, _even_ranges(pairs, _kernel_threads(pairs, jit)))  # ranges of users
+    users = np.searchsorted(offsets, even_ranges(pairs, kernel_threads(pairs, jit)))  # ranges of users
     users[0], users[-1] = 0, n_users
     counts = np.zeros((users.size - 1, n_items), dtype=np.int64)
-    _in_threads(users, lambda k, first, stop: jit.count_users(items, 0, offsets[first], offsets[stop], counts[k]))
+    in_threads(users, lambda k, first, stop: jit.count_users(items, 0, offsets[first], offsets[stop], counts[k]))
     start = np.empty(n_items + 1, dtype=np.int64)
     jit.user_cursors(counts, start)  # by item: each range's first slot of each item
     holders = np.empty(pairs, dtype=np.int32)  # allocated by NumPy (large pages); users below 2^31
-    _in_threads(users, lambda k, first, stop: jit.place_holders(items, offsets, first, stop, counts[k], holders))
+    in_threads(users, lambda k, first, stop: jit.place_holders(items, offsets, first, stop, counts[k], holders))
     return holders, start
 
 

@@ -159,7 +159,7 @@ def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     else:
         pytest.importorskip("numba")
         if request.param != "compiled":  # more threads than cores is fine: the same histogram, bit for bit
-            monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: 3)
+            monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: 3)
         # the dispatch is a speed choice: force each route on every shape
         monkeypatch.setattr(kernel, "mostly_above", lambda *args: request.param == "keyed")
         if request.param == "runs":
@@ -264,7 +264,7 @@ def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed:
     start = kernel._run_starts(frame.get_column("user"))
     assert start is not None
     for threads in (1, 3):
-        monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit, threads=threads: threads)
+        monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit, threads=threads: threads)
         histogram = kernel._runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
         assert histogram is not None
         assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
@@ -568,9 +568,9 @@ def test_compiled_passes_in_threads_give_the_same_histogram_and_rows(shape: str)
 def test_kernel_threads_follow_the_rows_and_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """One thread below ``_THREAD_ROWS`` rows; else Polars' pool size, at most ``NUMBA_NUM_THREADS``."""
     jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
-    assert kernel._kernel_threads(kernel._THREAD_ROWS - 1, jit) == 1
+    assert kernel.kernel_threads(kernel._THREAD_ROWS - 1, jit) == 1
     monkeypatch.setattr(pl, "thread_pool_size", lambda: 6)
     monkeypatch.setattr(jit, "max_threads", lambda: 4)
-    assert kernel._kernel_threads(kernel._THREAD_ROWS, jit) == 4
+    assert kernel.kernel_threads(kernel._THREAD_ROWS, jit) == 4
     monkeypatch.setattr(jit, "max_threads", lambda: 16)
-    assert kernel._kernel_threads(kernel._THREAD_ROWS, jit) == 6
+    assert kernel.kernel_threads(kernel._THREAD_ROWS, jit) == 6

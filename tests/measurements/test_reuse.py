@@ -735,7 +735,7 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     found no runs, or the candidates are not looked up once per row, the other paths run."""
     pytest.importorskip("numba")
     monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route on every shape
-    monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: threads)
+    monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
     frame = shapes()[shape]
     space = _resolve_space(*wgm.user_items_space())
     lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
@@ -794,7 +794,7 @@ def test_view_keys_ignore_the_bytes_past_the_length() -> None:
     pytest.importorskip("pyarrow")
     words = ["", "a", "abc", "abcd", "abce", "abcde", "abcdefgh", "abcdefghijk", "abcdefghijkl", "abcdefghijkm",
              "abcdefghijklm", "é日"]
-    views = kernel._string_views(pl.Series(words))
+    views = kernel.string_views(pl.Series(words))
     assert views is not None
     table = peel.view_table(views, 6)
     dirty = views.copy()
@@ -819,9 +819,9 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     slices and a user holding most rows (a slice of no user), candidates in a range's first and last user."""
     pytest.importorskip("numba")
     monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route
-    monkeypatch.setattr(kernel, "_kernel_threads", lambda rows, jit: threads)
+    monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
     if not views:  # the Enum cast, in slices (no pyarrow)
-        monkeypatch.setattr(kernel, "_string_views", lambda column: None)
+        monkeypatch.setattr(kernel, "string_views", lambda column: None)
     base = data(n_users=120, seed=4)
     big = pl.DataFrame({"user": ["big"] * 2000, "item": [f"i{x % 70}" for x in range(2000)]})
     number = pl.col("user").str.slice(1).cast(pl.Int64)
@@ -867,7 +867,7 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
     monkeypatch.setattr(kernel, "_shared_runs", lambda lf: read.append(original(lf) is not None) or original(lf))
     paths = {
         "the keyed route's runs": {},
-        "in three threads": {"_kernel_threads": lambda rows, jit: 3},
+        "in three threads": {"kernel_threads": lambda rows, jit: 3},
         "polars, no shared runs": {"_shared_runs": lambda lf: None},
         "polars, no numba": {"kernel_jit": lambda: None},
     }

@@ -119,7 +119,7 @@ def test_threaded_item_index_is_the_stable_sort_by_item(monkeypatch: pytest.Monk
     sizes[200:260] = 0  # three threads: one range of users may hold no pair
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     items = rng.integers(0, 40, int(offsets[-1])).astype(dtype)  # items 40 .. 44 held by nobody
-    monkeypatch.setattr(engine, "_kernel_threads", lambda rows, kernels: threads)
+    monkeypatch.setattr(engine, "kernel_threads", lambda rows, kernels: threads)
     index = engine.holders_by_item(items, offsets, 45)
     assert index is not None
     holders, start = index

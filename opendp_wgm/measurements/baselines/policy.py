@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from types import ModuleType
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -37,9 +38,14 @@ from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, 
 from opendp_wgm.engines.polars import (
     bound_key,
     bounded_lists_plan,
+    even_ranges,
     fresh_seeds,
+    in_threads,
+    kernel_jit,
+    kernel_threads,
     mostly_above,
     release_above_threshold,
+    string_views,
 )
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
@@ -320,16 +326,18 @@ _JIT_MIN_ROWS = 200_000
 def _hashed_csr(
     lf: pl.LazyFrame, space: _Space, max_contributions: int, bound_seeds: tuple[int, ...], order: pl.Expr
 ) -> _UserItems | None:
-    """:func:`_bounded_csr` without ``key_order``, from per-row hashes in one compiled pass (no sort of the rows,
+    """:func:`_bounded_csr` without ``key_order``, from per-row hashes in compiled passes (no sort of the rows,
     no per-user lists, no string dictionary); ``None`` when it does not apply.
 
     Polars computes the runs of equal users (``rle``) and each run's order hash ``order``, and, per row, the key
     of :func:`~opendp_wgm.engines.polars.bounded_lists_plan` (:func:`~opendp_wgm.engines.polars.bound_key`) and a
-    hash of the item under fresh seeds; :func:`~opendp_wgm.measurements.baselines._policy_jit.bounded_user_items`
-    groups the runs by user hash, keeps each user's ``max_contributions`` distinct keys of smallest value and
-    codes the items by hash. Its arrays are those of the Polars plan whenever the hashes tell the values apart;
-    that is checked exactly against the values (runs merged as one user hold equal users; every kept row holds
-    its code's item), and two items of one user with one key make the kernel give up; in either case (probability
+    hash of the item under fresh seeds; :func:`_bounded_arrays` groups the runs by user hash, keeps each user's
+    ``max_contributions`` distinct keys of smallest value and codes the items by hash. Its arrays are those of
+    the Polars plan whenever the hashes tell the values apart; that is checked exactly against the values: runs
+    merged as one user hold equal users, and every kept row holds its code's item (String items by their Arrow
+    views in the kernel, :func:`_item_views`: exact up to 12 bytes, the pairs of longer strings that share a
+    length and 4-byte prefix gathered and compared here; other items by gathering every kept row). Two items of
+    one user with one key, or two Strings with one code, make the kernel give up; in either case (probability
     ~N²/2^64) ``None`` sends the caller to the Polars plan. A user's items come in ascending key (the order of
     the keyed plan), users in ascending order hash (no two users share one, as checked).
     """
@@ -345,16 +353,177 @@ def _hashed_csr(
     run_users = runs["value"].rename(user)
     run_start = np.concatenate(([0], np.cumsum(runs["len"].to_numpy()))).astype(np.int64)
     run_hash = run_users.to_frame().select(order).to_series().to_numpy()
-    ok, codes, offsets, kept, first, same_user = kernel(
-        run_start, run_hash, rows["_k"].to_numpy(), rows["_x"].to_numpy(), max_contributions
-    )
-    if not ok or not (run_users == run_users.gather(same_user)).all():
-        return None
     items = rows[item]
-    values = items.gather(kept[first])  # each code's item
-    if not (items.gather(kept) == values.gather(codes)).all():  # every kept row holds its code's item
+    views = _item_views(items)
+    data = kernel(run_start, run_hash, rows["_k"].to_numpy(), rows["_x"].to_numpy(), views, max_contributions)
+    if data is None or not (run_users == run_users.gather(data.same_user)).all():
         return None
-    return _UserItems(codes=codes, offsets=offsets, n_codes=values.len(), decode=values.gather)
+    # every kept row holds its code's item: the pairs the kernel's views could not vouch for, compared whole
+    if not (items.gather(data.compare[:, 0]) == items.gather(data.compare[:, 1])).all():
+        return None
+    values = items.gather(data.first_rows)  # each code's item
+    return _UserItems(codes=data.codes, offsets=data.offsets, n_codes=values.len(), decode=values.gather)
+
+
+def _item_views(items: pl.Series) -> list[np.ndarray]:
+    """The Arrow views of a String item column without nulls, two words per row, one array per chunk
+    (:func:`~opendp_wgm.engines.polars.string_views`: no copy), for the kernel of :func:`_hashed_csr` to compare
+    the kept rows' items exactly; an empty list where there are none (every kept row is then gathered and
+    compared)."""
+    if items.dtype != pl.String or items.null_count():
+        return []
+    read = [string_views(chunk) for chunk in items.get_chunks()]
+    chunks = [views for views in read if views is not None]
+    return chunks if len(chunks) == len(read) else []
+
+
+def _view_pieces(
+    views: list[np.ndarray], user_start: np.ndarray, rows: np.ndarray, first: int, stop: int
+) -> list[tuple[np.ndarray, int, int, int]]:
+    """The users ``first <= u < stop`` cut into pieces ``(views, base, first, stop)`` whose rows' views are
+    ``views[r - base]``: runs of users within one chunk read it where it is; a user across chunks (or, users not in
+    runs, all of them) reads a joined copy of the views it needs. No views: one piece of an empty array."""
+    if not views:
+        none = np.zeros((0, 2), dtype=np.uint64)
+        none.flags.writeable = False  # the type of the views (read-only Arrow buffers)
+        return [(none, 0, first, stop)]
+    if first == stop:
+        return []
+    if rows.size:  # users not in runs: their rows anywhere
+        joined = np.concatenate(views) if len(views) > 1 else views[0]
+        return [(joined, 0, first, stop)]
+    chunk_start = np.cumsum([0] + [chunk.shape[0] for chunk in views])
+    users = np.arange(first, stop)
+    low = np.searchsorted(chunk_start, user_start[first:stop], side="right") - 1  # the chunk of each first row
+    high = np.searchsorted(chunk_start, user_start[first + 1 : stop + 1] - 1, side="right") - 1  # of each last row
+    pieces = []
+    cuts = np.flatnonzero(np.diff(low) != 0) + 1  # runs of users starting in one chunk
+    for a, b in itertools.pairwise([0, *cuts.tolist(), users.size]):
+        c = int(low[a])
+        across = np.flatnonzero(high[a:b] != c)  # at most the last user of the run crosses into the next chunks
+        end = a + (int(across[0]) if across.size else b - a)
+        if a < end:
+            pieces.append((views[c], int(chunk_start[c]), first + a, first + end))
+        for u in range(first + end, first + b):
+            lo, hi = int(user_start[u]), int(user_start[u + 1])
+            chunks = range(c, int(high[u - first]) + 1)
+            parts = [views[j][max(lo - chunk_start[j], 0) : hi - chunk_start[j]] for j in chunks]
+            pieces.append((np.concatenate(parts), lo, u, u + 1))
+    return pieces
+
+
+def _bounded_arrays(
+    run_start: np.ndarray,
+    run_hash: np.ndarray,
+    key: np.ndarray,
+    item_hash: np.ndarray,
+    views: list[np.ndarray],
+    max_contributions: int,
+) -> _BoundedArrays | None:
+    """Policy Gaussian's CSR arrays from per-row hashes (compiled, :mod:`._policy_jit`): users by ascending user
+    hash, each with its ``max_contributions`` distinct items of smallest ``key``, in ascending ``key``; items coded
+    by ``item_hash`` in order of first appearance in the arrays. ``None`` when two items of one user share a key,
+    or two Strings a hash (or a 64-bit collision the views see).
+
+    The rows come in runs of equal users (``rle``: run ``j`` is rows ``run_start[j]:run_start[j + 1]``, of user
+    hash ``run_hash[j]``); runs with one hash are one user (:func:`~._policy_jit.group_runs`; the caller checks
+    their values). Passes in threads over ranges of about equal work (the compiled functions release the GIL):
+
+    1. :func:`~._policy_jit.keep_smallest` bounds the users, each range reading its users' rows in order (their
+       keys, item hashes and String views, ``views``: :func:`_item_views`, by chunk, :func:`_view_pieces`) and
+       writing their kept items to slots laid out in the users' final order (room for ``min(rows, Δ0)`` each);
+    2. :func:`~._policy_jit.code_slots` codes each range of the final order by a table of its own, comparing each
+       String with its code's first one by their views; :func:`~._policy_jit.merge_codes` numbers the ranges'
+       codes as one pass would; :func:`~._policy_jit.relabel` writes the arrays.
+
+    The arrays are those of one sequential pass over the users in their final order, whatever the threads.
+    Reading each user's rows in order (never a kept row out of order) and the slots in order keeps the passes
+    off the memory latency.
+
+    Returns
+    -------
+    _BoundedArrays
+        With ``compare``: pairs of rows whose items the caller must compare (longer Strings whose views are
+        equal; without views, every kept row and its code's first).
+    """
+    jit = _jit()
+    first_run, user_start, rows, same_user = jit.group_runs(run_start, run_hash)
+    n_users, n = first_run.size, int(run_start[-1])
+    order = np.argsort(run_hash[first_run])  # users in ascending hash (distinct: equal hashes are one user)
+    room = np.minimum(np.diff(user_start), max_contributions)
+    slot = np.empty(n_users, dtype=np.int64)  # each user's first slot, the users in final order
+    slot[order] = np.cumsum(room[order]) - room[order]
+    slots = int(room.sum())
+    count = np.empty(n_users, dtype=np.int64)
+    # allocated by NumPy (large pages)
+    slot_rows, slot_hash = np.empty(slots, dtype=np.int64), np.empty(slots, dtype=np.uint64)
+    slot_views = np.empty((slots if views else 0, 2), dtype=np.uint64)
+    threads = kernel_threads(n, cast("ModuleType", kernel_jit()))  # Numba is installed: this runs compiled code
+    users = np.searchsorted(user_start, even_ranges(n, threads)).astype(np.int64)  # ranges of about equal rows
+    users[0], users[-1] = 0, n_users
+    ok = np.ones(threads, dtype=np.bool_)
+
+    def keep(k: int, first: int, stop: int) -> None:
+        for chunk, base, a, b in _view_pieces(views, user_start, rows, first, stop):
+            ok[k] &= jit.keep_smallest(
+                user_start, rows, key, item_hash, chunk, base, a, b, max_contributions,
+                slot, count, slot_rows, slot_hash, slot_views,
+            )
+
+    in_threads(users, keep)
+    empty = np.zeros(0, dtype=np.int64)
+    if not ok.all():
+        return None
+    offsets = np.zeros(n_users + 1, dtype=np.int64)
+    np.cumsum(count[order], out=offsets[1:])
+    size = int(offsets[-1])
+    pairs = np.empty((slots if views else 0, 2), dtype=np.int64)  # pages written only where pairs are
+    positions = np.searchsorted(offsets, even_ranges(size, threads)).astype(np.int64)
+    positions[0], positions[-1] = 0, n_users
+    coded: list[tuple[bool, np.ndarray, np.ndarray, int]] = [(True, empty, empty, 0)] * threads
+
+    def code(k: int, first: int, stop: int) -> None:
+        coded[k] = jit.code_slots(order, slot, count, slot_hash, slot_views, first, stop, pairs)
+
+    in_threads(positions, code)
+    if not all(c[0] for c in coded):
+        return None
+    firsts = np.concatenate([c[1] for c in coded])
+    done, final, first, merged = jit.merge_codes(np.concatenate([c[2] for c in coded]), slot_views, firsts)
+    if not done:
+        return None
+    local = slot_hash.view(np.int64)  # code_slots wrote the local codes there
+    bases = np.cumsum([0] + [c[1].size for c in coded])
+    first_rows = slot_rows[first]  # merge_codes gives each code's first slot
+    if views:  # the slots of long strings to compare: each range's from its first slot on, and the merge's
+        at = [slot[order[a]] if a < n_users else 0 for a in positions[:-1]]
+        pieces = [pairs[a : a + c[3]] for a, c in zip(at, coded, strict=True)]
+        compare = slot_rows[np.concatenate([*pieces, merged])]
+        # the codes over the slots' rows, no longer read (no fresh pages): each range reads only its local codes
+        codes, kept = slot_rows[:size], empty
+    else:  # every kept row against its code's first
+        codes, kept = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+
+    def write(k: int, first: int, stop: int) -> None:
+        jit.relabel(order, slot, offsets, first, stop, local, final, bases[k], slot_rows, codes, kept)
+
+    in_threads(positions, write)
+    if not views:
+        compare = np.stack((kept, first_rows[codes]), axis=1)
+    return _BoundedArrays(codes, offsets, first_rows, same_user, compare)
+
+
+@dataclass(frozen=True)
+class _BoundedArrays:
+    """:func:`_bounded_arrays`' result: the CSR arrays, the row of each code's first entry, for each run the first
+    run of its user, and pairs of rows whose items the caller must compare (equal hashes, not vouched for by their
+    Arrow views)."""
+
+    codes: np.ndarray
+    offsets: np.ndarray
+    first_rows: np.ndarray
+    same_user: np.ndarray
+    compare: np.ndarray
 
 
 def _csr(
@@ -463,8 +632,8 @@ def _l2_steps(codes: np.ndarray, bounds: list[int], weights: np.ndarray, cap: in
 _L2Kernel = Callable[[np.ndarray, np.ndarray, np.ndarray, int, int, int], int]
 #: the compiled hash-table coding's signature: values (uint64) -> (codes, first position of each code)
 _CodesKernel = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-#: the compiled CSR builder's signature (``_policy_jit.bounded_user_items``)
-_BoundedKernel = Callable[..., tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+#: the compiled CSR builder's signature (:func:`_bounded_arrays`)
+_BoundedKernel = Callable[..., "_BoundedArrays | None"]
 
 
 @lru_cache(maxsize=1)
@@ -488,9 +657,8 @@ def _l2_kernel() -> _L2Kernel | None:
 
 
 def _bounded_kernel() -> _BoundedKernel | None:
-    """The compiled CSR builder of :func:`_hashed_csr`, or ``None`` without Numba."""
-    module = _jit()
-    return None if module is None else cast("_BoundedKernel", module.bounded_user_items)
+    """The compiled CSR builder of :func:`_hashed_csr` (:func:`_bounded_arrays`), or ``None`` without Numba."""
+    return None if _jit() is None else _bounded_arrays
 
 
 def _codes_kernel() -> _CodesKernel | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import opendp.prelude as dp
@@ -207,10 +208,18 @@ def _users_frame(shape: str) -> pl.DataFrame:
     df = pl.DataFrame({"user": users, "item": items})
     if shape in ("wide int", "shuffled wide int"):  # codes by hash table (Numba) or rank, not by offset
         df = df.with_columns(pl.col("item") * 10**12 - 7)
-    if shape in ("str", "shuffled str"):
+    if shape in ("str", "shuffled str", "categorical", "chunked str", "shuffled chunked str"):
         df = df.with_columns(pl.format("u{}", "user"), pl.format("w{}", "item"))
+    if shape in ("long str", "shuffled long str"):  # strings of 13 to 15 bytes: a few lengths, one 4-byte prefix
+        df = df.with_columns(pl.format("u{}", "user"), pl.format("word{}", pl.col("item") * 1_000_003 % 10**9 + 10**8))
+    if shape == "mixed str":  # short and long strings, long ones sharing a length and prefix with others
+        df = df.with_columns(pl.format("u{}", "user"), pl.format("w{}", pl.col("item").cast(pl.Int64) ** 5))
+    if shape == "categorical":
+        df = df.with_columns(pl.col("item").cast(pl.Categorical))
     if shape.startswith("shuffled"):  # a user's rows are not contiguous
         df = df.sample(fraction=1.0, shuffle=True, seed=3)
+    if shape.endswith("chunked str"):  # several chunks of String views, users' rows across the boundaries
+        df = pl.concat([df.slice(0, 301), df.slice(301, 999), df.slice(1300)], rechunk=False)
     return df
 
 
@@ -235,7 +244,9 @@ def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", ["int", "wide int", "str", "shuffled str", "shuffled wide int"])
+@pytest.mark.parametrize(
+    "shape", ["int", "wide int", "str", "shuffled str", "shuffled wide int", "long str", "mixed str", "categorical"]
+)
 def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     frame = _users_frame(shape)
     built: list[bool] = []  # whether the compiled preparation ran, and vouched for its arrays
@@ -257,6 +268,52 @@ def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str,
     assert weights.equals(bl._positive_histogram(expected, bl._policy_weights(expected, cap, "l2"), "item"))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize(
+    "shape",
+    ["int", "wide int", "str", "long str", "mixed str", "shuffled long str", "categorical", "chunked str",
+     "shuffled chunked str"],
+)
+def test_hashed_preparation_identical_in_threads(threads: int, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled preparation in 1 and 3 threads: the keyed plan's lists, users and items in its order, and the
+    codes of one sequential pass (first appearance in the arrays), Strings told apart by their views (long ones
+    sharing a length and 4-byte prefix compared whole)."""
+    pytest.importorskip("numba")
+    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
+    monkeypatch.setattr(bl, "kernel_threads", lambda *_: threads)
+    frame = _users_frame(shape)
+    if shape.endswith("chunked str"):
+        assert frame["item"].n_chunks() == 3
+        if shape == "chunked str":  # a user's run across each boundary: its views joined from two chunks
+            assert frame["user"][300] == frame["user"][301] and frame["user"][1299] == frame["user"][1300]
+    built: list[bool] = []
+    hashed = bl._hashed_csr
+    monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
+    got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+    assert built == [True]
+    keyed = engine.bounded_lists_plan(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, plan="keyed").collect()
+    lists = keyed.sort(_value_key("user", keyed.schema["user"]).hash(*SEEDS))["item"]
+    assert _segments(got) == lists.to_list()
+    values = lists.explode()
+    first = values.is_first_distinct()
+    # codes in order of first appearance: a value's code is the number of distinct values before its first row
+    assert np.array_equal(got.codes, np.cumsum(first.to_numpy())[_first_row(values)] - 1)
+    assert got.n_codes == int(first.sum())
+    if shape in ("long str", "mixed str", "shuffled long str"):  # long strings that share a length and prefix
+        long = values.unique().filter(values.unique().str.len_bytes() > 12)
+        assert long.len() > long.str.slice(0, 4).n_unique()
+
+
+def _first_row(values: pl.Series) -> np.ndarray:
+    """The row of each value's first appearance, for every row."""
+    rows = pl.DataFrame({"v": values, "r": np.arange(values.len())})
+    return rows.select(pl.col("r").min().over("v")).to_series().to_numpy()
+
+
 def test_preparation_of_an_empty_frame(preparation: str) -> None:
     for frame in (_users_frame("int").head(0), _users_frame("str").head(0)):
         got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
@@ -264,9 +321,12 @@ def test_preparation_of_an_empty_frame(preparation: str) -> None:
 
 
 @pytest.mark.slow
-def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("shape", ["str", "long str", "wide int"])
+def test_hashed_preparation_falls_back_when_the_values_disagree(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Arrays the values do not vouch for (two users or two items taken as one: a hash collision) are dropped for
-    the Polars lists; simulated by a kernel that merges users, then one that merges items."""
+    the Polars lists; simulated by a kernel that merges users, then by items that all hash alike: short Strings
+    are told apart by their views, longer ones sharing length and prefix by the pairs compared whole, other
+    dtypes by comparing every kept row."""
     pytest.importorskip("numba")
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
@@ -274,20 +334,20 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(monkeypatch: pyt
     monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
     kernel = bl._bounded_kernel()
     assert kernel is not None
-    frame = _users_frame("str")
+    frame = _users_frame(shape)
     expected = _frozen_bounded_csr(frame, 20)
+    order = _value_key("user", frame.schema["user"]).hash(*SEEDS)
+    assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, order) is not None
     for corrupt in ("user", "item"):
 
-        def wrong(*args: object, corrupt: str = corrupt) -> tuple[object, ...]:
-            ok, codes, offsets, kept, first, same_user = kernel(*args)
-            if corrupt == "user":
-                same_user = np.zeros_like(same_user)  # every run taken as the first user
-            else:
-                codes = np.minimum(codes, 1)  # items taken as one
-            return ok, codes, offsets, kept, first, same_user
+        def wrong(run_start, run_hash, key, words, *rest, corrupt: str = corrupt):  # type: ignore[no-untyped-def]
+            if corrupt == "item":  # every item one hash
+                return kernel(run_start, run_hash, key, np.zeros_like(words), *rest)
+            data = kernel(run_start, run_hash, key, words, *rest)
+            return replace(data, same_user=np.zeros_like(data.same_user))  # every run taken as the first user
 
         monkeypatch.setattr(bl, "_bounded_kernel", lambda wrong=wrong: wrong)
-        assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, pl.lit(0)) is None
+        assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, order) is None
         got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
         assert np.array_equal(got.offsets, expected.offsets)
         assert [sorted(s) for s in _segments(got)] == [sorted(s) for s in _segments(expected)]
