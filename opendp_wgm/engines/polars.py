@@ -58,6 +58,7 @@ __all__ = [
     "candidate_csr",
     "candidate_pairs",
     "cast_candidates",
+    "chunk_views",
     "coded_pairs",
     "collect_once",
     "distinct_pairs_plan",
@@ -77,6 +78,7 @@ __all__ = [
     "run_offsets",
     "share_codes",
     "string_views",
+    "user_ranges",
     "weights_frame",
 ]
 
@@ -563,6 +565,14 @@ def even_ranges(size: int, parts: int) -> NDArray[np.int64]:
     return np.linspace(0, size, parts + 1).astype(np.int64)
 
 
+def user_ranges(offsets: NDArray[np.int64], parts: int) -> NDArray[np.int64]:
+    """``parts + 1`` bounds cutting the users ``0 … offsets.size - 1`` (user ``u``'s rows
+    ``offsets[u] <= r < offsets[u + 1]``) into ``parts`` ranges of whole users holding about as many rows each."""
+    users = np.searchsorted(offsets, even_ranges(int(offsets[-1]), parts)).astype(np.int64)
+    users[0], users[-1] = 0, offsets.size - 1
+    return users
+
+
 def in_threads(bounds: NDArray[np.int64], run: Callable[[int, int, int], object]) -> None:
     """``run(k, bounds[k], bounds[k + 1])`` for each range ``k``: in this thread for one range, else one thread
     per range (the compiled functions release the GIL)."""
@@ -596,8 +606,7 @@ def _histogram_below(
         users.values, users.low, items.values, items.low, first, stop, counts[k], held))
     if items.words.size:
         in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
-    ranges = np.searchsorted(start, chunks).astype(np.int64)  # users cut where the row chunks are
-    ranges[0], ranges[-1] = 0, n_users
+    ranges = user_ranges(start, threads)
     above = np.zeros(n_users, dtype=np.bool_)
     seen = np.full((threads, n_items), -1, dtype=np.int32)
     histograms = np.zeros((threads, n_items), dtype=np.int64)
@@ -748,8 +757,7 @@ def _weigh_runs(
     gather of those rows only); ``None`` where one holds another item."""
     rows, n_users = int(start[-1]), start.size - 1
     threads = kernel_threads(rows, jit)
-    ranges = np.searchsorted(start, even_ranges(rows, threads)).astype(np.int64)
-    ranges[0], ranges[-1] = 0, n_users
+    ranges = user_ranges(start, threads)
     out = np.empty(rows, dtype=np.int32)
     twins = np.empty((rows if check else 0, 2), dtype=np.int32)  # rows below 2^31; pages written where rows repeat
     above = np.zeros(n_users if flag else 0, dtype=np.bool_)
@@ -832,8 +840,7 @@ class CodedPairs:
         if above.any():  # the users above Δ0: keyed on their pairs only, by the values
             # in ranges of users holding about as many pairs, each range's pairs, keys and histogram its own
             # (integer sums, the same whatever their order): the keys are one Polars select per range
-            ranges = np.searchsorted(self.start, even_ranges(int(self.start[-1]), self.threads)).astype(np.int64)
-            ranges[0], ranges[-1] = 0, self.start.size - 1
+            ranges = user_ranges(self.start, self.threads)
             parts = np.zeros((self.threads, histogram.size), dtype=np.int64)
 
             def keyed(k: int, first: int, stop: int) -> None:
@@ -1197,11 +1204,21 @@ def string_views(column: pl.Series) -> NDArray[np.uint64] | None:
     return words[array.offset : array.offset + len(array)]
 
 
+def chunk_views(column: pl.Series) -> list[NDArray[np.uint64]] | None:
+    """:func:`string_views` of each chunk of a String column without nulls (no copy), or ``None`` for another
+    dtype, nulls, or a chunk whose views cannot be read so."""
+    if column.dtype != pl.String or column.null_count():
+        return None
+    read = [string_views(chunk) for chunk in column.get_chunks()]
+    chunks = [views for views in read if views is not None]
+    return chunks if len(chunks) == len(read) else None
+
+
 def _view_positions(
     lf: pl.LazyFrame, space: _Space, items: pl.Series, threads: int, peel: ModuleType
 ) -> NDArray[np.int32] | None:
     """The candidate position of every row's String item (-1: no candidate), exactly, from the column's Arrow
-    views (:func:`string_views`, chunk by chunk: no copy) by a compiled table of the candidates' views
+    views (:func:`chunk_views`: no copy) by a compiled table of the candidates' views
     (:func:`opendp_wgm.engines._peel_jit.view_positions`, in ``threads`` ranges of rows): a string of up to 12
     bytes is held whole in its view, and a longer one differs from every candidate of another length or 4-byte
     prefix; the few rows left (a longer string sharing both with a candidate) are looked up by :func:`_position`.
@@ -1210,10 +1227,8 @@ def _view_positions(
     if items.dtype != pl.String:
         return None
     column = lf.select(space.item).collect().to_series()
-    candidates = string_views(items)
-    read = [string_views(chunk) for chunk in column.get_chunks()]
-    chunks = [views for views in read if views is not None]
-    if column.null_count() or candidates is None or len(chunks) < len(read):
+    candidates, chunks = string_views(items), chunk_views(column)
+    if candidates is None or chunks is None:
         return None
     table = peel.view_table(candidates, max(4, 2 + (items.len() - 1).bit_length()))  # at most a quarter full
     rows = column.len()
@@ -1251,8 +1266,7 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
     start = runs.start
     rows, n_users = int(start[-1]), start.size - 1
     threads = kernel_threads(rows, jit)
-    users = np.searchsorted(start, even_ranges(rows, threads))  # ranges of users
-    users[0], users[-1] = 0, n_users
+    users = user_ranges(start, threads)
     bounds = start[users]  # each slice holds whole users
     held = _view_positions(lf, space, items, threads, peel)
     if held is not None:  # deduplicated in place: a row is read before any write reaches its slot
@@ -1335,9 +1349,8 @@ def holders_by_item(
     jit = kernel_jit()
     if jit is None:
         return None
-    n_users, pairs = offsets.size - 1, items.size
-    users = np.searchsorted(offsets, even_ranges(pairs, kernel_threads(pairs, jit)))  # ranges of users
-    users[0], users[-1] = 0, n_users
+    pairs = items.size
+    users = user_ranges(offsets, kernel_threads(pairs, jit))
     counts = np.zeros((users.size - 1, n_items), dtype=np.int64)
     in_threads(users, lambda k, first, stop: jit.count_users(items, 0, offsets[first], offsets[stop], counts[k]))
     start = np.empty(n_items + 1, dtype=np.int64)

@@ -38,14 +38,14 @@ from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive, 
 from opendp_wgm.engines.polars import (
     bound_key,
     bounded_lists_plan,
-    even_ranges,
+    chunk_views,
     fresh_seeds,
     in_threads,
     kernel_jit,
     kernel_threads,
     mostly_above,
     release_above_threshold,
-    string_views,
+    user_ranges,
 )
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
@@ -335,8 +335,9 @@ def _hashed_csr(
     ``max_contributions`` distinct keys of smallest value and codes the items by hash. Its arrays are those of
     the Polars plan whenever the hashes tell the values apart; that is checked exactly against the values: runs
     merged as one user hold equal users, and every kept row holds its code's item (String items by their Arrow
-    views in the kernel, :func:`_item_views`: exact up to 12 bytes, the pairs of longer strings that share a
-    length and 4-byte prefix gathered and compared here; other items by gathering every kept row). Two items of
+    views in the kernel, :func:`~opendp_wgm.engines.polars.chunk_views`: exact up to 12 bytes, the pairs of
+    longer strings that share a length and 4-byte prefix gathered and compared here; other items by gathering
+    every kept row). Two items of
     one user with one key, or two Strings with one code, make the kernel give up; in either case (probability
     ~N²/2^64) ``None`` sends the caller to the Polars plan. A user's items come in ascending key (the order of
     the keyed plan), users in ascending order hash (no two users share one, as checked).
@@ -354,7 +355,7 @@ def _hashed_csr(
     run_start = np.concatenate(([0], np.cumsum(runs["len"].to_numpy()))).astype(np.int64)
     run_hash = run_users.to_frame().select(order).to_series().to_numpy()
     items = rows[item]
-    views = _item_views(items)
+    views = chunk_views(items) or []  # none: every kept row is gathered and compared
     data = kernel(run_start, run_hash, rows["_k"].to_numpy(), rows["_x"].to_numpy(), views, max_contributions)
     if data is None or not (run_users == run_users.gather(data.same_user)).all():
         return None
@@ -363,18 +364,6 @@ def _hashed_csr(
         return None
     values = items.gather(data.first_rows)  # each code's item
     return _UserItems(codes=data.codes, offsets=data.offsets, n_codes=values.len(), decode=values.gather)
-
-
-def _item_views(items: pl.Series) -> list[np.ndarray]:
-    """The Arrow views of a String item column without nulls, two words per row, one array per chunk
-    (:func:`~opendp_wgm.engines.polars.string_views`: no copy), for the kernel of :func:`_hashed_csr` to compare
-    the kept rows' items exactly; an empty list where there are none (every kept row is then gathered and
-    compared)."""
-    if items.dtype != pl.String or items.null_count():
-        return []
-    read = [string_views(chunk) for chunk in items.get_chunks()]
-    chunks = [views for views in read if views is not None]
-    return chunks if len(chunks) == len(read) else []
 
 
 def _view_pieces(
@@ -430,7 +419,7 @@ def _bounded_arrays(
     their values). Passes in threads over ranges of about equal work (the compiled functions release the GIL):
 
     1. :func:`~._policy_jit.keep_smallest` bounds the users, each range reading its users' rows in order (their
-       keys, item hashes and String views, ``views``: :func:`_item_views`, by chunk, :func:`_view_pieces`) and
+       keys, item hashes and String views, ``views``: one array per chunk, :func:`_view_pieces`) and
        writing their kept items to slots laid out in the users' final order (room for ``min(rows, Δ0)`` each);
     2. :func:`~._policy_jit.code_slots` codes each range of the final order by a table of its own, comparing each
        String with its code's first one by their views; :func:`~._policy_jit.merge_codes` numbers the ranges'
@@ -459,8 +448,7 @@ def _bounded_arrays(
     slot_rows, slot_hash = np.empty(slots, dtype=np.int64), np.empty(slots, dtype=np.uint64)
     slot_views = np.empty((slots if views else 0, 2), dtype=np.uint64)
     threads = kernel_threads(n, cast("ModuleType", kernel_jit()))  # Numba is installed: this runs compiled code
-    users = np.searchsorted(user_start, even_ranges(n, threads)).astype(np.int64)  # ranges of about equal rows
-    users[0], users[-1] = 0, n_users
+    users = user_ranges(user_start, threads)
     ok = np.ones(threads, dtype=np.bool_)
 
     def keep(k: int, first: int, stop: int) -> None:
@@ -478,8 +466,7 @@ def _bounded_arrays(
     np.cumsum(count[order], out=offsets[1:])
     size = int(offsets[-1])
     pairs = np.empty((slots if views else 0, 2), dtype=np.int64)  # pages written only where pairs are
-    positions = np.searchsorted(offsets, even_ranges(size, threads)).astype(np.int64)
-    positions[0], positions[-1] = 0, n_users
+    positions = user_ranges(offsets, threads)
     coded: list[tuple[bool, np.ndarray, np.ndarray, int]] = [(True, empty, empty, 0)] * threads
 
     def code(k: int, first: int, stop: int) -> None:
