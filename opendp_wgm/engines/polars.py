@@ -62,7 +62,6 @@ __all__ = [
     "coded_pairs",
     "collect_once",
     "distinct_pairs_plan",
-    "even_ranges",
     "fresh_seeds",
     "holders_by_item",
     "in_threads",
@@ -463,7 +462,7 @@ class _Coding:
             jit.offsets_of(values, self.low, first, stop, codes)
             self.ranked(jit, codes, first, stop)
 
-        in_threads(even_ranges(codes.size, threads), code)
+        in_threads(_even_ranges(codes.size, threads), code)
         return codes
 
 
@@ -505,7 +504,7 @@ def _coding(
     # the compiled functions read any integer dtype as it is (no int64 copy of an Int32 column); uint64 as int64
     # bits, so that subtracting the smallest value stays integer
     signed = values.view(np.int64) if values.dtype == np.uint64 else values
-    chunks = even_ranges(values.size, threads)
+    chunks = _even_ranges(values.size, threads)
     bounds = np.tile(np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min]), (threads, 1))  # empty chunks
     in_threads(chunks, lambda k, first, stop: stop > first and jit.value_range(signed, first, stop, bounds[k]))
     low, high = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if values.size else (0, -1)
@@ -560,7 +559,7 @@ def kernel_threads(rows: int, jit: ModuleType) -> int:
     return max(1, min(pl.thread_pool_size(), int(jit.max_threads())))
 
 
-def even_ranges(size: int, parts: int) -> NDArray[np.int64]:
+def _even_ranges(size: int, parts: int) -> NDArray[np.int64]:
     """``parts + 1`` bounds cutting ``0 … size`` into ``parts`` ranges of (nearly) equal length."""
     return np.linspace(0, size, parts + 1).astype(np.int64)
 
@@ -568,7 +567,7 @@ def even_ranges(size: int, parts: int) -> NDArray[np.int64]:
 def user_ranges(offsets: NDArray[np.int64], parts: int) -> NDArray[np.int64]:
     """``parts + 1`` bounds cutting the users ``0 … offsets.size - 1`` (user ``u``'s rows
     ``offsets[u] <= r < offsets[u + 1]``) into ``parts`` ranges of whole users holding about as many rows each."""
-    users = np.searchsorted(offsets, even_ranges(int(offsets[-1]), parts)).astype(np.int64)
+    users = np.searchsorted(offsets, _even_ranges(int(offsets[-1]), parts)).astype(np.int64)
     users[0], users[-1] = 0, offsets.size - 1
     return users
 
@@ -596,7 +595,7 @@ def _histogram_below(
     and the histograms are added up: integer sums, the same whatever their order.
     """
     n_users, n_items, rows = users.size, items.size, users.values.size
-    chunks = even_ranges(rows, threads)
+    chunks = _even_ranges(rows, threads)
     counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
     in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
     start = np.empty(n_users + 1, dtype=np.int64)
@@ -1243,7 +1242,7 @@ def _view_positions(
             if a < b:  # each piece writes its unsure rows within its own rows' slots
                 found.append((a, peel.view_positions(views, a - low, b - low, *table, looked_up, a, unsure)))
 
-    in_threads(even_ranges(rows, threads), look_up)
+    in_threads(_even_ranges(rows, threads), look_up)
     if any(n for _, n in found):
         at = np.concatenate([unsure[a : a + n] for a, n in found])
         position = _position(space, items, once=True).cast(pl.Int32).fill_null(-1)
