@@ -103,6 +103,28 @@ def test_sqlite_uri_and_query(capsys: pytest.CaptureFixture[str], sqlite_db: Pat
     assert f"input         --query on sqlite://{sqlite_db}: {2 * N_USERS:,} rows (not private)" in err
 
 
+def test_sqlite_uri_relative_to_the_current_directory(
+    capsys: pytest.CaptureFixture[str], sqlite_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite://events.db (ConnectorX's form, as documented) is ./events.db; sqlite:///events.db is /events.db, and
+    its error says how to name ./events.db, before ConnectorX could create an empty /events.db."""
+    pytest.importorskip("connectorx", reason="pip install 'opendp-wgm[sql]'")
+    monkeypatch.chdir(sqlite_db.parent)
+    query = "select uid, thing from events"
+    code, out, err = _run(capsys, "--uri", "sqlite://events.db", "--query", query, *COLUMNS, "-o", "-")
+    assert code == 0, err
+    assert out.startswith(f"thing,noisy_weight\n{COMMON},"), out
+    if Path("/events.db").exists():
+        pytest.skip("/events.db exists on this machine")
+    code, out, err = _run(capsys, "--uri", "sqlite:///events.db", "--query", query, *COLUMNS)
+    assert code == 2
+    assert err == (
+        "opendp-wgm: error: --uri 'sqlite:///events.db': SQLite database file '/events.db' not found "
+        "(for ./events.db write sqlite://events.db)\n"
+    )
+    assert not Path("/events.db").exists()
+
+
 def test_sqlite_query_with_where_clause(capsys: pytest.CaptureFixture[str], sqlite_db: Path) -> None:
     """The query selects the rows: without the common item's rows nothing is released (solo items only)."""
     pytest.importorskip("connectorx", reason="pip install 'opendp-wgm[sql]'")
