@@ -325,3 +325,14 @@ def test_block_extraction_and_markers() -> None:
         _blocks(ROOT / "README.md", '<!-- doc-test: needs sparkk -->\n```bash\nls\n```\n')
     with pytest.raises(ValueError, match="unreadable"):
         _blocks(ROOT / "README.md", "<!-- doc-test needs spark -->\n```bash\nls\n```\n")
+
+
+def test_every_marker_is_on_a_fence() -> None:
+    """A doc-test marker is the line just above a fence of a block that is run (else it would mark nothing)."""
+    for page in PAGES:
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, start=1):
+            if line.startswith("<!-- doc-test"):
+                fence = lines[number] if number < len(lines) else ""
+                language = fence[3:].strip().split(" ")[0].lower()
+                assert fence.startswith("```") and language in PYTHON + SHELL, f"{page.name}:{number}: {line!r}"
