@@ -1,8 +1,9 @@
 """Start-up time of the ``opendp-wgm`` command: ``python benchmarks/bench_startup.py [--runs N]``.
 
-Prints the median wall time over N runs (default 5) of ``--version``, ``--help`` and an argument error, each a
+Prints the median wall time over N runs (default 5) of ``--version``, ``--help``, ``reproduce --help`` (whose
+arguments the experiments package declares) and an argument error, each a
 fresh ``python -m opendp_wgm.cli`` process, and its ratio to ``python -c pass`` (the interpreter's own start).
-None of the three should import OpenDP, NumPy, Polars or the measurements.
+None of them should import OpenDP, NumPy, Polars or the measurements.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ CASES = {
     "python -c pass (baseline)": ["-c", "pass"],
     "opendp-wgm --version": ["-m", "opendp_wgm.cli", "--version"],
     "opendp-wgm --help": ["-m", "opendp_wgm.cli", "--help"],
+    "opendp-wgm reproduce --help": ["-m", "opendp_wgm.cli", "reproduce", "--help"],
     "opendp-wgm discover --epsilon 0 (error)": ["-m", "opendp_wgm.cli", "discover", "--epsilon", "0"],
 }
 

@@ -680,8 +680,11 @@ print("HEAVY", heavy, code)
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["--version"], ["discover", "--epsilon", "0"], ["top-k", "--help"], ["nope"]],
-    ids=["help", "version", "argument error", "command help", "unknown command"],
+    [
+        ["--help"], ["--version"], ["discover", "--epsilon", "0"], ["top-k", "--help"], ["reproduce", "--help"],
+        ["audit", "--help"], ["nope"],
+    ],
+    ids=["help", "version", "argument error", "command help", "reproduce help", "audit help", "unknown command"],
 )
 def test_start_up_imports_nothing_heavy(argv: list[str]) -> None:
     import sys

@@ -103,6 +103,28 @@ def test_sqlite_uri_and_query(capsys: pytest.CaptureFixture[str], sqlite_db: Pat
     assert f"input         --query on sqlite://{sqlite_db}: {2 * N_USERS:,} rows (not private)" in err
 
 
+def test_sqlite_uri_relative_to_the_current_directory(
+    capsys: pytest.CaptureFixture[str], sqlite_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite://events.db (ConnectorX's form, as documented) is ./events.db; sqlite:///events.db is /events.db, and
+    its error says how to name ./events.db, before ConnectorX could create an empty /events.db."""
+    pytest.importorskip("connectorx", reason="pip install 'opendp-wgm[sql]'")
+    monkeypatch.chdir(sqlite_db.parent)
+    query = "select uid, thing from events"
+    code, out, err = _run(capsys, "--uri", "sqlite://events.db", "--query", query, *COLUMNS, "-o", "-")
+    assert code == 0, err
+    assert out.startswith(f"thing,noisy_weight\n{COMMON},"), out
+    if Path("/events.db").exists():
+        pytest.skip("/events.db exists on this machine")
+    code, out, err = _run(capsys, "--uri", "sqlite:///events.db", "--query", query, *COLUMNS)
+    assert code == 2
+    assert err == (
+        "opendp-wgm: error: --uri 'sqlite:///events.db': SQLite database file '/events.db' not found "
+        "(for ./events.db write sqlite://events.db)\n"
+    )
+    assert not Path("/events.db").exists()
+
+
 def test_sqlite_query_with_where_clause(capsys: pytest.CaptureFixture[str], sqlite_db: Path) -> None:
     """The query selects the rows: without the common item's rows nothing is released (solo items only)."""
     pytest.importorskip("connectorx", reason="pip install 'opendp-wgm[sql]'")
@@ -407,7 +429,7 @@ def test_dry_run_prints_sigma_threshold_and_the_curve(capsys: pytest.CaptureFixt
     users = np.array([int(r[0]) for r in rows])
     best = np.array([float(r[1]) for r in rows])
     worst = np.array([float(r[2]) for r in rows])
-    assert users.tolist() == list(range(1, len(rows) + 1))
+    assert np.all(np.diff(users) > 0)
     assert np.all(np.diff(best) >= 0) and np.all(np.diff(worst) >= 0)  # monotone in c
     # an independent computation: the continuous normal tail with the unrounded weights 1 and 1/√Δ0
     np.testing.assert_allclose(best, norm.sf((cal.threshold - users) / cal.scale), atol=1e-4)
@@ -419,6 +441,29 @@ def test_dry_run_prints_sigma_threshold_and_the_curve(capsys: pytest.CaptureFixt
     w50 = _point(out, "50%", "100 items each")  # weight 1/√100 = 0.1 each
     assert norm.sf((cal.threshold - 0.1 * w50) / cal.scale) >= 0.5 - 1e-4
     assert norm.sf((cal.threshold - 0.1 * (w50 - 1)) / cal.scale) < 0.5 + 1e-4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--epsilon", 1], ["--epsilon", 0.001], ["--epsilon", 1000], ["--mechanism", "dp-sips"]],
+    ids=["epsilon 1", "epsilon 0.001", "epsilon 1000", "dp-sips"],
+)
+def test_dry_run_curve_spans_every_column(
+    capsys: pytest.CaptureFixture[str], never_read: None, options: list[object]
+) -> None:
+    """The table starts where the best case reaches 0.001 (the c below it said in one line) and ends where every
+    column, the worst case Δ0 = 100 items each included, has reached 0.99; no cell reads as a negative zero."""
+    code, out, err = _run(capsys, "--dry-run", *options)
+    assert code == 0, err
+    assert "-0.0" not in out
+    rows = _curve_rows(out)
+    users = np.array([int(r[0]) for r in rows])
+    table = np.array([[float(x) for x in r[1:]] for r in rows])
+    assert 2 <= len(rows) <= 40 and np.all(np.diff(users) > 0)
+    assert table[0].max() >= 0.001 - 5e-5  # the first row is the first c at 0.001 or more (4 decimals shown)
+    assert f"  (c < {users[0]:,}: below 0.0010 in every column)" in out.splitlines()
+    assert table[0].min() < 0.99  # the curve is seen rising, not only its top
+    assert np.all(table[-1] >= 0.99), table[-1]  # every column, Δ0's included, has reached 0.99
 
 
 def test_dry_run_rho_prints_the_epsilon_equivalent(capsys: pytest.CaptureFixture[str], never_read: None) -> None:

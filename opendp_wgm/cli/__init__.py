@@ -6,7 +6,7 @@ r"""The ``opendp-wgm`` command: differentially private domain discovery from the
     opendp-wgm discover                      # built-in synthetic Zipf demo
     opendp-wgm top-k data.csv --k 10         # WGM, then peeling (or --mechanism limited-domain)
     opendp-wgm hitting-set data.csv --k 10   # WGM, then user peeling
-    opendp-wgm discover --uri sqlite:///events.db --query "select user, item from events" -o -   # CSV on stdout
+    opendp-wgm discover --uri sqlite://events.db --query "select user, item from events" -o -    # CSV on stdout
     opendp-wgm discover --dry-run --plot curve.png   # σ, T and the release curve; no data read
 
 The command owns its process, so it enables OpenDP's ``"contrib"`` and ``"honest-but-curious"`` features

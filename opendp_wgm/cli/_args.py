@@ -115,7 +115,8 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--uri",
         metavar="URI",
-        help="read from a SQL database instead of PATH, with --query: e.g. sqlite:///events.db or "
+        help="read from a SQL database instead of PATH, with --query: e.g. sqlite://events.db (relative to the "
+        "current directory; sqlite:///abs/events.db for an absolute path) or "
         "postgresql://user:password@host:5432/db (Polars' read_database_uri with ConnectorX: "
         "pip install 'opendp-wgm[sql]'); the result is read into memory",
     )

@@ -26,9 +26,12 @@ if TYPE_CHECKING:
 
 #: The probabilities whose fewest users the dry run reports.
 _LEVELS = (0.5, 0.95)
-#: Rows of the curve table at most (c is sampled evenly beyond that), and rows past the best case's 95%.
+#: Rows of the curve table at most (c is sampled geometrically beyond that).
 _MAX_ROWS = 40
-_EXTRA_ROWS = 3
+#: The table runs from the c at which the best case reaches the first level to the c at which the worst case
+#: reaches the second: where the probabilities of every case shown change (below, every column shows 0.0000
+#: to 0.0010; above, 0.9900 to 1.0000).
+_SPAN = (1e-3, 0.99)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class _Curve:
     def combined(self, users: NDArray[np.int64], items_per_user: int) -> NDArray[np.float64]:
         """P(some round releases it): 1 − Π(1 − p_i), computed as −expm1(Σ log1p(−p_i))."""
         with np.errstate(divide="ignore"):
-            result: NDArray[np.float64] = -np.expm1(np.log1p(-self.rounds(users, items_per_user)).sum(axis=0))
+            # 0.0 - x, not -x: where every p_i is 0 the sum is +0.0, and -expm1(+0.0) would be -0.0 ("-0.0000")
+            result: NDArray[np.float64] = 0.0 - np.expm1(np.log1p(-self.rounds(users, items_per_user)).sum(axis=0))
         return result
 
     def users_for(self, probability: float, items_per_user: int) -> int:
@@ -85,11 +89,15 @@ def _curve_of(calibration: WGMCalibration | DPSIPSCalibration) -> _Curve:
 
 
 def _table_users(curve: _Curve) -> NDArray[np.int64]:
-    """c = 1 … the best case's 95% point + a few, at most :data:`_MAX_ROWS` rows (evenly spaced beyond)."""
-    last = curve.users_for(_LEVELS[-1], 1) + _EXTRA_ROWS
-    step = -(-last // _MAX_ROWS)
-    users = np.arange(1, last + 1, step, dtype=np.int64)
-    return users if users[-1] == last else np.append(users, last)
+    """The c of the table's rows: from the best case's :data:`_SPAN` low point to the worst case's high point
+    (and each DP-SIPS round's own, as its column is shown), every c if that is at most :data:`_MAX_ROWS` rows,
+    else that many geometrically spaced (both ends kept)."""
+    first = curve.users_for(_SPAN[0], curve.cases[0])
+    rounds = [_Curve((s,), (t,), curve.max_contributions) for s, t in zip(curve.scales, curve.thresholds, strict=True)]
+    last = max([curve.users_for(_SPAN[1], curve.cases[-1])] + [r.users_for(_SPAN[1], 1) for r in rounds])
+    if last - first < _MAX_ROWS:
+        return np.arange(first, last + 1, dtype=np.int64)
+    return np.unique(np.rint(np.geomspace(first, last, num=_MAX_ROWS)).astype(np.int64))
 
 
 def _case(items_per_user: int) -> str:
@@ -122,6 +130,8 @@ def _curve_lines(calibration: WGMCalibration | DPSIPSCalibration, what: str) -> 
     for row, c in enumerate(users):
         cells = [str(c)] + [f"{column[row]:.4f}" for column in columns]
         lines.append("  " + "  ".join(cell.rjust(w) for cell, w in zip(cells, widths, strict=True)))
+    if users[0] > 1:
+        lines.append(f"  (c < {users[0]:,}: below {_SPAN[0]:.4f} in every column)")
     for level in _LEVELS:
         points = [f"c = {curve.users_for(level, t):,} ({_case(t)})" for t in curve.cases]
         lines.append(f"  {level:.0%} reached at " + ", ".join(points) + (" over all rounds" if sips else ""))

@@ -113,10 +113,12 @@ def _read_database(uri: str, query: str) -> pl.LazyFrame:
         raise CLIError(f"--uri needs the ConnectorX database driver, which is not installed: {_SQL_EXTRA}")
     scheme, sep, rest = uri.partition("://")
     if not sep or not scheme or not rest:
-        raise CLIError(f"--uri must be a database URI such as sqlite:///path/to.db (found {_redacted(uri)!r})")
+        raise CLIError(f"--uri must be a database URI such as sqlite://path/to.db (found {_redacted(uri)!r})")
     file = _sqlite_file(uri)
     if file is not None and not file.is_file():
-        raise CLIError(f"--uri {_redacted(uri)!r}: SQLite database file {str(file)!r} not found")
+        # ConnectorX reads sqlite:// + path: sqlite:///events.db is /events.db (SQLAlchemy's would be relative)
+        hint = f" (for ./{file.name} write sqlite://{file.name})" if Path(file.name).is_file() else ""
+        raise CLIError(f"--uri {_redacted(uri)!r}: SQLite database file {str(file)!r} not found{hint}")
     try:
         return pl.read_database_uri(query, uri).lazy()
     except Exception as err:  # ConnectorX raises RuntimeError/ValueError/panics with the database's message

@@ -55,7 +55,7 @@ examples:
   opendp-wgm discover events.parquet --passes 8 -o released.parquet    # input larger than memory
   opendp-wgm discover ratings.parquet --user u --item x --mechanism dp-sips --rounds 3 --ratio 0.3
   opendp-wgm discover events.ndjson.gz -o - > released.csv            # CSV on stdout, summary on stderr
-  opendp-wgm discover --uri sqlite:///events.db --query "select user, item from events" -o released.json
+  opendp-wgm discover --uri sqlite://events.db --query "select user, item from events" -o released.json
   opendp-wgm discover --dry-run --epsilon 0.5 --plot curve.png        # σ, T and the release curve only
 """
 

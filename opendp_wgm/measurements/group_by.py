@@ -691,13 +691,15 @@ def discover_keys(
     .. code-block:: python
 
         keys = wgm.discover_keys(ctx, max_contributions=10, item="artist")
-        query = (ctx.query().truncate_per_group(3, by=["artist"]).truncate_num_groups(10, by=["artist"])
+        query = (ctx.query().truncate_per_group(3, by=["artist"]).truncate_num_groups(11, by=["artist"], keep="last")
                  .group_by("artist").agg(dp.len(signed=True)).with_keys(keys))
         query.summarize(alpha=0.05); query.release().collect()
 
     The query must bound each user's contribution itself (OpenDP refuses it otherwise): rows per key
     (``truncate_per_group``), keys per user (``truncate_num_groups``, which keeps k − 1 keys for a charged k in
-    OpenDP 0.16), and float sums need a margin's ``max_length``.
+    OpenDP 0.16; its default ``keep="sample"`` fails at collect with Polars 1.36), and sums need a margin's
+    ``max_length``, given when the Context is built (``docs/api.md``): this function cannot tell which queries
+    will follow.
 
     Parameters
     ----------
