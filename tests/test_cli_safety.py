@@ -1,0 +1,140 @@
+"""The ``opendp-wgm`` command keeps the machine, the user's secrets and the user's files safe: a huge ``--k`` is
+harmless or refused up front, a database password is never printed, ``reproduce`` never silently replaces
+results, a duplicate column name is refused, SIGTERM leaves no temporary file, and NaN ids are dropped as nulls
+are, and said so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import opendp.prelude as dp
+import polars as pl
+import pytest
+
+import opendp_wgm as wgm
+from opendp_wgm.cli import main
+
+N_USERS = 300
+#: ε = 1, δ = 1e-5, Δ0 = 100 (the defaults): "a" (300 users) is released with overwhelming probability, a solo
+#: item (one user each) with probability ≈ 1e-7 each.
+COMMON = "a"
+COLUMNS = ("--user", "uid", "--item", "thing")
+
+
+@pytest.fixture
+def frame() -> pl.DataFrame:
+    users = [u for u in range(N_USERS) for _ in range(2)]
+    items = [x for u in range(N_USERS) for x in (COMMON, f"solo{u}")]
+    return pl.DataFrame({"uid": users, "thing": items}, schema={"uid": pl.Int64, "thing": pl.String})
+
+
+@pytest.fixture
+def csv_path(tmp_path: Path, frame: pl.DataFrame) -> Path:
+    path = tmp_path / "data.csv"
+    frame.write_csv(path)
+    return path
+
+
+def _run(capsys: pytest.CaptureFixture[str], command: str, *argv: object) -> tuple[int, str, str]:
+    code = main([command, *map(str, argv)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _error(err: str) -> str:
+    """The one error line of a refused command."""
+    assert err.count("\n") == 1 and err.startswith("opendp-wgm: error: "), err
+    return err.removeprefix("opendp-wgm: error: ").strip()
+
+
+# --------------------------------------------------------------------------------------------------------
+# a huge k: planning and releasing cost nothing in k, or k is refused from the parameters alone
+# --------------------------------------------------------------------------------------------------------
+HUGE_K = 10**12  # a list of k placeholders would need 8 TB
+
+
+@pytest.mark.parametrize("command", ["top-k", "hitting-set"])
+def test_huge_k_dry_run_costs_nothing_in_k(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    code, out, err = _run(capsys, command, "--k", HUGE_K, "--dry-run")
+    assert code == 0, err
+    assert f"peeling: {HUGE_K} rounds" in out
+
+
+@pytest.mark.parametrize(("command", "stage_1"), [("top-k", "wgm"), ("top-k", "dp-sips"), ("hitting-set", "wgm")])
+def test_huge_k_releases_every_candidate_at_most(
+    capsys: pytest.CaptureFixture[str], csv_path: Path, command: str, stage_1: str
+) -> None:
+    """k above the number of candidates releases the candidates (in noisy order): the run does not grow with k."""
+    code, out, err = _run(capsys, command, csv_path, *COLUMNS, "--k", HUGE_K, "--stage-1", stage_1, "-o", "-")
+    assert code == 0, err
+    assert out.splitlines()[1:] == [f"{COMMON},1"]
+    assert f"peeling: {HUGE_K} rounds" in err
+
+
+def test_top_k_stage_losses_are_the_peeling_map(capsys: pytest.CaptureFixture[str]) -> None:
+    """The summary's peeling loss is the map of the peeling measurement charged k rounds (here k = 7)."""
+    from opendp_wgm.measurements.top_k import make_peeling_top_k
+    from opendp_wgm.privacy.calibrate import calibrate_wgm_top_k
+
+    for budget, measure in ((["--epsilon", 1], dp.approximate(dp.max_divergence())), (["--rho", 0.1], None)):
+        code, out, _ = _run(capsys, "top-k", "--k", 7, *budget, "--dry-run")
+        assert code == 0
+        kwargs = {"epsilon": 1.0} if measure is not None else {"rho": 0.1}
+        cal = calibrate_wgm_top_k(k=7, max_contributions=100, delta=1e-5, **kwargs)
+        peeling = make_peeling_top_k(
+            *wgm.user_items_space(), candidates=list(range(7)), k=7, scale=cal.peel_scale, output_measure=measure,
+            delta=cal.peel_delta if measure is not None else None,
+        )
+        first = "ε" if measure is not None else "ρ"
+        value, delta = peeling.map(1)
+        assert f"; peeling {first} = {value:.6g}, δ = {delta:.6g}\n" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--k", 10**9], "--k-bar (default 5·K) must be <= 10,000,000 (found 5,000,000,000)"),
+        (["--k", 10, "--k-bar", 10**7 + 1], "--k-bar must be <= 10,000,000 (found 10,000,001)"),
+    ],
+)
+def test_limited_domain_refuses_a_huge_k_bar_before_reading(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[object], message: str
+) -> None:
+    """The limited domain holds k̄ + 1 scores: k̄ is bounded (a parameter), checked before the data is read."""
+    absent = tmp_path / "absent.csv"  # never opened
+    code, out, err = _run(capsys, "top-k", absent, "--mechanism", "limited-domain", *argv)
+    assert code == 2 and out == ""
+    assert _error(err).startswith(message)
+
+
+def test_library_limited_domain_bounds_k_bar() -> None:
+    from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
+
+    space = wgm.user_items_space()
+    kwargs = {"k": 10, "max_contributions": 10, "epsilon": 1.0, "delta": 1e-5}
+    wgm.make_limited_domain_top_k(*space, k_bar=LD_MAX_K_BAR, **kwargs)
+    with pytest.raises(ValueError, match=r"`k_bar` must be an integer <= 10000000 \(found 10000000001\)"):
+        wgm.make_limited_domain_top_k(*space, k_bar=10**10 + 1, **kwargs)
+
+
+def test_library_constructors_take_a_huge_k_harmlessly(frame: pl.DataFrame) -> None:
+    """The peeling constructors charge k rounds in their maps and select at most the candidates: nothing is sized
+    by k (planned, calibrated and released under a second on a small frame)."""
+    from opendp_wgm.measurements.top_k import make_peeling_top_k
+    from opendp_wgm.privacy.calibrate import calibrate_user_peeling, calibrate_wgm_hitting_set, calibrate_wgm_top_k
+
+    space = wgm.user_items_space("uid", "thing")
+    stage_1 = {"max_contributions": 100, "wgm_scale": 4.0, "wgm_threshold": 25.0, "peel_scale": 10.0}
+    measurements = [
+        make_peeling_top_k(*space, candidates=[COMMON, "solo0"], k=HUGE_K, scale=2.0),
+        wgm.make_user_peeling(*space, candidates=[COMMON, "solo0"], k=HUGE_K, scale=2.0),
+        wgm.make_wgm_top_k(*space, k=HUGE_K, **stage_1),
+        wgm.make_wgm_hitting_set(*space, k=HUGE_K, **stage_1),
+    ]
+    for measurement in measurements:
+        assert measurement.map(1)[0] > 0
+        assert measurement(frame).height <= 2
+    budget = {"epsilon": 1.0, "delta": 1e-5}
+    assert calibrate_wgm_top_k(k=HUGE_K, max_contributions=100, **budget).k == HUGE_K
+    assert calibrate_wgm_hitting_set(k=HUGE_K, max_contributions=100, **budget).k == HUGE_K
+    assert calibrate_user_peeling(k=HUGE_K, **budget) > 0
