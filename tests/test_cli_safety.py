@@ -138,3 +138,72 @@ def test_library_constructors_take_a_huge_k_harmlessly(frame: pl.DataFrame) -> N
     assert calibrate_wgm_top_k(k=HUGE_K, max_contributions=100, **budget).k == HUGE_K
     assert calibrate_wgm_hitting_set(k=HUGE_K, max_contributions=100, **budget).k == HUGE_K
     assert calibrate_user_peeling(k=HUGE_K, **budget) > 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# a database URI's secrets are never printed
+# --------------------------------------------------------------------------------------------------------
+SECRET_URIS = {
+    "user info": ("postgresql://me:s3cr%40t@db.example.org/shop", "postgresql://me:***@db.example.org/shop"),
+    "query string": ("postgresql://me@db.example.org/shop?password=s3cr%40t&sslmode=require",
+                     "postgresql://me@db.example.org/shop?password=***&sslmode=require"),
+    "both, and a token": ("mysql://me:s3cr%40t@db.example.org/shop?access_token=tok3n",
+                          "mysql://me:***@db.example.org/shop?access_token=***"),
+}
+
+
+@pytest.fixture
+def fake_driver(monkeypatch: pytest.MonkeyPatch, frame: pl.DataFrame) -> list[str]:
+    """ConnectorX replaced: a query with ``fail`` in it raises an error quoting the URI and the decoded
+    password (as drivers may), any other returns ``frame``. Returns the URIs the driver was given."""
+    import importlib.util
+
+    given: list[str] = []
+
+    def read_database_uri(query: str, uri: str) -> pl.DataFrame:
+        given.append(uri)
+        if "fail" in query:
+            raise RuntimeError(f"authentication failed for {uri} (password 's3cr@t')\ndetails {uri}")
+        return frame
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "connectorx" else find_spec(name, *a)
+    )
+    monkeypatch.setattr(pl, "read_database_uri", read_database_uri)
+    return given
+
+
+@pytest.mark.parametrize("case", list(SECRET_URIS))
+def test_uri_secrets_are_redacted_in_errors(
+    capsys: pytest.CaptureFixture[str], fake_driver: list[str], case: str
+) -> None:
+    uri, shown = SECRET_URIS[case]
+    code, out, err = _run(capsys, "discover", "--uri", uri, "--query", "select fail")
+    assert code == 2 and out == ""
+    assert fake_driver == [uri]  # the driver gets the URI as it was given
+    assert _error(err).startswith(f"cannot read --query from {shown!r}: authentication failed for {shown} "), err
+    for secret in ("s3cr", "tok3n"):
+        assert secret not in err
+
+
+@pytest.mark.parametrize("case", list(SECRET_URIS))
+def test_uri_secrets_are_redacted_in_the_summary(
+    capsys: pytest.CaptureFixture[str], fake_driver: list[str], case: str
+) -> None:
+    uri, shown = SECRET_URIS[case]
+    code, out, err = _run(capsys, "discover", "--uri", uri, "--query", "select uid, thing", *COLUMNS, "-o", "-")
+    assert code == 0, err
+    assert out.startswith(f"thing,noisy_weight\n{COMMON},")
+    assert f"input         --query on {shown}: {2 * N_USERS:,} rows" in err
+    assert "s3cr" not in err and "tok3n" not in err
+
+
+@pytest.mark.parametrize("uri", ["me:s3cret@db.example.org/shop", "db.example.org/shop?password=s3cret"])
+def test_uri_secrets_are_redacted_in_a_malformed_uri(
+    capsys: pytest.CaptureFixture[str], fake_driver: list[str], uri: str
+) -> None:
+    code, _, err = _run(capsys, "discover", "--uri", uri, "--query", "select 1")
+    assert code == 2
+    assert _error(err).startswith("--uri must be a database URI")
+    assert "s3cret" not in err and "***" in err

@@ -82,9 +82,41 @@ def _check_separator(separator: str | None) -> str | None:
     return separator
 
 
-def _redacted(uri: str) -> str:
-    """``uri`` without its password (``postgresql://me:secret@host/db`` → ``postgresql://me:***@host/db``)."""
-    return re.sub(r"^([^:/]+://[^:/@]*):[^@]*@", r"\1:***@", uri)
+#: Query-string keys of a database URI whose values are secrets (``?password=...``, ``sslpassword``, ``pwd``,
+#: ``access_token``, ``api_key``, ...), matched anywhere in the key, case-insensitively.
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|credential|auth", re.IGNORECASE)
+
+
+def _uri_secrets(uri: str) -> set[str]:
+    """The secrets written in ``uri``: the password of its user info (``user:password@``; read up to the last
+    ``@`` before the path, and up to the last ``@`` before the query, so that an unencoded ``/``, ``?`` or ``@``
+    in it is still found) and the values of its secret query parameters, each also percent-decoded."""
+    from urllib.parse import unquote, unquote_plus
+
+    rest = uri.partition("://")[2] or uri
+    head, _, query = rest.partition("?")
+    found = []
+    for part in (rest.partition("/")[0], head):
+        userinfo = part[: part.rfind("@")] if "@" in part else ""
+        if ":" in userinfo:
+            found.append(userinfo.partition(":")[2])
+    for pair in re.split(r"[&;]", query.partition("#")[0]):
+        key, sep, value = pair.partition("=")
+        if sep and _SECRET_KEY.search(unquote_plus(key)):
+            found.append(value)
+    return {form for value in found for form in (value, unquote(value), unquote_plus(value)) if form}
+
+
+def _redacted(text: str, uri: str | None = None) -> str:
+    """``text`` with every secret of the database URI ``uri`` (default: ``text`` itself) replaced by ``***``.
+
+    ``postgresql://me:secret@host/db`` → ``postgresql://me:***@host/db``, ``...db?password=secret&sslmode=require``
+    → ``...db?password=***&sslmode=require``; a driver's message that quotes the URI, or only the password, is
+    redacted with ``uri``. Every message of the command that echoes a URI goes through this one helper.
+    """
+    for secret in sorted(_uri_secrets(text if uri is None else uri), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _sqlite_file(uri: str) -> Path | None:
@@ -120,7 +152,7 @@ def _read_database(uri: str, query: str) -> pl.LazyFrame:
     try:
         return pl.read_database_uri(query, uri).lazy()
     except Exception as err:  # ConnectorX raises RuntimeError/ValueError/panics with the database's message
-        message = _one_line(err).replace(uri, _redacted(uri))  # a driver may quote the URI, password included
+        message = _redacted(_one_line(err), uri)  # a driver may quote the URI, or its password
         raise CLIError(f"cannot read --query from {_redacted(uri)!r}: {message}") from err
 
 
