@@ -207,3 +207,41 @@ def test_uri_secrets_are_redacted_in_a_malformed_uri(
     assert code == 2
     assert _error(err).startswith("--uri must be a database URI")
     assert "s3cret" not in err and "***" in err
+
+
+# --------------------------------------------------------------------------------------------------------
+# a column named twice is refused (the header is the schema: public)
+# --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "header", "repeated"),
+    [("data.csv", "uid,uid,thing", "['uid']"), ("data.tsv", "uid\tthing\tthing", "['thing']"),
+     ("data.csv", "uid,thing,,", "['']"), ("data.csv", '"uid",thing,"uid"', "['uid']")],
+)
+def test_a_duplicate_csv_header_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str, header: str, repeated: str
+) -> None:
+    """Polars would rename the second column (``uid_duplicated_0``) and the command read the first, silently."""
+    sep = "\t" if name.endswith(".tsv") else ","
+    path = tmp_path / name
+    rows = [sep.join([str(u), str(u + 1), COMMON, ""][: header.count(sep) + 1]) for u in range(N_USERS)]
+    path.write_text("\n".join([header, *rows]) + "\n")
+    code, out, err = _run(capsys, "discover", path, *COLUMNS, "-o", tmp_path / "released.csv")
+    assert code == 2 and out == ""
+    assert _error(err) == (
+        f"the columns of {str(path)!r} must have distinct names (found {repeated} more than once): rename them in "
+        "the file"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_duplicate_parquet_column_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Polars' Parquet scan keeps one of two same-named columns and drops the other, silently."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "data.parquet"
+    users = pa.array([u for u in range(N_USERS) for _ in range(2)])
+    pq.write_table(pa.table([users, users, pa.array([COMMON, "b"] * N_USERS)], names=["uid", "uid", "thing"]), path)
+    code, _, err = _run(capsys, "discover", path, *COLUMNS)
+    assert code == 2
+    assert "must have distinct names (found ['uid'] more than once)" in _error(err)

@@ -9,6 +9,7 @@ import gzip
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +59,48 @@ def _suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
+def _check_unique_names(path: Path, names: Sequence[str | None]) -> None:
+    """Refuse a file whose header (its schema, public) names a column twice: a scan would rename the second
+    (``user_duplicated_0``) or drop it, and the command would read one of them without a word."""
+    counts = Counter("" if name is None else name for name in names)
+    repeated = [name for name, count in counts.items() if count > 1]
+    if repeated:
+        raise CLIError(
+            f"the columns of {str(path)!r} must have distinct names (found {repeated} more than once): "
+            "rename them in the file"
+        )
+
+
+def _header(path: Path, separator: str) -> list[str | None]:
+    """The column names of a CSV as its first line states them (duplicates kept); none for an empty file."""
+    try:
+        first = pl.read_csv(path, has_header=False, n_rows=1, separator=separator, infer_schema=False)
+    except pl.exceptions.NoDataError:
+        return []  # the scan reports the empty file
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}") from err
+    return list(first.row(0)) if first.height else []
+
+
+def _parquet_names(path: Path) -> list[str]:
+    """The column names a Parquet file's schema states (duplicates kept: Polars' schema drops them)."""
+    import pyarrow.parquet as pq  # installed with opendp[polars]
+
+    try:
+        return list(pq.read_schema(path).names)
+    except (OSError, ValueError):  # not Parquet: the scan reports it
+        return []
+
+
 def _scan(path: Path, separator: str | None, schema: dict[str, type[pl.DataType]]) -> pl.LazyFrame:
-    """A lazy scan of ``path`` chosen by its suffix; ``schema`` (CSV only) fixes the dtypes of those columns."""
+    """A lazy scan of ``path`` chosen by its suffix; ``schema`` (CSV only) fixes the dtypes of those columns.
+
+    A CSV header or a Parquet schema that names a column twice is refused (:func:`_check_unique_names`).
+    """
     suffix = _suffix(path)
     if suffix in _CSV_SUFFIXES:
         sep = _CSV_SUFFIXES[suffix] if separator is None else separator
+        _check_unique_names(path, _header(path, sep))
         return pl.scan_csv(path, separator=sep, schema_overrides=schema)
     if suffix not in (*_NDJSON_SUFFIXES, *_PARQUET_SUFFIXES):
         known = ", ".join([*_CSV_SUFFIXES, *_NDJSON_SUFFIXES, *_PARQUET_SUFFIXES])
@@ -70,7 +108,10 @@ def _scan(path: Path, separator: str | None, schema: dict[str, type[pl.DataType]
     for option, value in (("--separator", separator), ("--schema", schema)):
         if value:
             raise CLIError(f"{option} applies only to CSV input, not to {path}")
-    return pl.scan_ndjson(path) if suffix in _NDJSON_SUFFIXES else pl.scan_parquet(path)
+    if suffix in _NDJSON_SUFFIXES:
+        return pl.scan_ndjson(path)
+    _check_unique_names(path, _parquet_names(path))
+    return pl.scan_parquet(path)
 
 
 def _check_separator(separator: str | None) -> str | None:
