@@ -5,6 +5,7 @@ are, and said so."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import opendp.prelude as dp
@@ -245,3 +246,36 @@ def test_a_duplicate_parquet_column_is_refused(capsys: pytest.CaptureFixture[str
     code, _, err = _run(capsys, "discover", path, *COLUMNS)
     assert code == 2
     assert "must have distinct names (found ['uid'] more than once)" in _error(err)
+
+
+# --------------------------------------------------------------------------------------------------------
+# SIGTERM (and Ctrl-C) in the middle of the write: the temporary file is removed, the status conventional
+# --------------------------------------------------------------------------------------------------------
+_PAUSED_WRITE = """
+import sys, time
+from opendp_wgm.cli import _io
+original = _io._serialise
+def paused(*args, **kwargs):  # the release is in the temporary file: announce it, then wait for the signal
+    result = original(*args, **kwargs)
+    print("WRITING", file=sys.stderr, flush=True)
+    time.sleep(120)
+    return result
+_io._serialise = paused
+from opendp_wgm.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"]
+)
+def test_a_signal_in_the_write_removes_the_temporary_file(
+    csv_path: Path, tmp_path: Path, interrupt_when_releasing, signum: int, status: int
+) -> None:
+    output = tmp_path / "released.parquet"
+    argv = ["discover", str(csv_path), *COLUMNS, "-o", str(output)]
+    code, out, err = interrupt_when_releasing(_PAUSED_WRITE, argv, ready="WRITING", signum=signum)
+    assert code == status, err
+    assert err.strip() == "opendp-wgm: interrupted; nothing was written"
+    assert out == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == [csv_path.name]  # no output, no .released.parquet.*.tmp

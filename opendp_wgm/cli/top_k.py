@@ -173,6 +173,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             accounting=TOP_K,
             delta=cal.peel_delta if approx_dp else 0.0,
         )
+        assert isinstance(peel_loss, tuple)  # an approximate measure's (value, δ)
         peeling = f"{cal.k} rounds, ε' = {cal.peel_local_epsilon:.6g} per round (Gumbel scale {cal.peel_scale:.6g})"
         lines = _two_stage_lines(
             first,
