@@ -279,3 +279,62 @@ def test_a_signal_in_the_write_removes_the_temporary_file(
     assert err.strip() == "opendp-wgm: interrupted; nothing was written"
     assert out == ""
     assert sorted(p.name for p in tmp_path.iterdir()) == [csv_path.name]  # no output, no .released.parquet.*.tmp
+
+
+# --------------------------------------------------------------------------------------------------------
+# NaN in a float user or item column is a missing value: dropped as a null is, and counted in the summary
+# --------------------------------------------------------------------------------------------------------
+NAN = float("nan")
+
+
+@pytest.fixture
+def float_path(tmp_path: Path) -> Path:
+    """Float ids: N_USERS users holding 1.5 and a solo item each; N_USERS rows of NaN users holding 7.0 (one
+    "user" if NaN were an id); N_USERS users holding a NaN item (released, were NaN an item)."""
+    users = [float(u) for u in range(N_USERS) for _ in range(2)] + [NAN] * N_USERS
+    users += [float(10_000 + u) for u in range(N_USERS)]
+    items = [x for u in range(N_USERS) for x in (1.5, float(1_000 + u))] + [7.0] * N_USERS + [NAN] * N_USERS
+    path = tmp_path / "floats.parquet"
+    pl.DataFrame({"uid": users, "thing": items}, schema={"uid": pl.Float64, "thing": pl.Float64}).write_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("command", ["discover", "top-k", "hitting-set"])
+def test_nan_ids_are_dropped_as_nulls_and_reported(
+    capsys: pytest.CaptureFixture[str], float_path: Path, command: str
+) -> None:
+    k = [] if command == "discover" else ["--k", 3]
+    code, out, err = _run(capsys, command, float_path, *COLUMNS, *k, "-o", "-")
+    assert code == 0, err
+    assert pl.read_csv(out.encode())["thing"].to_list() == [1.5]  # never NaN
+    assert f"input         {float_path}: {4 * N_USERS:,} rows (not private)" in err
+    assert f"{2 * N_USERS:,} rows with a null or NaN user or item were dropped" in err
+
+
+def test_nan_in_a_composite_key_drops_the_row(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "keys.parquet"
+    users = list(range(2 * N_USERS))
+    scores = [0.5] * N_USERS + [NAN] * N_USERS
+    pl.DataFrame({"uid": users, "country": ["fr"] * 2 * N_USERS, "score": scores}).write_parquet(path)
+    code, out, err = _run(capsys, "discover", path, "--user", "uid", "--item", "country,score", "-o", "-")
+    assert code == 0, err
+    assert pl.read_csv(out.encode())["score"].to_list() == [0.5]
+    assert f"{N_USERS:,} rows with a null or NaN user or item were dropped" in err
+
+
+def test_only_nan_rows_is_the_no_row_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "nan.parquet"
+    pl.DataFrame({"uid": [NAN, 1.0], "thing": ["a", None]}).write_parquet(path)
+    code, _, err = _run(capsys, "discover", path, *COLUMNS)
+    assert code == 2
+    assert _error(err) == f"{path} has no row with both a user and an item (all 2 rows have a null or NaN)"
+
+
+def test_text_ids_keep_the_null_wording(capsys: pytest.CaptureFixture[str], tmp_path: Path, frame: pl.DataFrame) -> None:
+    """"NaN" in a text column is an id like any other; only null rows are dropped, and said so."""
+    path = tmp_path / "text.parquet"
+    extra = pl.DataFrame({"uid": [None, 1], "thing": ["NaN", "NaN"]}, schema=frame.schema)
+    pl.concat([frame, extra]).write_parquet(path)
+    code, _, err = _run(capsys, "discover", path, *COLUMNS)
+    assert code == 0, err
+    assert "1 rows with a null user or item were dropped" in err

@@ -47,8 +47,16 @@ class _Input:
     frame: pl.LazyFrame | pl.DataFrame
     label: str
     rows: int
+    #: rows dropped for a null (or, in a float column, NaN) user or item
     null_rows: int
     demo: bool
+    #: whether a user or item column is a float (Float32/Float64) column, whose NaN is read as null
+    floats: bool = False
+
+    @property
+    def missing(self) -> str:
+        """What a dropped row lacks, for the summary: "a null" or, with a float column, "a null or NaN"."""
+        return "a null or NaN" if self.floats else "a null"
 
 
 def _suffix(path: Path) -> str:
@@ -203,11 +211,13 @@ def _check_frame(
     user: str,
     item: str | tuple[str, ...],
     schema: dict[str, type[pl.DataType]] | None,
-) -> tuple[pl.LazyFrame, int, int]:
+) -> _Input:
     """Check the columns of ``lf`` and their dtypes, and count its rows (and rows with a null user or item).
 
     A composite key's columns (``item``, a tuple) are each checked as an item column is; a null in any of them
-    drops the row.
+    drops the row. In a float user or item column (the dtype, public) NaN is read as null: such a row is dropped
+    and counted with the null rows (NaN is a missing value; grouped, all NaN user ids would be one "user" holding
+    many people's rows, and a NaN item could be released).
     """
     keys = (item,) if isinstance(item, str) else item
     if user in keys:
@@ -228,18 +238,22 @@ def _check_frame(
     for option, column in (("--user", user), *(("--item", key) for key in keys)):
         if columns[column] == pl.Null:
             raise CLIError(f"{option} column {column!r} of {label} must have values (found dtype Null: all null)")
+    floats = [column for column in (user, *keys) if columns[column].is_float()]
+    lf = lf.select(user, *keys).with_columns(pl.col(column).fill_nan(None) for column in floats)
     try:
         null_row = pl.any_horizontal(pl.col(user, *keys).is_null())
         counts = lf.select(rows=pl.len(), null_rows=null_row.sum()).collect()
     except (pl.exceptions.PolarsError, OSError) as err:
         hint = " (check --schema)" if schema else ""
         raise CLIError(f"cannot read {label!r}: {_one_line(err)}{hint}") from err
-    rows, null_rows = int(counts["rows"][0]), int(counts["null_rows"][0])
-    if rows == 0:
+    data = _Input(lf, label, int(counts["rows"][0]), int(counts["null_rows"][0]), demo=False, floats=bool(floats))
+    if data.rows == 0:
         raise CLIError(f"{label} has no rows")
-    if null_rows == rows:
-        raise CLIError(f"{label} has no row with both a user and an item (all {rows:,} rows have a null)")
-    return lf.select(user, *keys), rows, null_rows
+    if data.null_rows == data.rows:
+        raise CLIError(
+            f"{label} has no row with both a user and an item (all {data.rows:,} rows have {data.missing})"
+        )
+    return data
 
 
 def _open_checked(
@@ -248,7 +262,7 @@ def _open_checked(
     user: str,
     item: str | tuple[str, ...],
     schema: dict[str, type[pl.DataType]] | None,
-) -> tuple[pl.LazyFrame, int, int]:
+) -> _Input:
     """Scan ``path``, check its columns and their dtypes, and count its rows (and rows with a null user or item).
 
     A CSV's user and item columns are read as String unless ``schema`` says otherwise: guessing their types
@@ -275,8 +289,7 @@ def _read_input(args: argparse.Namespace) -> _Input:
         if args.schema is not None or args.separator is not None:
             raise CLIError("--schema and --separator apply only to CSV input, not to --uri (the database has types)")
         label = f"--query on {_redacted(args.uri)}"
-        lf, rows, null_rows = _check_frame(_read_database(args.uri, args.query), label, user, item, None)
-        return _Input(lf, label, rows, null_rows, demo=False)
+        return _check_frame(_read_database(args.uri, args.query), label, user, item, None)
     if args.path is None:
         from opendp_wgm.datasets import synthetic_zipf
 
@@ -297,8 +310,7 @@ def _read_input(args: argparse.Namespace) -> _Input:
         raise CLIError(f"input file not found: {str(path)!r}")
     if path.is_dir():
         raise CLIError(f"input {str(path)!r} is a directory, expected a CSV, NDJSON or Parquet file")
-    lf, rows, null_rows = _open_checked(path, _check_separator(args.separator), user, item, args.schema)
-    return _Input(lf, str(path), rows, null_rows, demo=False)
+    return _open_checked(path, _check_separator(args.separator), user, item, args.schema)
 
 
 def _check_source(args: argparse.Namespace) -> None:

@@ -182,7 +182,7 @@ def _release_and_report(
         f"  input         {data.label}: {data.rows:,} rows (not private)",
     ]
     if data.null_rows:
-        lines.append(f"                {data.null_rows:,} rows with a null user or item were dropped")
+        lines.append(f"                {data.null_rows:,} rows with {data.missing} user or item were dropped")
     lines += evaluation
     if args.output is not None:
         lines.append(f"  output        {'stdout' if output is not None and output.path is None else args.output}")
