@@ -152,6 +152,8 @@ def no_loading(monkeypatch):
         ({"l0": [0]}, ValueError, "must be integers >= 1"),
         ({"l0": [5, 5]}, ValueError, "duplicates"),
         ({"experiment": "top-k", "k": ""}, ValueError, "`k` grid is empty"),
+        ({"experiment": "top-k", "k": "5,1000000000"}, ValueError,
+         "limited domain's k̄ = k x multiplier must be <= 10,000,000 \\(found 1,000,000,000 x 10\\)"),
         ({"trials": 0}, ValueError, "`trials` must be an integer >= 1"),
         ({"epsilon": -1.0}, ValueError, "`epsilon` must be in"),
         ({"delta": 1.0}, ValueError, "`delta` must be in"),
