@@ -38,9 +38,12 @@ def shared_data() -> Path:
     return path
 
 
-def _interrupt_when_releasing(code: str, arguments: list[str]) -> tuple[int, str, str]:
-    """Run ``python -c code *arguments``, send SIGINT once it prints ``RELEASING`` on stderr (from inside the
-    measurement's callback), and return its status, stdout and stderr; never a crash in OpenDP's FFI."""
+def _interrupt_when_releasing(
+    code: str, arguments: list[str], *, ready: str = "RELEASING", signum: int = 2
+) -> tuple[int, str, str]:
+    """Run ``python -c code *arguments``, send ``signum`` (default SIGINT) once it prints ``ready`` on stderr
+    (e.g. from inside the measurement's callback), and return its status, stdout and stderr; never a crash in
+    OpenDP's FFI."""
     import signal
     import subprocess
     import sys
@@ -55,8 +58,8 @@ def _interrupt_when_releasing(code: str, arguments: list[str]) -> tuple[int, str
     try:
         assert process.stderr is not None
         line = process.stderr.readline()
-        assert line == "RELEASING\n", line + process.stderr.read()
-        process.send_signal(signal.SIGINT)
+        assert line == f"{ready}\n", line + process.stderr.read()
+        process.send_signal(signum)
         out, err = process.communicate(timeout=60)
     finally:
         process.kill()

@@ -152,6 +152,8 @@ def no_loading(monkeypatch):
         ({"l0": [0]}, ValueError, "must be integers >= 1"),
         ({"l0": [5, 5]}, ValueError, "duplicates"),
         ({"experiment": "top-k", "k": ""}, ValueError, "`k` grid is empty"),
+        ({"experiment": "top-k", "k": "5,1000000000"}, ValueError,
+         "limited domain's k̄ = k x multiplier must be <= 10,000,000 \\(found 1,000,000,000 x 10\\)"),
         ({"trials": 0}, ValueError, "`trials` must be an integer >= 1"),
         ({"epsilon": -1.0}, ValueError, "`epsilon` must be in"),
         ({"delta": 1.0}, ValueError, "`delta` must be in"),
@@ -261,9 +263,32 @@ def test_resume_with_other_settings_is_refused(data_dir, tmp_path) -> None:
                        r"max_contributions_grid \(earlier run: \[1, 2\], now: \[1, 3\]\)"):
         reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **changed, epsilon=0.5, resume=True)
     assert trials_csv.read_bytes() == before
-    # the same settings resume (nothing left to do); a fresh run (no --resume) may change them
+    # the same settings resume (nothing left to do); a fresh run (--force) may change them
     assert reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS, resume=True).rows.height == 4
-    assert reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **changed).rows.height == 4
+    assert reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **changed, force=True).rows.height == 4
+
+
+def test_an_earlier_run_is_never_replaced_silently(data_dir, tmp_path, capsys) -> None:
+    """Without --resume or --force a run into a folder holding trials.csv is refused before any work (as
+    --output refuses an existing file without --force); --force starts afresh."""
+    from opendp_wgm.cli import main
+
+    reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS)
+    trials_csv = tmp_path / "set-union" / "trials.csv"
+    before = trials_csv.read_bytes()
+    with pytest.raises(FileExistsError, match=r"trials\.csv' already holds the trials of an earlier run: add "
+                       r"--resume to continue it, --force to start afresh \(its rows are replaced\), or choose"):
+        reproduce("set-union", data_dir=data_dir, out_dir=tmp_path, **_RESUME_PARAMS)
+    argv = ["reproduce", "set-union", "--data", str(data_dir), "--out", str(tmp_path), "--datasets", "movielens_100k",
+            "--methods", "wgm", "--trials", "1", "--l0", "3", "--no-progress", "--no-plots"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opendp-wgm: error: ") and "already holds the trials of an earlier run" in err
+    assert main([*argv, "--resume", "--force"]) == 2
+    assert "--resume and --force contradict" in capsys.readouterr().err
+    assert trials_csv.read_bytes() == before
+    assert main([*argv, "--force"]) == 0
+    assert pl.read_csv(trials_csv).height == 1  # replaced by the new run's one trial
 
 
 def test_resume_without_stored_settings_is_refused(data_dir, tmp_path) -> None:

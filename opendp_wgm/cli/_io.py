@@ -9,6 +9,7 @@ import gzip
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,8 +47,16 @@ class _Input:
     frame: pl.LazyFrame | pl.DataFrame
     label: str
     rows: int
+    #: rows dropped for a null (or, in a float column, NaN) user or item
     null_rows: int
     demo: bool
+    #: whether a user or item column is a float (Float32/Float64) column, whose NaN is read as null
+    floats: bool = False
+
+    @property
+    def missing(self) -> str:
+        """What a dropped row lacks, for the summary: "a null" or, with a float column, "a null or NaN"."""
+        return "a null or NaN" if self.floats else "a null"
 
 
 def _suffix(path: Path) -> str:
@@ -58,11 +67,48 @@ def _suffix(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
+def _check_unique_names(path: Path, names: Sequence[str | None]) -> None:
+    """Refuse a file whose header (its schema, public) names a column twice: a scan would rename the second
+    (``user_duplicated_0``) or drop it, and the command would read one of them without a word."""
+    counts = Counter("" if name is None else name for name in names)
+    repeated = [name for name, count in counts.items() if count > 1]
+    if repeated:
+        raise CLIError(
+            f"the columns of {str(path)!r} must have distinct names (found {repeated} more than once): "
+            "rename them in the file"
+        )
+
+
+def _header(path: Path, separator: str) -> list[str | None]:
+    """The column names of a CSV as its first line states them (duplicates kept); none for an empty file."""
+    try:
+        first = pl.read_csv(path, has_header=False, n_rows=1, separator=separator, infer_schema=False)
+    except pl.exceptions.NoDataError:
+        return []  # the scan reports the empty file
+    except (pl.exceptions.PolarsError, OSError) as err:
+        raise CLIError(f"cannot read {str(path)!r}: {_one_line(err)}") from err
+    return list(first.row(0)) if first.height else []
+
+
+def _parquet_names(path: Path) -> list[str]:
+    """The column names a Parquet file's schema states (duplicates kept: Polars' schema drops them)."""
+    import pyarrow.parquet as pq  # installed with opendp[polars]
+
+    try:
+        return list(pq.read_schema(path).names)
+    except (OSError, ValueError):  # not Parquet: the scan reports it
+        return []
+
+
 def _scan(path: Path, separator: str | None, schema: dict[str, type[pl.DataType]]) -> pl.LazyFrame:
-    """A lazy scan of ``path`` chosen by its suffix; ``schema`` (CSV only) fixes the dtypes of those columns."""
+    """A lazy scan of ``path`` chosen by its suffix; ``schema`` (CSV only) fixes the dtypes of those columns.
+
+    A CSV header or a Parquet schema that names a column twice is refused (:func:`_check_unique_names`).
+    """
     suffix = _suffix(path)
     if suffix in _CSV_SUFFIXES:
         sep = _CSV_SUFFIXES[suffix] if separator is None else separator
+        _check_unique_names(path, _header(path, sep))
         return pl.scan_csv(path, separator=sep, schema_overrides=schema)
     if suffix not in (*_NDJSON_SUFFIXES, *_PARQUET_SUFFIXES):
         known = ", ".join([*_CSV_SUFFIXES, *_NDJSON_SUFFIXES, *_PARQUET_SUFFIXES])
@@ -70,7 +116,10 @@ def _scan(path: Path, separator: str | None, schema: dict[str, type[pl.DataType]
     for option, value in (("--separator", separator), ("--schema", schema)):
         if value:
             raise CLIError(f"{option} applies only to CSV input, not to {path}")
-    return pl.scan_ndjson(path) if suffix in _NDJSON_SUFFIXES else pl.scan_parquet(path)
+    if suffix in _NDJSON_SUFFIXES:
+        return pl.scan_ndjson(path)
+    _check_unique_names(path, _parquet_names(path))
+    return pl.scan_parquet(path)
 
 
 def _check_separator(separator: str | None) -> str | None:
@@ -82,9 +131,41 @@ def _check_separator(separator: str | None) -> str | None:
     return separator
 
 
-def _redacted(uri: str) -> str:
-    """``uri`` without its password (``postgresql://me:secret@host/db`` → ``postgresql://me:***@host/db``)."""
-    return re.sub(r"^([^:/]+://[^:/@]*):[^@]*@", r"\1:***@", uri)
+#: Query-string keys of a database URI whose values are secrets (``?password=...``, ``sslpassword``, ``pwd``,
+#: ``access_token``, ``api_key``, ...), matched anywhere in the key, case-insensitively.
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token|key|credential|auth", re.IGNORECASE)
+
+
+def _uri_secrets(uri: str) -> set[str]:
+    """The secrets written in ``uri``: the password of its user info (``user:password@``; read up to the last
+    ``@`` before the path, and up to the last ``@`` before the query, so that an unencoded ``/``, ``?`` or ``@``
+    in it is still found) and the values of its secret query parameters, each also percent-decoded."""
+    from urllib.parse import unquote, unquote_plus
+
+    rest = uri.partition("://")[2] or uri
+    head, _, query = rest.partition("?")
+    found = []
+    for part in (rest.partition("/")[0], head):
+        userinfo = part[: part.rfind("@")] if "@" in part else ""
+        if ":" in userinfo:
+            found.append(userinfo.partition(":")[2])
+    for pair in re.split(r"[&;]", query.partition("#")[0]):
+        key, sep, value = pair.partition("=")
+        if sep and _SECRET_KEY.search(unquote_plus(key)):
+            found.append(value)
+    return {form for value in found for form in (value, unquote(value), unquote_plus(value)) if form}
+
+
+def _redacted(text: str, uri: str | None = None) -> str:
+    """``text`` with every secret of the database URI ``uri`` (default: ``text`` itself) replaced by ``***``.
+
+    ``postgresql://me:secret@host/db`` → ``postgresql://me:***@host/db``, ``...db?password=secret&sslmode=require``
+    → ``...db?password=***&sslmode=require``; a driver's message that quotes the URI, or only the password, is
+    redacted with ``uri``. Every message of the command that echoes a URI goes through this one helper.
+    """
+    for secret in sorted(_uri_secrets(text if uri is None else uri), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _sqlite_file(uri: str) -> Path | None:
@@ -122,7 +203,7 @@ def _read_database(uri: str, query: str) -> pl.LazyFrame:
     try:
         return pl.read_database_uri(query, uri).lazy()
     except Exception as err:  # ConnectorX raises RuntimeError/ValueError/panics with the database's message
-        message = _one_line(err).replace(uri, _redacted(uri))  # a driver may quote the URI, password included
+        message = _redacted(_one_line(err), uri)  # a driver may quote the URI, or its password
         raise CLIError(f"cannot read --query from {_redacted(uri)!r}: {message}") from err
 
 
@@ -132,11 +213,13 @@ def _check_frame(
     user: str,
     item: str | tuple[str, ...],
     schema: dict[str, type[pl.DataType]] | None,
-) -> tuple[pl.LazyFrame, int, int]:
+) -> _Input:
     """Check the columns of ``lf`` and their dtypes, and count its rows (and rows with a null user or item).
 
     A composite key's columns (``item``, a tuple) are each checked as an item column is; a null in any of them
-    drops the row.
+    drops the row. In a float user or item column (the dtype, public) NaN is read as null: such a row is dropped
+    and counted with the null rows (NaN is a missing value; grouped, all NaN user ids would be one "user" holding
+    many people's rows, and a NaN item could be released).
     """
     keys = (item,) if isinstance(item, str) else item
     if user in keys:
@@ -157,18 +240,22 @@ def _check_frame(
     for option, column in (("--user", user), *(("--item", key) for key in keys)):
         if columns[column] == pl.Null:
             raise CLIError(f"{option} column {column!r} of {label} must have values (found dtype Null: all null)")
+    floats = [column for column in (user, *keys) if columns[column].is_float()]
+    lf = lf.select(user, *keys).with_columns(pl.col(column).fill_nan(None) for column in floats)
     try:
         null_row = pl.any_horizontal(pl.col(user, *keys).is_null())
         counts = lf.select(rows=pl.len(), null_rows=null_row.sum()).collect()
     except (pl.exceptions.PolarsError, OSError) as err:
         hint = " (check --schema)" if schema else ""
         raise CLIError(f"cannot read {label!r}: {_one_line(err)}{hint}") from err
-    rows, null_rows = int(counts["rows"][0]), int(counts["null_rows"][0])
-    if rows == 0:
+    data = _Input(lf, label, int(counts["rows"][0]), int(counts["null_rows"][0]), demo=False, floats=bool(floats))
+    if data.rows == 0:
         raise CLIError(f"{label} has no rows")
-    if null_rows == rows:
-        raise CLIError(f"{label} has no row with both a user and an item (all {rows:,} rows have a null)")
-    return lf.select(user, *keys), rows, null_rows
+    if data.null_rows == data.rows:
+        raise CLIError(
+            f"{label} has no row with both a user and an item (all {data.rows:,} rows have {data.missing})"
+        )
+    return data
 
 
 def _open_checked(
@@ -177,7 +264,7 @@ def _open_checked(
     user: str,
     item: str | tuple[str, ...],
     schema: dict[str, type[pl.DataType]] | None,
-) -> tuple[pl.LazyFrame, int, int]:
+) -> _Input:
     """Scan ``path``, check its columns and their dtypes, and count its rows (and rows with a null user or item).
 
     A CSV's user and item columns are read as String unless ``schema`` says otherwise: guessing their types
@@ -204,8 +291,7 @@ def _read_input(args: argparse.Namespace) -> _Input:
         if args.schema is not None or args.separator is not None:
             raise CLIError("--schema and --separator apply only to CSV input, not to --uri (the database has types)")
         label = f"--query on {_redacted(args.uri)}"
-        lf, rows, null_rows = _check_frame(_read_database(args.uri, args.query), label, user, item, None)
-        return _Input(lf, label, rows, null_rows, demo=False)
+        return _check_frame(_read_database(args.uri, args.query), label, user, item, None)
     if args.path is None:
         from opendp_wgm.datasets import synthetic_zipf
 
@@ -226,8 +312,7 @@ def _read_input(args: argparse.Namespace) -> _Input:
         raise CLIError(f"input file not found: {str(path)!r}")
     if path.is_dir():
         raise CLIError(f"input {str(path)!r} is a directory, expected a CSV, NDJSON or Parquet file")
-    lf, rows, null_rows = _open_checked(path, _check_separator(args.separator), user, item, args.schema)
-    return _Input(lf, str(path), rows, null_rows, demo=False)
+    return _open_checked(path, _check_separator(args.separator), user, item, args.schema)
 
 
 def _check_source(args: argparse.Namespace) -> None:

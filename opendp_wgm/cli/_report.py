@@ -15,7 +15,7 @@ import polars as pl
 from opendp_wgm._interrupt import _exit_on_interrupt
 from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
 from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
-from opendp_wgm.cli._io import _check_source, _input_files, _prepare_output, _read_input
+from opendp_wgm.cli._io import _check_source, _input_files, _Output, _prepare_output, _read_input
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -117,8 +117,9 @@ def _release_and_report(
     summary on stderr.
 
     Everything a user can get wrong is checked before the measurement is invoked (the release spends the
-    budget). Ctrl-C from calibration to the write ends the process with status 130 and removes the temporary
-    output (:func:`_exit_on_interrupt`); any failure leaves no partial output.
+    budget). Ctrl-C or SIGTERM from the creation of the temporary output to the write ends the process with
+    status 130 or 143 and removes the temporary output (:func:`_exit_on_interrupt`); any failure leaves no
+    partial output.
     """
     import opendp.prelude as dp
 
@@ -127,16 +128,20 @@ def _release_and_report(
         return _dry_run(args, stdout=stdout, budget=budget, plan=plan)
     if args.plot is not None:
         raise CLIError("--plot applies only with --dry-run")
-    output = _prepare_output(args.output, _input_files(args), force=args.force, format_=args.format)
+    output: _Output | None = None
+
+    def discard() -> None:  # the handler's clean-up: the temporary output, once it exists
+        if output is not None:
+            output.discard()
+
     demo = args.path is None and args.uri is None
     names = ["calibrating", "reading", "releasing"]
-    names += ["writing"] if output is not None else []
+    names += ["writing"] if args.output is not None else []  # an output (a file, or - for stdout) to write
     names += ["evaluating"] if demo else []
     stages = _Stages(names, stderr)
     try:
-        with _exit_on_interrupt(
-            output.discard if output is not None else lambda: None, f"{PROG}: interrupted; nothing was written"
-        ):
+        with _exit_on_interrupt(discard, f"{PROG}: interrupted; nothing was written"):
+            output = _prepare_output(args.output, _input_files(args), force=args.force, format_=args.format)
             with stages.stage("calibrating"), _library_errors():
                 planned = plan()
             with stages.stage("reading"):
@@ -159,8 +164,7 @@ def _release_and_report(
                 evaluation = evaluate(data.frame, released)
     finally:
         stages.close()
-        if output is not None:
-            output.discard()
+        discard()
 
     if args.output is None:
         show(released, stdout)
@@ -178,7 +182,7 @@ def _release_and_report(
         f"  input         {data.label}: {data.rows:,} rows (not private)",
     ]
     if data.null_rows:
-        lines.append(f"                {data.null_rows:,} rows with a null user or item were dropped")
+        lines.append(f"                {data.null_rows:,} rows with {data.missing} user or item were dropped")
     lines += evaluation
     if args.output is not None:
         lines.append(f"  output        {'stdout' if output is not None and output.path is None else args.output}")

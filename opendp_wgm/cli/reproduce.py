@@ -47,5 +47,5 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     dp.enable_features("idealized-numerics")
     try:
         return run_reproduce(args, stdout=stdout, stderr=stderr)
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, ImportError) as err:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError, ImportError) as err:
         raise CLIError(str(err)) from err

@@ -114,15 +114,17 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     from opendp_wgm.measurements import (
         make_dp_sips,
         make_limited_domain_top_k,
-        make_peeling_top_k,
         make_wgm,
     )
+    from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration
     from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_wgm_top_k
+    from opendp_wgm.privacy.peeling import TOP_K, peeling_loss
 
     budget = _budget(args)
     wgm = args.mechanism == "wgm"
+    k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar  # limited-domain only
     if wgm and args.k_bar is not None:
         raise CLIError("--k-bar applies only to --mechanism limited-domain")
     if not wgm:
@@ -133,6 +135,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
                 raise CLIError(f"--{option.replace('_', '-')} applies only to --mechanism wgm")
         if args.k_bar is not None and args.k > args.k_bar:  # the library's check, named by the options
             raise CLIError(f"--k ({args.k}) must be <= --k-bar ({args.k_bar}): the limited domain holds --k-bar items")
+        if k_bar > LD_MAX_K_BAR:  # the library's bound (the release holds k̄ + 1 scores), named by the options
+            option = "--k-bar" if args.k_bar is not None else f"--k-bar (default {_K_BAR_PER_K}·K)"
+            raise CLIError(f"{option} must be <= {LD_MAX_K_BAR:,} (found {k_bar:,}): the release holds k̄ + 1 scores")
     noise = _noise(args)
     execution = _execution(args)
     split = _DEFAULT_SPLIT if args.split is None else args.split
@@ -158,14 +163,17 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
                 output_measure=measure,
                 epsilon=first.epsilon,
             )
-        stage_2 = make_peeling_top_k(  # for its map only, which depends on k alone (not on the key columns)
-            *user_items_space(),
-            candidates=list(range(cal.k)),
+        # the peeling's map charges k rounds whatever the candidates (its loss, not a measurement over k
+        # placeholder candidates: the cost of planning does not grow with k)
+        peel_loss = peeling_loss(
+            1,
             k=cal.k,
             scale=cal.peel_scale,
-            output_measure=measure,
-            delta=cal.peel_delta if approx_dp else None,
+            kind="approx_dp" if approx_dp else "approx_zcdp",
+            accounting=TOP_K,
+            delta=cal.peel_delta if approx_dp else 0.0,
         )
+        assert isinstance(peel_loss, tuple)  # an approximate measure's (value, δ)
         peeling = f"{cal.k} rounds, ε' = {cal.peel_local_epsilon:.6g} per round (Gumbel scale {cal.peel_scale:.6g})"
         lines = _two_stage_lines(
             first,
@@ -173,13 +181,12 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             noise=noise,
             peeling=peeling,
             first="ε" if approx_dp else "ρ",
-            losses=(stage_1.map(1), stage_2.map(1)),
+            losses=(stage_1.map(1), peel_loss),
         )
         name = "DP-SIPS-then-top-k" if isinstance(first, DPSIPSCalibration) else "WGM-then-top-k"
         return _Plan(name, measurement, [*lines, execution.line()], curve=first, released="a stage-1 candidate")
 
     def plan_limited_domain() -> _Plan:
-        k_bar = _K_BAR_PER_K * args.k if args.k_bar is None else args.k_bar
         if budget.epsilon is None:  # pragma: no cover - --rho is refused above
             raise AssertionError("limited-domain top-k needs ε")
         measurement = make_limited_domain_top_k(

@@ -38,7 +38,8 @@ REPRODUCE_DESCRIPTION = """\
 Run one of the paper's experiments on the shared data sets: every method x setting x trial, with a progress
 bar. Rows are appended to <out>/<experiment>/trials.csv as trials complete (an interrupted run keeps them;
 --resume continues it, with the settings stored in config.json beside them: a resume with other settings is
-refused), then summary.md / summary.csv (mean ± std over trials) and one PNG per metric are written.
+refused; an existing trials.csv is never replaced without --force), then summary.md / summary.csv (mean ±
+std over trials) and one PNG per metric are written.
 
   set-union    missing mass, ℓ∞ missing mass, cardinality, run time vs Δ0 (--l0): WGM, Policy Gaussian
                (ℓ2 descent and the reference's "L1"), Policy Greedy (fixed), OpenDP's built-in key release,
@@ -112,6 +113,11 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
         "--resume", action="store_true",
         help="keep and skip the rows of an interrupted run (same settings only; a row cut short is redone)",
     )
+    parser.add_argument(
+        "--force", action="store_true",
+        help="start afresh even if <out>/<experiment>/trials.csv exists (its rows are replaced; without --resume "
+        "or --force an existing one is refused)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.add_argument("--no-plots", action="store_true", help="write tables only (plots need matplotlib)")
     return parser
@@ -120,8 +126,9 @@ def add_reproduce_arguments(parser: argparse.ArgumentParser) -> argparse.Argumen
 def run_reproduce(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run the experiment described by parsed ``args``; print where the results are. Returns 0.
 
-    Bad input raises ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` / ``NotADirectoryError``, and a
-    missing matplotlib ``ImportError``, all before any data is read; the caller turns them into its one-line
+    Bad input raises ``ValueError`` / ``TypeError`` / ``FileNotFoundError`` / ``NotADirectoryError``, an
+    earlier run's ``trials.csv`` without ``--resume`` or ``--force`` ``FileExistsError``, and a missing
+    matplotlib ``ImportError``, all before any data is read; the caller turns them into its one-line
     error. This is the entry points' runner (``opendp-wgm reproduce``, :func:`main_reproduce`): it owns the
     process, so Ctrl-C ends it with status 130 and one line on stderr, the trials done so far kept for
     ``--resume`` (no ``KeyboardInterrupt`` is raised inside OpenDP's callbacks, which would crash the process).
@@ -151,6 +158,7 @@ def run_reproduce(args: argparse.Namespace, *, stdout: TextIO | None = None, std
             alpha=args.alpha,
             seed=args.seed,
             resume=args.resume,
+            force=args.force,
             progress=not args.no_progress,
             plot=not args.no_plots,
         )
@@ -182,7 +190,7 @@ def main_reproduce(argv: list[str] | None = None) -> int:
     dp.enable_features(*FEATURES)  # this process is ours; the library only asserts features
     try:
         return run_reproduce(args)
-    except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, ImportError) as err:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError, ImportError) as err:
         print(f"opendp-wgm reproduce: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

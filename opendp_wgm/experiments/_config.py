@@ -189,6 +189,15 @@ def make_config(
     grid = parse_grid("l0", l0) if experiment == "set-union" else parse_grid("k", k)
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
     multipliers = parse_grid("k_bar_multipliers", k_bar_multipliers)
+    if experiment == "top-k" and "limited_domain" in chosen:
+        from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
+
+        if max(grid) * max(multipliers) > LD_MAX_K_BAR:  # refused here, before any data is read
+            msg = (
+                f"limited domain's k̄ = k x multiplier must be <= {LD_MAX_K_BAR:,} "
+                f"(found {max(grid):,} x {max(multipliers):,}): lower `k` or `k_bar_multipliers`"
+            )
+            raise ValueError(msg)
     alpha = _check_real("alpha", alpha, minimum=0.0)
     if seed is not None:
         seed = _check_int("seed", seed, minimum=0)

@@ -201,6 +201,7 @@ def reproduce(
     alpha: float = 3.0,
     seed: int | None = None,
     resume: bool = False,
+    force: bool = False,
     progress: bool = True,
     plot: bool = True,
 ) -> ReproduceResult:
@@ -251,6 +252,10 @@ def reproduce(
         started afresh. A run stores its settings in ``config.json`` beside ``trials.csv``; a resume whose
         settings differ is refused (``ValueError`` naming the keys), and a last row cut short by the
         interruption is dropped and redone.
+    force
+        Start afresh even if ``trials.csv`` exists (its rows are replaced). Without ``resume`` or ``force`` an
+        existing ``trials.csv`` is refused (``FileExistsError``, before any work): rows are never replaced
+        silently. ``resume`` and ``force`` together are refused.
     progress
         Show a tqdm progress bar on stderr.
     plot
@@ -266,6 +271,8 @@ def reproduce(
     ValueError, TypeError, FileNotFoundError
         On bad input — unknown experiment, method or data set; missing data folder; empty or non-numeric
         grids — before any data is read.
+    FileExistsError
+        If ``trials.csv`` exists and neither ``resume`` nor ``force`` is given, before any work.
     opendp.mod.OpenDPException
         If the needed OpenDP features are not enabled: ``"contrib"`` and ``"honest-but-curious"``, and
         ``"idealized-numerics"`` for the policy baselines (``docs/baselines.md``).
@@ -298,8 +305,9 @@ def reproduce(
         _check_matplotlib()
     all_variants = variants(config)
     run_dir = config.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
     trials_csv, config_json = run_dir / "trials.csv", run_dir / "config.json"
+    _check_fresh(trials_csv, resume=resume, force=force)
+    run_dir.mkdir(parents=True, exist_ok=True)
     settings = _run_settings(config)
     if resume and trials_csv.exists():
         _check_resumable(config_json, settings)
@@ -355,6 +363,19 @@ def reproduce(
     finally:
         bar.close()
     return write_report(config, all_variants, plot=plot)
+
+
+def _check_fresh(trials_csv: Path, *, resume: bool, force: bool) -> None:
+    """Refuse to replace the rows of an earlier run unless told to (``force``), or told to continue it
+    (``resume``), as ``--output`` refuses to overwrite a file without ``--force``."""
+    if resume and force:
+        raise ValueError("--resume and --force contradict: --resume keeps the earlier rows, --force replaces them")
+    if trials_csv.exists() and not (resume or force):
+        msg = (
+            f"{str(trials_csv)!r} already holds the trials of an earlier run: add --resume to continue it, "
+            "--force to start afresh (its rows are replaced), or choose another --out"
+        )
+        raise FileExistsError(msg)
 
 
 def _check_matplotlib() -> None:

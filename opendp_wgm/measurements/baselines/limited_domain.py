@@ -31,6 +31,11 @@ __all__ = ["make_limited_domain_top_k", "then_limited_domain_top_k"]
 #: times 2^b, and the selection runs on integer scores exactly.
 LD_LATTICE_BITS = 20
 
+#: The largest k̄ accepted: a release holds k̄ + 1 scores (zero-count placeholders past the data's items) and
+#: selects among them, about 140 bytes and 2 µs per score (1.4 GB and 20 s at this bound). A public bound on a
+#: parameter, checked at construction, so a huge ``k`` or ``k_bar`` is refused before any data is read.
+LD_MAX_K_BAR = 10_000_000
+
 
 
 def make_limited_domain_top_k(
@@ -67,8 +72,9 @@ def make_limited_domain_top_k(
     k
         Most items released, ≥ 1.
     k_bar
-        k̄ ≥ k, the size of the limited domain. It may exceed the number of distinct items (the reference
-        crashes there): the missing slots are filled with zero-count placeholders that are never released.
+        k̄ ≥ k, the size of the limited domain, at most :data:`LD_MAX_K_BAR` (10,000,000). It may exceed the
+        number of distinct items (the reference crashes there): the missing slots are filled with zero-count
+        placeholders that are never released (so the release's memory and time grow with k̄, hence the bound).
     max_contributions
         Δ0 ≥ 1, or ``None`` for no bound.
     epsilon, delta
@@ -107,7 +113,7 @@ def make_limited_domain_top_k(
     """
     _assert_features()
     k = _check_int("k", k, minimum=1)
-    k_bar = _check_int("k_bar", k_bar, minimum=1)
+    k_bar = _check_int("k_bar", k_bar, minimum=1, maximum=LD_MAX_K_BAR)
     if k > k_bar:
         msg = f"`k` ({k}) must be <= `k_bar` ({k_bar}): the limited domain holds k_bar items"
         raise ValueError(msg)
