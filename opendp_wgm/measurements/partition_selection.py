@@ -91,7 +91,10 @@ def make_partition_release(
         )
         raise ValueError(msg)
     if getattr(input_metric, "descriptor", None) != UserDistanceDescriptor(1, histogram.lattice_bits):
-        msg = f"`input_metric` must be the user distance of make_weighted_histogram at max_contributions=1 (found {input_metric})"
+        msg = (
+            "`input_metric` must be the user distance of make_weighted_histogram at max_contributions=1 "
+            f"(found {input_metric})"
+        )
         raise ValueError(msg)
     item, words = histogram.item, table.words()
     certain = np.uint64(table.n_star)

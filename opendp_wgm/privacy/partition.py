@@ -141,6 +141,9 @@ def release_table(epsilon: float, delta: float) -> ReleaseTable:
     bits = 64 * math.ceil((64 + math.ceil(math.log2(lower / d))) / 64)
     top = 1 << bits
     dn, dd = d.numerator * top, d.denominator  # δ·A = dn/dd exactly
+    # π(n) ≤ δ(e^{nε} − 1)/(e^ε − 1) (the first branch, for every n) and π(n* − 1) ≥ 1 − δ: a lower bound of n*
+    if math.log1p((1.0 - delta) * math.expm1(epsilon) / delta) / epsilon > MAX_TABLE:
+        _too_long(epsilon, delta)
     numerators = [0]
     while True:
         a = numerators[-1]
@@ -152,11 +155,15 @@ def release_table(epsilon: float, delta: float) -> ReleaseTable:
             return ReleaseTable(epsilon, delta, bits, tuple(numerators))
         numerators.append(a)
         if len(numerators) > MAX_TABLE:
-            msg = (
-                f"`epsilon` must give at most {MAX_TABLE} counts released with probability below 1 at "
-                f"delta={delta!r} (found more at epsilon={epsilon!r}; raise epsilon or delta)"
-            )
-            raise ValueError(msg)
+            _too_long(epsilon, delta)
+
+
+def _too_long(epsilon: float, delta: float) -> None:
+    msg = (
+        f"`epsilon` must give at most {MAX_TABLE} counts released with probability below 1 at "
+        f"delta={delta!r} (found more at epsilon={epsilon!r}; raise epsilon or delta)"
+    )
+    raise ValueError(msg)
 
 
 def partition_selection_loss(d_in: int, *, epsilon: float, delta: float) -> tuple[float, float]:
@@ -172,7 +179,7 @@ def partition_selection_loss(d_in: int, *, epsilon: float, delta: float) -> tupl
     if k <= 1:
         return (epsilon, delta) if k == 1 else (0.0, 0.0)
     group_epsilon = math.nextafter(k * epsilon, math.inf)
-    if (k - 1) * epsilon > 700.0:  # e^((k-1)ε) overflows a float long before; δ is capped at 1 anyway
+    if k * epsilon > 700.0:  # e^((k-1)ε) overflows a float long before; δ is capped at 1 anyway
         return group_epsilon, 1.0
     # Σ_{i<k} e^{iε} = (e^{kε} − 1)/(e^ε − 1), computed with expm1; the margin covers its float error
     ratio = math.expm1(k * epsilon) / math.expm1(epsilon)
