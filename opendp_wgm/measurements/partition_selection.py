@@ -137,7 +137,7 @@ def make_partition_selection(
         δ ∈ (0, 1), for one user: an item held by a single user is released with probability δ.
     output_measure
         ``dp.approximate(dp.max_divergence())`` (the default and the only one: the mechanism is (ε, δ)-DP, with
-        no zCDP statement; ``docs/privacy.md`` §11).
+        no zCDP statement; ``docs/privacy.md`` §6).
     item, passes, engine
         As for :func:`opendp_wgm.make_wgm`.
 
@@ -159,7 +159,7 @@ def make_partition_selection(
     π(0) = 0, computed exactly with :math:`e^\varepsilon` bounded below and π rounded down.
 
     Neighbouring datasets differ by the rows of ``d_in`` users (add or remove). Privacy map
-    (``docs/privacy.md`` §11): (ε, δ) at ``d_in = 1``; group privacy
+    (``docs/privacy.md`` §6): (ε, δ) at ``d_in = 1``; group privacy
     :math:`(k\varepsilon,\ \delta \sum_{i<k} e^{i\varepsilon})` at ``d_in = k``.
 
     Required features: ``contrib``, ``honest-but-curious``.

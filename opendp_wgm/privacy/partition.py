@@ -11,7 +11,7 @@ other items, where π is the largest sequence with π(0) = 0 that keeps every pa
 :func:`release_table` computes it in exact integer arithmetic, with :math:`e^{\varepsilon}` replaced by a
 rational lower bound L and each π(n) rounded *down* to the grid :math:`2^{-64K}`; both only lower the
 probabilities, and the recursion is then evaluated on the rounded values, so the released probabilities satisfy
-the two constraints exactly (``docs/privacy.md`` §11): no slack is charged to δ. The sequence reaches 1 at a
+the two constraints exactly (``docs/privacy.md`` §6): no slack is charged to δ. The sequence reaches 1 at a
 public count n*, so the table is finite.
 """
 
@@ -33,7 +33,7 @@ __all__ = ["MAX_TABLE", "ReleaseTable", "exp_lower_bound", "partition_selection_
 MAX_TABLE = 1 << 20
 #: Bits of the rational lower bound of e^ε (its grid is 2^-_EXP_BITS).
 _EXP_BITS = 128
-#: Relative margin that covers ``math.exp``'s error and the float sum of the group bound (docs/privacy.md §11).
+#: Relative margin that covers the float error of the group bound's (e^{kε} − 1)/(e^ε − 1) (docs/privacy.md §6).
 _GROUP_MARGIN = 1.0 + 2.0**-30
 
 
@@ -123,7 +123,7 @@ def release_table(epsilon: float, delta: float) -> ReleaseTable:
         A - \Bigl\lceil \frac{A - a_{n-1} - \delta A}{L} \Bigr\rceil,\ A\Bigr),
 
     until :math:`a_n = A`. Every :math:`a_n \ge a_{n-1}` (L ≥ 1) and :math:`a_n/A` satisfies both constraints
-    of the recursion with :math:`e^{\varepsilon} \ge L` (``docs/privacy.md`` §11).
+    of the recursion with :math:`e^{\varepsilon} \ge L` (``docs/privacy.md`` §6).
 
     Examples
     --------
@@ -171,7 +171,7 @@ def partition_selection_loss(d_in: int, *, epsilon: float, delta: float) -> tupl
 
     :math:`d_{in} = 1`: (ε, δ) (the recursion's constraints). :math:`d_{in} = k`: group privacy,
     :math:`(k\varepsilon,\ \delta\sum_{i<k} e^{i\varepsilon})`, capped at δ = 1, both rounded up
-    (``docs/privacy.md`` §11); 0 users: (0, 0).
+    (``docs/privacy.md`` §6); 0 users: (0, 0).
     """
     k = _check_d_in(d_in)
     epsilon = _check_positive("epsilon", epsilon)

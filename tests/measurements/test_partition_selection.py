@@ -99,6 +99,29 @@ def test_a_key_release_for_group_by() -> None:
     assert eps > 1.0 and delta > 1e-6
 
 
+def test_stage_1_of_a_two_stage_top_k() -> None:
+    # partition selection, then 2 rounds of peeling on its released items, under (ε, δ): the maps add
+    from opendp_wgm.measurements.two_stage import make_two_stage
+    from opendp_wgm.privacy.peeling import TOP_K, peeling_loss
+
+    def stage_2(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement:
+        return wgm.make_peeling_top_k(
+            domain, metric, candidates=candidates, k=2, scale=1.0, output_measure=APPROX_DP, delta=1e-6
+        )
+
+    def stage_2_map(d_in: int) -> tuple[float, float]:
+        return peeling_loss(d_in, k=2, scale=1.0, kind="approx_dp", accounting=TOP_K, delta=1e-6)
+
+    m = make_two_stage(
+        *wgm.user_items_space(), stage_1=wgm.then_partition_selection(epsilon=1.0, delta=1e-6), stage_2=stage_2,
+        stage_2_map=stage_2_map, accounting=TOP_K,
+    )
+    out = m(_held_by({100: 1, 60: 1, 30: 1}))
+    assert out["item"].to_list() == [100 * 100_000, 60 * 100_000]  # 100 and 60 holders: ranked first and second
+    eps, delta = m.map(1)
+    assert eps >= 1.0 + stage_2_map(1)[0] and delta >= 1e-6 + stage_2_map(1)[1]
+
+
 def test_bad_input() -> None:
     space = wgm.user_items_space()
     with pytest.raises(ValueError, match=r"`output_measure` must be dp.approximate\(dp.max_divergence\(\)\)"):
