@@ -8,6 +8,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 import pytest
+from scipy import stats
 
 import opendp_wgm as wgm
 from opendp_wgm.privacy.partition import release_table
@@ -28,8 +29,9 @@ def _held_by(counts: dict[int, int]) -> pl.DataFrame:
 
 
 def test_release_frequencies_are_the_table() -> None:
-    # 3000 items per count, one release: each count's share of released items is within 5 standard deviations of
-    # π(n) (a false failure ≤ 6e-7 per count); counts ≥ n* = 23 are always released, a single holder w.p. δ
+    # 3000 items per count, one release: each count's number of released items is in the central 1 − 2e-7 of
+    # Binomial(3000, π(n)) (exact tails: a false failure ≤ 2e-7 per count; π(1) = δ = 1e-5 is too small for a
+    # normal approximation); counts ≥ n* = 23 are always released
     epsilon, delta, m = 1.0, 1e-5, 3000
     table = release_table(epsilon, delta)
     counts = {1: m, 9: m, 10: m, 11: m, 12: m, 13: m, 23: m, 40: m}
@@ -38,7 +40,8 @@ def test_release_frequencies_are_the_table() -> None:
     got = dict(zip(share["n"].to_list(), share["len"].to_list(), strict=True))
     for n in counts:
         p = float(table.probability(n))
-        assert abs(got.get(n, 0) / m - p) <= 5 * math.sqrt(p * (1 - p) / m) + 1e-12, (n, got.get(n, 0), p)
+        low, high = stats.binom.interval(1 - 2e-7, m, p)
+        assert low <= got.get(n, 0) <= high, (n, got.get(n, 0), p)
     assert got[23] == got[40] == m
 
 
@@ -97,6 +100,25 @@ def test_a_key_release_for_group_by() -> None:
     assert out.height == 4 and {"item", "count", "minutes_sum"} <= set(out.columns)
     eps, delta = m.map(1)
     assert eps > 1.0 and delta > 1e-6
+
+
+def test_group_by_from_budget_and_discover_keys() -> None:
+    # the keys get (ε/2, δ/2) = (0.5, 5e-7) (key_fraction; the Context's even split): n* = 54, so the items of 70
+    # holders are released, a single holder's w.p. 5e-7
+    frame = _held_by({70: 3, 1: 5}).with_columns(minutes=pl.col("user") % 60)
+    options = {"max_contributions": 1, "delta": 1e-6, "sums": {"minutes": (0, 60)}, "mechanism": "partition-selection"}
+    m = wgm.make_wgm_group_by_from_budget(*wgm.user_items_space(), epsilon=1.0, **options)
+    assert m.check(1, (1.0, 1e-6))
+    assert release_table(0.5, 5e-7).n_star == 54
+    assert m(frame)["item"].to_list() == [70 * 100_000 + i for i in range(3)]
+    with pytest.raises(ValueError, match="`mechanism` must not be 'partition-selection' under approximate zCDP"):
+        wgm.make_wgm_group_by_from_budget(*wgm.user_items_space(), rho=0.5, **options)
+    context = dp.Context.compositor(
+        data=frame.select("user", "item").lazy(), privacy_unit=dp.unit_of(contributions=1, identifier="user"),
+        privacy_loss=dp.loss_of(epsilon=1.0, delta=1e-6), split_evenly_over=2,
+    )
+    keys = wgm.discover_keys(context, max_contributions=1, mechanism="partition-selection")
+    assert keys.columns == ["item"] and set(keys["item"]) >= {70 * 100_000 + i for i in range(3)}
 
 
 def test_stage_1_of_a_two_stage_top_k() -> None:
