@@ -138,11 +138,12 @@ def release_table(epsilon: float, delta: float) -> ReleaseTable:
     p, q = lower.numerator, lower.denominator
     d = Fraction(delta)
     # 64 bits below δ/L: each rounding (≤ 2^-bits) is below δ/(L 2^64), so the sequence still reaches 1
-    bits = 64 * math.ceil((64 + math.ceil(math.log2(lower / d))) / 64)
+    ratio = lower / d  # its bit lengths bound log2(L/δ) from above, exactly (L/δ may exceed a float)
+    bits = 64 * math.ceil((64 + ratio.numerator.bit_length() - ratio.denominator.bit_length() + 1) / 64)
     top = 1 << bits
     dn, dd = d.numerator * top, d.denominator  # δ·A = dn/dd exactly
     # π(n) ≤ δ(e^{nε} − 1)/(e^ε − 1) (the first branch, for every n) and π(n* − 1) ≥ 1 − δ: a lower bound of n*
-    if math.log1p((1.0 - delta) * math.expm1(epsilon) / delta) / epsilon > MAX_TABLE:
+    if epsilon < 700.0 and math.log1p((1.0 - delta) * math.expm1(epsilon) / delta) / epsilon > MAX_TABLE:
         _too_long(epsilon, delta)
     numerators = [0]
     while True:
