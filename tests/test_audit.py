@@ -334,3 +334,34 @@ def test_audit_passes_on_keys_with_counts() -> None:
     report = audit(m, shared_item_pair(3, users=20), events=events, trials=500, alpha=ALPHA, progress=False)
     assert report.passed, report.violations
     assert report.table().height == 2 and report.measure == "approx-zcdp"
+
+
+@pytest.mark.slow
+def test_audit_passes_on_partition_selection() -> None:
+    # ε = 0.5, δ = 0.05: the differing user's unique item is released w.p. π(1) = δ (0 without it), and a shared
+    # item held by c + 1 users moves from π(c) to π(c + 1) = e^ε π(c) + δ (tight for c = 1, 2): every claim is
+    # met with equality, and measurably (δ = 0.05 with 2000 releases per side)
+    m = wgm.make_partition_selection(*wgm.user_items_space(), epsilon=0.5, delta=0.05)
+    pairs = [unique_items_pair(1, users=20, shared_items=2), shared_item_pair(1, users=20), shared_item_pair(2, users=20)]
+    report = audit(m, pairs, trials=2000, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    assert report.measure == "approx-dp"
+    first = report.table().row(0, named=True)
+    assert first["hits_d_prime"] == 0 and first["p_d_low"] <= 0.05 <= first["p_d_high"]
+
+
+@pytest.mark.slow
+def test_audit_flags_partition_selection_underclaimed() -> None:
+    # The same mechanism claiming δ/5 = 0.01 at ε = 0.5: the unique item's hits (mean 150 of 3000) must reach
+    # the smallest count whose Clopper–Pearson bound (α/4 per side, conservatively) exceeds 0.01; power > 0.999
+    m = wgm.make_partition_selection(*wgm.user_items_space(), epsilon=0.5, delta=0.05)
+    k = np.arange(3001)
+    low, _ = clopper_pearson(k, 3000, ALPHA / 4)
+    _, high = clopper_pearson(0, 3000, ALPHA / 4)
+    smallest = k[delta_lower_bound(low, np.full(low.shape, high), 0.5) > 0.01].min()
+    assert stats.binom.sf(smallest - 1, 3000, 0.05) > 0.999
+    report = audit(
+        make_underclaimed(m, 0.2), unique_items_pair(1, users=20), events=[ItemReleased(-1)], trials=3000,
+        alpha=ALPHA, progress=False,
+    )
+    assert not report.passed

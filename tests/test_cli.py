@@ -784,6 +784,39 @@ def test_discover_dp_sips_bad_options(capsys: pytest.CaptureFixture[str], argv: 
 
 
 # --------------------------------------------------------------------------------------------------------
+# discover --mechanism partition-selection
+# --------------------------------------------------------------------------------------------------------
+def test_discover_partition_selection_releases_the_items_only(
+    capsys: pytest.CaptureFixture[str], csv_path: Path, tmp_path: Path
+) -> None:
+    out_path = tmp_path / "released.parquet"
+    code, out, err = _run(
+        capsys, csv_path, "--user", "uid", "--item", "thing", "--mechanism", "partition-selection", "-o", out_path
+    )
+    assert code == 0, err
+    released = pl.read_parquet(out_path)
+    assert released.columns == ["thing"] and "a" in released["thing"].to_list()  # 300 holders ≥ n* = 23
+    assert "partition selection released" in err and "budget spent  ε = 1, δ = 1e-05" in err
+    code, out, err = _run(capsys, "--demo-users", 500, "--mechanism", "partition-selection")
+    assert code == 0 and "items released; the first" in out, err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rho", "0.1"], "--mechanism partition-selection needs --epsilon"),
+        (["--noise", "opendp"], "--noise and --noise-delta-fraction do not apply"),
+        (["--noise-delta-fraction", "0.3"], "--noise and --noise-delta-fraction do not apply"),
+    ],
+)
+def test_discover_partition_selection_bad_options(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = _run(capsys, "--demo-users", 50, "--mechanism", "partition-selection", *argv)
+    assert code == 2 and message in err, err
+
+
+# --------------------------------------------------------------------------------------------------------
 # top-k / hitting-set --stage-1 dp-sips
 # --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(

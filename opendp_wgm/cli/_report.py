@@ -63,8 +63,13 @@ class _Stages:
 
 
 def _print_head(released: pl.DataFrame, stream: TextIO) -> None:
-    """The released items of largest noisy weight (ordering a release is post-processing)."""
+    """The released items of largest noisy weight (ordering a release is post-processing); the first items when
+    the release has no weight (partition selection)."""
     shown = min(_SHOW_ROWS, released.height)
+    if "noisy_weight" not in released.columns:
+        print(f"# {released.height} items released; the first {shown}:", file=stream)
+        _print_table(released, stream)
+        return
     print(f"# {released.height} items released; {shown} of largest noisy weight:", file=stream)
     _print_table(released.sort("noisy_weight", descending=True), stream)
 

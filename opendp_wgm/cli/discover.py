@@ -1,5 +1,6 @@
 """``opendp-wgm discover``: release the items that many users hold, with the Weighted Gaussian Mechanism (or
-DP-SIPS, its multi-round form: ``--mechanism dp-sips``)."""
+DP-SIPS, its multi-round form: ``--mechanism dp-sips``; or the optimal partition selection at one item per user:
+``--mechanism partition-selection``)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ released: by default the adaptive schedule (round 1 at 1% of the budget, then on
 count of the users round 1 boosted says so), or with --rounds/--ratio R rounds with the budget split
 geometrically over them (fractions proportional to ratio^(R-i)); the release adds the round that released
 each item.
+
+With --mechanism partition-selection ((ε, δ)-DP only) each user keeps one of its items, uniformly at random
+(--max-contributions does not apply), and an item kept by n users is released with the largest probability
+π(n) that (ε, δ)-DP allows (Desfontaines et al. 2022); the release is the items only. It beats the WGM where
+users hold about one item each.
 """
 
 _DISCOVER_EPILOG = """\
@@ -54,6 +60,7 @@ examples:
   opendp-wgm discover words.csv.gz --rho 0.1 --delta 1e-6 --max-contributions 50
   opendp-wgm discover events.parquet --passes 8 -o released.parquet    # input larger than memory
   opendp-wgm discover ratings.parquet --user u --item x --mechanism dp-sips --rounds 3 --ratio 0.3
+  opendp-wgm discover reviews.csv --user u --item x --mechanism partition-selection --epsilon 1 --delta 1e-5
   opendp-wgm discover events.ndjson.gz -o - > released.csv            # CSV on stdout, summary on stderr
   opendp-wgm discover --uri sqlite://events.db --query "select user, item from events" -o released.json
   opendp-wgm discover --dry-run --epsilon 0.5 --plot curve.png        # σ, T and the release curve only
@@ -73,11 +80,11 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     _add_mechanism_arguments(parser)
     _add_budget_arguments(parser)
     _add_execution_arguments(parser)
-    _add_output_arguments(parser, "item, noisy_weight; and round with dp-sips")
+    _add_output_arguments(parser, "item, noisy_weight; and round with dp-sips; item only with partition-selection")
     parser.set_defaults(run=run)
 
 
-_MECHANISMS = ("wgm", "dp-sips")
+_MECHANISMS = ("wgm", "dp-sips", "partition-selection")
 
 
 def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +94,8 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
         choices=_MECHANISMS,
         default="wgm",
         help="wgm: one round (default); dp-sips: several rounds, each on the items not yet released "
-        "(default: the adaptive schedule, 2 or 3 rounds)",
+        "(default: the adaptive schedule, 2 or 3 rounds); partition-selection: one item per user, released "
+        "with the optimal (ε, δ) probability of its count (--epsilon only)",
     )
     _add_sips_arguments(group, "--mechanism dp-sips")
 
@@ -95,6 +103,7 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
     from opendp_wgm import metrics
+    from opendp_wgm.cli._errors import CLIError
     from opendp_wgm.cli._report import (
         _not_private,
         _Plan,
@@ -106,7 +115,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import make_dp_sips, make_wgm
+    from opendp_wgm.measurements import make_dp_sips, make_partition_selection, make_wgm
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.wgm import wgm_arguments
     from opendp_wgm.privacy.calibrate import calibrate_dp_sips, calibrate_wgm
@@ -129,9 +138,22 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         outcome = _sips_outcome if calibration.statistic_scale is not None else None
         return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
+    def plan_partition_selection() -> _Plan:
+        if budget.epsilon is None:
+            raise CLIError("--mechanism partition-selection needs --epsilon: it is (ε, δ)-DP, with no zCDP statement")
+        if args.noise is not None or budget.noise_delta_fraction is not None:
+            raise CLIError("--noise and --noise-delta-fraction do not apply to --mechanism partition-selection")
+        measurement = make_partition_selection(
+            *user_items_space(args.user, args.item), epsilon=budget.epsilon, delta=budget.delta, **execution.kwargs()
+        )
+        line = "  mechanism     one uniformly chosen item per user (Δ0 = 1), released w.p. π(count)"
+        return _Plan("partition selection", measurement, [line, execution.line()])
+
     def plan() -> _Plan:
         if args.mechanism == "dp-sips":
             return plan_sips()
+        if args.mechanism == "partition-selection":
+            return plan_partition_selection()
         calibration = calibrate_wgm(**budget.kwargs())
         measurement = make_wgm(
             *user_items_space(args.user, args.item), **wgm_arguments(calibration, noise=noise, **execution.kwargs())

@@ -43,6 +43,12 @@ from opendp_wgm.measurements.hitting_set import (
     then_wgm_hitting_set,
     then_wgm_hitting_set_from_budget,
 )
+from opendp_wgm.measurements.partition_selection import (
+    make_partition_release,
+    make_partition_selection,
+    then_partition_release,
+    then_partition_selection,
+)
 from opendp_wgm.measurements.top_k import (
     make_peeling_top_k,
     make_wgm_top_k,
@@ -79,6 +85,8 @@ __all__ = [
     "make_limited_domain_top_k",
     "make_noisy_threshold",
     "make_opendp_key_release",
+    "make_partition_release",
+    "make_partition_selection",
     "make_peeling_top_k",
     "make_policy_gaussian",
     "make_policy_gaussian_from_budget",
@@ -100,6 +108,8 @@ __all__ = [
     "then_limited_domain_top_k",
     "then_noisy_threshold",
     "then_opendp_key_release",
+    "then_partition_release",
+    "then_partition_selection",
     "then_peeling_top_k",
     "then_policy_gaussian",
     "then_policy_gaussian_from_budget",

@@ -44,6 +44,7 @@ from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import fresh_seeds
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, series_domain
 from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
+from opendp_wgm.measurements.partition_selection import make_partition_selection
 from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
 from opendp_wgm.measurements.wgm import make_wgm_from_budget
@@ -66,8 +67,8 @@ __all__ = [
 #: The released count column (OpenDP's ``dp.len()``: rows per key after truncation).
 COUNT = "count"
 #: Key releases :func:`make_wgm_group_by_from_budget` and :func:`discover_keys` can run first.
-KeyMechanism = Literal["wgm", "dp-sips", "top-k"]
-KEY_MECHANISMS: tuple[KeyMechanism, ...] = ("wgm", "dp-sips", "top-k")
+KeyMechanism = Literal["wgm", "dp-sips", "top-k", "partition-selection"]
+KEY_MECHANISMS: tuple[KeyMechanism, ...] = ("wgm", "dp-sips", "top-k", "partition-selection")
 #: Per-column bounds of a statistic: ``{column: (lower, upper)}``.
 Bounds = Mapping[str, tuple[float, float]]
 
@@ -557,6 +558,11 @@ def _key_release_from_budget(
     if k is not None:
         msg = f"`k` must be None unless mechanism='top-k' (found {k!r})"
         raise ValueError(msg)
+    if mechanism == "partition-selection":  # Δ0 = 1, nothing to calibrate; (ε, δ) only (docs/privacy.md §6)
+        if budget.epsilon is None:
+            msg = f"`mechanism` must not be 'partition-selection' under approximate zCDP (found rho={budget.value!r})"
+            raise ValueError(msg)
+        return functools.partial(make_partition_selection, epsilon=budget.epsilon, delta=budget.delta, item=item)
     make = make_dp_sips_from_budget if mechanism == "dp-sips" else make_wgm_from_budget
     return functools.partial(make, **options)
 
@@ -597,8 +603,9 @@ def make_wgm_group_by_from_budget(
         Exactly one of them, > 0, for one user.
     key_fraction
         Share of the budget spent on the keys, in (0, 1).
-    mechanism : {'wgm', 'dp-sips', 'top-k'}
-        The key release.
+    mechanism : {'wgm', 'dp-sips', 'top-k', 'partition-selection'}
+        The key release; ``"partition-selection"`` (:func:`opendp_wgm.make_partition_selection`: one item per
+        user, ``max_contributions`` then bounds the aggregates only) needs ``epsilon``.
     k
         With ``mechanism="top-k"`` only: the number of keys.
     noise : {'lattice', 'opendp'}

@@ -6,6 +6,7 @@
 - :mod:`~opendp_wgm.privacy.threshold`: the weight lattice and the threshold δ;
 - :mod:`~opendp_wgm.privacy.peeling`: the maps of peeling and limited-domain top-k;
 - :mod:`~opendp_wgm.privacy.sips`: DP-SIPS's schedule and the composed map of its rounds;
+- :mod:`~opendp_wgm.privacy.partition`: partition selection's release probabilities and map;
 - :mod:`~opendp_wgm.privacy.calibrate`: every calibration, on one search.
 
 Derivations: ``docs/privacy.md``, ``docs/top_k.md``, ``docs/hitting_set.md``.

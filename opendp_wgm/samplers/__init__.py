@@ -1,9 +1,11 @@
-"""Exact samplers: the discrete Gaussian on the integers and private selection (noisy top-k / max).
+"""Exact samplers: the discrete Gaussian on the integers, private selection (noisy top-k / max) and dyadic
+Bernoulli draws (partition selection).
 
 Every random word comes from :func:`csprng` (AES-128-CTR keyed from the OS) or from OpenDP's own samplers.
 Exactness arguments: ``docs/noise.md`` (discrete Gaussian) and ``docs/top_k.md`` (selection).
 """
 
+from opendp_wgm.samplers.bernoulli import sample_bernoulli
 from opendp_wgm.samplers.discrete_gaussian import NOISE_METHODS, NoiseMethod, csprng, sample_discrete_gaussian
 from opendp_wgm.samplers.selection import (
     SELECTION_MEASURES,
@@ -24,5 +26,6 @@ __all__ = [
     "csprng",
     "noisy_max",
     "noisy_top_k",
+    "sample_bernoulli",
     "sample_discrete_gaussian",
 ]
