@@ -80,8 +80,9 @@ def _cli(command: str, *options: str) -> Builder:
                 argv = [command, str(path), "--user", "user", "--item", ",".join(keys), "--output", "-", *options]
                 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                     code = main(argv)
-            if code:
-                raise RuntimeError(f"exit {code}: {err.getvalue().strip().splitlines()[-1:]}")
+            if code:  # the message without the temporary folder's name
+                message = err.getvalue().strip().splitlines()[-1:]
+                raise RuntimeError(f"exit {code}: {[line.replace(folder, '<tmp>') for line in message]}")
             return code
 
         return run

@@ -4,8 +4,9 @@ An exception (or abort) that one data set triggers and its neighbour does not te
 probability 1, and no privacy map charges it. For every release path of ``tests/release_paths.py`` (every public
 releasing constructor and the CLI's release commands), on frames of adversarial values of every supported
 dtype (unsigned integers at their limits, UInt64 ids from 2^63 on, Int64's extremes, NaN, ±inf and -0.0,
-empty, huge and non-ASCII strings, Categorical and Enum, dates, nulls in every key part, composite keys, value
-columns with NaN/±inf/nulls, a single user, every user removed), this family checks that a frame and its
+empty, huge and non-ASCII strings, Categorical and Enum, dates and datetimes, binary, Int128, Struct items with a
+null field, nulls in every key part, composite keys, value columns with NaN/±inf/nulls, a single user, every
+user removed), this family checks that a frame and its
 neighbour (one user removed) either both release, or both raise the error the frame's *schema* raises (the
 same error an empty frame of that schema raises): a failure is then decided by public information only.
 """
@@ -46,6 +47,10 @@ KINDS: dict[str, tuple[tuple[pl.DataType, ...], list[Any]]] = {
     "Categorical": ((pl.Categorical(),), STRINGS),
     "Enum": ((pl.Enum(STRINGS),), STRINGS),
     "Date": ((pl.Date(),), [datetime.date(1, 1, 1), datetime.date(9999, 12, 31), datetime.date(1970, 1, 1)]),
+    "Datetime": ((pl.Datetime("us", "Europe/Paris"),), [datetime.datetime(1, 1, 1, tzinfo=datetime.UTC), datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)]),
+    "Binary": ((pl.Binary(),), [b"\xff\xfe", b"", b"a"]),
+    "Int128": ((pl.Int128(),), [2**100, -(2**120), 0]),
+    "Struct": ((pl.Struct({"a": pl.UInt64, "b": pl.String}),), [{"a": 2**64 - 1, "b": ""}, {"a": None, "b": "a"}, {"a": 0, "b": None}]),
     "composite": (
         (pl.UInt64(), pl.String()),
         [(2**64 - 1, ""), (0, "a"), (2**63, "é🙂"), (2**64 - 1, "a")],
@@ -88,7 +93,10 @@ def _candidates(kind: str) -> pl.Series | pl.DataFrame:
     dtypes, pool = KINDS[kind]
     if kind == "composite":
         return pl.DataFrame({"k1": [v[0] for v in pool], "k2": [v[1] for v in pool]}, schema=dict(zip(_keys(kind), dtypes, strict=True)))
-    return pl.Series("candidate", pool, dtype=dtypes[0]).unique(maintain_order=True)
+    series = pl.Series("candidate", pool, dtype=dtypes[0])
+    if isinstance(dtypes[0], pl.Struct):  # candidates have no null field
+        return series.filter(series.struct.unnest().select(pl.all_horizontal(pl.all().is_not_null())).to_series())
+    return series.unique(maintain_order=True)
 
 
 @cache
@@ -228,3 +236,33 @@ def test_policy_gaussian_codes_int8_items_at_both_limits() -> None:
     frame = pl.DataFrame({"user": list(range(30)) * 2, "item": pl.Series([-128] * 30 + [127] * 30, dtype=pl.Int8)})
     released = RELEASE_PATHS["make_policy_gaussian"](("item",), None)(frame)
     assert released.schema["item"] == pl.Int8 and set(released["item"]) == {-128, 127}
+
+
+def test_unsupported_dtypes_are_refused_from_the_schema() -> None:
+    """Int128 crashed Polars inside a release (a panic, an abort in the histogram); a Datetime key did not come
+    back from OpenDP's frame: both refused before any noise, empty frame or not."""
+    frame = pl.DataFrame({"user": [1, 2], "item": pl.Series([2**100, 0], dtype=pl.Int128), VALUE: [0.5, 0.5]})
+    for path in ("make_wgm", "make_dp_sips", "make_noisy_threshold"):
+        with pytest.raises((ValueError, dp.OpenDPException), match="column 'item' must have a dtype other than Int128"):
+            RELEASE_PATHS[path](("item",), None)(frame)
+    dates = frame.with_columns(pl.Series("item", [datetime.datetime(2000, 1, 1)] * 2))
+    for path in ("make_wgm_group_by", "make_opendp_key_release"):
+        for data in (dates, dates.clear()):
+            with pytest.raises((ValueError, dp.OpenDPException), match="key column 'item' must be an integer, Boolean, float"):
+                RELEASE_PATHS[path](("item",), None)(data)
+
+
+def test_struct_item_with_a_null_field_is_dropped() -> None:
+    """A Struct item with a null field was released by the WGM, then refused as a null candidate by stage 2."""
+    items = pl.Series("item", [{"a": None, "b": "x"}] * 30 + [{"a": 1, "b": "x"}] * 30)
+    frame = pl.DataFrame({"user": list(range(30)) * 2, "item": items})
+    released = RELEASE_PATHS["make_wgm_top_k"](("item",), None)(frame)
+    assert released["item"].to_list() == [{"a": 1, "b": "x"}]
+
+
+@pytest.mark.parametrize("command", ["discover", "top-k", "hitting-set"])
+def test_cli_releases_data_without_users(command: str) -> None:
+    """No row, or no row with both a user and an item, was an error (exit 2) where its neighbour released."""
+    build = RELEASE_PATHS[f"cli {command}"]
+    for frame in (pl.DataFrame(schema={"user": pl.Int64, "item": pl.String}), pl.DataFrame({"user": [1, None], "item": [None, "a"]})):
+        assert build(("item",), None)(frame) == 0

@@ -13,7 +13,7 @@ import opendp.prelude as dp
 import polars as pl
 from polars._typing import PolarsDataType
 
-__all__ = ["canonical_dtype", "canonical_item", "canonical_user", "series_domain"]
+__all__ = ["canonical_dtype", "canonical_item", "canonical_user", "check_key_dtype", "series_domain"]
 
 
 def series_domain(name: str, dtype: PolarsDataType) -> dp.Domain:
@@ -33,6 +33,20 @@ def canonical_dtype(dtype: PolarsDataType) -> PolarsDataType:
     if dtype.is_integer() or dtype == pl.Boolean:
         return pl.Int64
     return pl.String
+
+
+def check_key_dtype(column: str, dtype: PolarsDataType) -> None:
+    """Refuse, from the schema (before any noise is drawn), a key whose dtype does not enter OpenDP's frame and
+    come back exactly for every value: integers, Boolean, floats, String, Categorical, Enum, Decimal and Date
+    do (:func:`canonical_item`); a Datetime's or a Time's string does not parse back, a Binary value may not be
+    UTF-8, and nested dtypes have no string."""
+    exact = dtype.is_numeric() or isinstance(dtype, (pl.Categorical, pl.Enum))
+    if not (exact or dtype in (pl.Boolean, pl.String, pl.Date)):
+        msg = (
+            f"key column {column!r} must be an integer, Boolean, float, String, Categorical, Enum, Decimal or "
+            f"Date column to enter OpenDP's frame (found {dtype}); cast it (e.g. to String or Int64) first"
+        )
+        raise ValueError(msg)
 
 
 def canonical_item(item: str, dtype: PolarsDataType) -> pl.Expr:
