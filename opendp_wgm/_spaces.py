@@ -347,9 +347,11 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space, extra: Seq
     the identifier's value (a column, or the expression evaluated row by row), in a
     value-only representation (Categorical as String), so every later step groups, hashes and orders by the
     privacy unit. A composite key becomes one Struct column of its key columns (named ``space.item``); a row
-    with a null in any key column is dropped, as a row with a null item is. Dropping rows is a row-wise filter:
-    it never makes two users' data depend on each other, so it is stable with the same ``d_in``. Missing
-    columns raise here; the message depends only on the schema.
+    with a null in any key column is dropped, as a row with a null item is, and so is a row whose Struct item
+    has a null field (:func:`_null_items`: no release could hand it to a known-domain stage as a candidate).
+    Dropping rows is a row-wise filter: it never makes two users' data depend on each other, so it is stable
+    with the same ``d_in``. Missing columns, and user or key dtypes no release reads (Int128, UInt128, Object),
+    raise here; the message depends only on the schema.
     """
     if isinstance(frame, _PreparedFrame):
         if (frame.space.user, frame.space.keys) != (space.user, space.keys):
@@ -372,8 +374,30 @@ def _prepare_frame(frame: pl.DataFrame | pl.LazyFrame, space: _Space, extra: Seq
         lf = lf.select(key, pl.struct(space.composite).alias(space.item), *extra)
     else:
         lf = lf.select(key, pl.col(space.item), *extra)
-    user_dtype = lf.collect_schema()[space.user]
-    return lf.with_columns(_value_key(space.user, user_dtype)).drop_nulls([space.user, space.item])
+        dtype = schema[space.item]
+        if isinstance(dtype, pl.Struct) and dtype.fields:  # a Struct item with a null field is a null item
+            fields = [pl.col(space.item).struct.field(f.name).is_not_null() for f in dtype.fields]
+            lf = lf.filter(pl.all_horizontal(fields))
+    prepared = lf.collect_schema()
+    for column in (space.user, *space.keys):
+        _check_release_dtype(column, prepared[space.user] if column == space.user else schema[column])
+    return lf.with_columns(_value_key(space.user, prepared[space.user])).drop_nulls([space.user, space.item])
+
+
+#: Dtypes no release reads: Polars 1.36 implements neither hashing nor sorting of 128-bit integers everywhere
+#: (a panic, or an abort, inside a release), nor any operation on Python objects.
+_REFUSED_DTYPES = (pl.Int128, pl.UInt128, pl.Object)
+
+
+def _check_release_dtype(column: str, dtype: PolarsDataType) -> None:
+    """Refuse, from the schema alone (before any noise is drawn), a user or key column whose dtype a release
+    could fail on at some values and not others."""
+    if isinstance(dtype, _REFUSED_DTYPES) or dtype in _REFUSED_DTYPES:
+        msg = (
+            f"column {column!r} must have a dtype other than Int128, UInt128 or Object (found {dtype}); "
+            "cast it to Int64 or String first"
+        )
+        raise ValueError(msg)
 
 
 def _null_items(items: pl.Series) -> int:

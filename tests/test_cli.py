@@ -172,8 +172,6 @@ ERROR_CASES = {
     "missing file": (["{tmp}/nope.csv"], "not found"),
     "unsupported suffix": (["{json}"], "unsupported file type '.json'"),
     "missing column": (["{csv}", "--user", "uid", "--item", "nope"], "column 'nope' not found"),
-    "empty csv": (["{empty_csv}"], "has no rows"),
-    "empty parquet": (["{empty_parquet}"], "has no rows"),
     "epsilon zero": (["--epsilon", "0"], "argument --epsilon: must be in (0.0, inf) (found 0.0)"),
     "epsilon negative": (["--epsilon", "-1"], "argument --epsilon: must be in (0.0, inf) (found -1.0)"),
     "epsilon not a number": (["--epsilon", "one"], "argument --epsilon: invalid float value"),
@@ -196,7 +194,6 @@ ERROR_CASES = {
     "schema does not parse": (["{csv}", "--user", "uid", "--item", "thing", "--schema", "thing=Int64"],
                               "(check --schema)"),
     "null dtype item": (["{null_item}"], "--item column 'item' of "),
-    "all rows null": (["{null_rows}"], "has no row with both a user and an item"),
     "passes not an integer": (["--passes", "two"], "argument --passes: invalid integer: 'two'"),
     "bad engine": (["--engine", "gpu"], "argument --engine: invalid choice: 'gpu'"),
 }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 import polars as pl
+from polars._typing import PolarsDataType
 
 from opendp_wgm.cli._args import (
     _DEFAULT_DEMO_USERS,
@@ -248,14 +249,9 @@ def _check_frame(
     except (pl.exceptions.PolarsError, OSError) as err:
         hint = " (check --schema)" if schema else ""
         raise CLIError(f"cannot read {label!r}: {_one_line(err)}{hint}") from err
-    data = _Input(lf, label, int(counts["rows"][0]), int(counts["null_rows"][0]), demo=False, floats=bool(floats))
-    if data.rows == 0:
-        raise CLIError(f"{label} has no rows")
-    if data.null_rows == data.rows:
-        raise CLIError(
-            f"{label} has no row with both a user and an item (all {data.rows:,} rows have {data.missing})"
-        )
-    return data
+    # no rows, or no row with both a user and an item, is a data set like any other (its neighbour holds one
+    # user): the release runs, and releases nothing but noise can put there
+    return _Input(lf, label, int(counts["rows"][0]), int(counts["null_rows"][0]), demo=False, floats=bool(floats))
 
 
 def _open_checked(
@@ -367,6 +363,15 @@ def _serialise(released: pl.DataFrame, format_: str, file: Path | None = None) -
     return released.write_ndjson(file)
 
 
+def _holds_binary(dtype: PolarsDataType) -> bool:
+    """Whether ``dtype`` is Binary or nests a Binary."""
+    if isinstance(dtype, pl.Struct):
+        return any(_holds_binary(f.dtype) for f in dtype.fields)
+    if isinstance(dtype, (pl.List, pl.Array)):
+        return _holds_binary(dtype.inner)
+    return dtype == pl.Binary
+
+
 @dataclass(frozen=True)
 class _Output:
     """Where the release goes: ``path``, through ``temp``, a file created beside it before the release; or
@@ -393,6 +398,12 @@ class _Output:
             raise CLIError(
                 f"cannot write column(s) {nested} ({schema[nested[0]]}) to {self.name} as {self.format.upper()}: "
                 "use --format json or ndjson, or a .parquet file"
+            )
+        binary = [name for name, dtype in schema.items() if _holds_binary(dtype)]
+        if binary and self.format != "parquet":  # Polars writes Binary to neither CSV nor JSON (it panics)
+            raise CLIError(
+                f"cannot write column(s) {binary} ({schema[binary[0]]}) to {self.name} as {self.format.upper()}: "
+                "use a .parquet file"
             )
 
     def commit(self, released: pl.DataFrame, stdout: TextIO) -> None:

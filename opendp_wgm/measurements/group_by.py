@@ -42,7 +42,7 @@ from opendp_wgm._validation import (
 )
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import fresh_seeds
-from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, series_domain
+from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype, series_domain
 from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
 from opendp_wgm.measurements.partition_selection import make_partition_selection
 from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
@@ -277,6 +277,18 @@ def _stage_2_kind(output_measure: dp.Measure | None, delta: Any) -> tuple[Measur
 # the measurement
 
 
+def _check_stage_2_schema(schema: Mapping[str, PolarsDataType], space: _Space, aggregates: _Aggregates) -> None:
+    """Stage 2's checks of the data's schema (public): keys that enter OpenDP's frame exactly, numeric values."""
+    item = schema[space.item]
+    keys = {space.item: item}
+    if isinstance(item, pl.Struct) and space.composite:  # a composite key's columns, each a key of OpenDP's
+        keys = {f.name: f.dtype for f in item.fields}
+    for key, dtype in keys.items():
+        check_key_dtype(key, dtype)
+    for statistic in aggregates.statistics:
+        statistic.value(schema[statistic.column])
+
+
 def _preparation(space: _Space, aggregates: _Aggregates) -> Preparation:
     """The input prepared once for both stages: the user key, the keys and the value columns (rows with a null
     user or key dropped), on the bare-column space of (user key, item). A composite key's Struct is passed as
@@ -285,6 +297,7 @@ def _preparation(space: _Space, aggregates: _Aggregates) -> Preparation:
 
     def function(frame: Any) -> pl.LazyFrame | _PreparedFrame:
         lf = _prepare_frame(frame, space, aggregates.values)
+        _check_stage_2_schema(lf.collect_schema(), space, aggregates)  # before stage 1 draws any noise
         return _PreparedFrame(lf, prepared) if space.composite else lf
 
     domain = user_items_domain(UserItemsDescriptor(space.user, space.composite or space.item))

@@ -18,7 +18,7 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_one_item, _check_real
 from opendp_wgm.engines.polars import fresh_seeds
-from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, series_domain
+from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype, series_domain
 from opendp_wgm.privacy.budget import Budget, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_key_release
 from opendp_wgm.privacy.threshold import check_max_contributions
@@ -38,6 +38,7 @@ def _key_release_input(
     """
     lf = _prepare_frame(frame, space)
     schema = lf.collect_schema()
+    check_key_dtype(space.item, schema[space.item])  # from the schema, before OpenDP draws any noise
     return schema[space.item], lf.select(
         canonical_user(space.user, schema[space.user]).alias(user),
         canonical_item(space.item, schema[space.item]).alias(item),
@@ -137,10 +138,12 @@ def make_opendp_key_release(
     Notes
     -----
     The global scale and the (integer) threshold are the smallest that pass OpenDP's map at ``d_in = 1``
-    (bisection on the map). Data enter OpenDP through ``dp.lazyframe_domain``: the item column is cast to Int64
-    (integers) or String (anything else, ``-0.0`` written as ``0.0``) and cast back on output; the user key
-    enters as Int64 (integers), String (strings) or its dense rank (any other dtype), so that two rows are one
-    user in OpenDP exactly when Polars finds their keys equal.
+    (bisection on the map). Data enter OpenDP through ``dp.lazyframe_domain``: the item column is cast to UInt64
+    (UInt64), Int64 (other integers) or String (anything else, ``-0.0`` written as ``0.0``) and cast back on
+    output, every value exactly; an item dtype that would not come back (Datetime, Time, Binary, nested) is
+    refused from the schema before any noise. The user key enters as UInt64 or Int64 (integers), String
+    (strings) or its dense rank (any other dtype), so that two rows are one user in OpenDP exactly when Polars
+    finds their keys equal.
 
     Required features: ``contrib``, ``honest-but-curious``.
     """

@@ -252,12 +252,14 @@ def _dense_codes(values: pl.Series) -> np.ndarray | None:
     """Integer items within a small range coded as ``value - min`` (no sort, no hash); ``None`` otherwise.
 
     The codes only index the weight vector, so a few unused codes cost nothing; "small" is at most 4 codes
-    per row (or 2^16).
+    per row (or 2^16). The difference is taken in a dtype holding every value and, the range being small,
+    every difference (Int8's ``127 - (-128)`` would wrap in Int8).
     """
     low, high = cast("int", values.min()), cast("int", values.max())  # an integer Series without nulls
     if high - low >= max(4 * values.len(), 1 << 16):
         return None
-    return (values - low).cast(pl.Int64).to_numpy()
+    wide = pl.UInt64 if values.dtype == pl.UInt64 else pl.Int64
+    return (values.cast(wide) - pl.Series([low], dtype=wide)).cast(pl.Int64).to_numpy()
 
 
 def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key_order: bool) -> _UserItems:
