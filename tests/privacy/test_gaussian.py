@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -149,7 +150,7 @@ def test_map_strictly_decreasing_in_epsilon_across_the_slack() -> None:
         wgm_privacy_loss(1, scale=scale, threshold=12.0, max_contributions=max_contributions, epsilon=e)[1]
         for e in np.linspace(0.0, 2 * slack, 9)
     ]
-    assert all(later < earlier for earlier, later in zip(deltas, deltas[1:], strict=False))
+    assert all(later < earlier for earlier, later in itertools.pairwise(deltas))
 
 
 @settings(max_examples=60, deadline=None)
