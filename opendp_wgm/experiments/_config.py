@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from opendp_wgm._validation import _check_int, _check_positive, _check_probability, _check_real
+from opendp_wgm.datasets import DATASETS
 
 __all__: list[str] = []
 
@@ -167,8 +168,6 @@ def make_config(
             "(it must hold one directory per data set, like ../shared/data)"
         )
         raise FileNotFoundError(msg)
-    from opendp_wgm.datasets import DATASETS  # NumPy and Polars: not for `opendp-wgm reproduce --help`
-
     names = DEFAULT_DATASETS[experiment] if datasets is None else _names("datasets", datasets)
     unknown = [n for n in names if n not in DATASETS]
     if unknown:
