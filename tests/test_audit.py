@@ -25,6 +25,7 @@ from opendp_wgm.audit import (
     clopper_pearson,
     delta_lower_bound,
     epsilon_lower_bound,
+    flag_power,
     make_underclaimed,
     shared_item_pair,
     symmetric_id_distance,
@@ -42,11 +43,15 @@ ALPHA = 1e-3
 
 def _power(p1: float, claimed_delta: float, rho: float, trials: int, events: int) -> float:
     """P[flag] when the differing unit's event has probability p1 on D and 0 on D′ (approximate zCDP claim)."""
-    k = np.arange(trials + 1)
-    low, _ = clopper_pearson(k, trials, ALPHA / (2 * events))
-    _, high = clopper_pearson(0, trials, ALPHA / (2 * events))
-    flags = zcdp_delta_lower_bound(low, np.full(low.shape, high), rho) > claimed_delta
-    return float(stats.binom.sf(k[flags].min() - 1, trials, p1))
+    return flag_power(p1, claimed_delta, rho, trials=trials, events=events, alpha=ALPHA)
+
+
+def test_flag_power() -> None:
+    """Monotone in the trials and in the gap between p1 and the claim; 0 where ρ alone allows p1."""
+    powers = [_power(0.129, 0.0668, 0.0625, n, 3) for n in (500, 2000, 5000)]
+    assert powers == sorted(powers) and powers[-1] > 0.9999
+    assert _power(0.129, 0.10, 0.0625, 2000, 3) < _power(0.129, 0.08, 0.0625, 2000, 3)
+    assert _power(0.0213, 0.0, 1.0, 20_000, 3) < 1e-9  # DP-SIPS at σ = 1, T = 3.3: ρ = 1 covers the event
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -158,6 +163,25 @@ def test_audit_flags_the_half_delta_wrapper() -> None:
         make_underclaimed(m), unique_items_pair(1, users=20), events=[ItemReleased(-1)], trials=3000,
         alpha=ALPHA, progress=False,
     )
+    assert not report.passed
+    assert "VIOLATION" in report.verdict()
+
+
+@pytest.mark.slow
+def test_audit_flags_the_half_delta_dp_sips_twin() -> None:
+    # Two rounds at σ = 3, T = 5, Δ0 = 1: the user's item is released in round 1 or 2, P1 = 1 − (1 − q)² = 0.174
+    # with q = Φ̄(4/3); the map claims δ = 2q = 0.182 (the union bound of the rounds), the twin 0.091. The event
+    # is the union of the rounds; with 3000 releases per side the flag's power is above 0.999.
+    from opendp_wgm.cli._audit import build_mechanism
+    from opendp_wgm.privacy.threshold import release_probability
+
+    twin = build_mechanism("dp-sips-underclaimed", sigma=3.0, threshold=5.0, max_contributions=1, k=1, peel_scale=1.0)
+    rho, delta = twin.map(1)
+    q = float(release_probability(1, scale=3.0, threshold=5.0)[0])
+    assert rho == pytest.approx(2 / 18) and delta == pytest.approx(q, rel=1e-5)  # half of 2·δ_T
+    assert _power(1 - (1 - q) ** 2, delta, rho, 3000, 1) > 0.999
+    report = audit(twin, unique_items_pair(1, users=20), events=[ItemReleased(-1)], trials=3000, alpha=ALPHA,
+                   progress=False)
     assert not report.passed
     assert "VIOLATION" in report.verdict()
 

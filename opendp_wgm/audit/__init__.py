@@ -20,6 +20,7 @@ from opendp_wgm.audit.stats import (
     clopper_pearson,
     delta_lower_bound,
     epsilon_lower_bound,
+    flag_power,
     zcdp_delta,
     zcdp_delta_lower_bound,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "clopper_pearson",
     "delta_lower_bound",
     "epsilon_lower_bound",
+    "flag_power",
     "make_underclaimed",
     "shared_item_pair",
     "symmetric_id_distance",

@@ -215,12 +215,17 @@ class AuditReport:
         return self.violations.height == 0
 
     def verdict(self) -> str:
-        """One line: the claim, the verdict and the level."""
+        """One line: the claim, the verdict, the level, and what the audit could detect: the largest lower bound
+        on δ its events gave (a claim of any smaller δ, at the same ε or ρ, would have been flagged; nothing
+        above it was tested, ``docs/audit.md``, "Power")."""
         found = self.violations.height
         outcome = "no violation found" if found == 0 else f"VIOLATION in {found} of {self.rows.height} events"
+        bounds = self.rows.get_column("delta_lower").to_numpy()
+        detectable = float(bounds.max()) if bounds.size else 0.0
         return (
             f"claim at d_in={self.d_in} ({self.measure}): {self.claim}; {outcome} "
-            f"(family-wise level α = {self.alpha:g}, {self.trials} releases per side)"
+            f"(family-wise level α = {self.alpha:g}, {self.trials} releases per side; the events bound "
+            f"δ ≥ {detectable:.3g}: only a claim below it can be flagged)"
         )
 
     def plot(self, path: str | None = None, ax: Any = None) -> Any:

@@ -30,6 +30,7 @@ __all__ = [
     "clopper_pearson",
     "delta_lower_bound",
     "epsilon_lower_bound",
+    "flag_power",
     "zcdp_delta",
     "zcdp_delta_lower_bound",
 ]
@@ -105,3 +106,20 @@ def zcdp_delta_lower_bound(p1_low: ArrayLike, p0_high: ArrayLike, rho: float) ->
     bound = p1 - np.exp(_EPSILONS)[None, :] * p0 - zcdp_delta(rho, _EPSILONS)[None, :]
     lower: FloatArray = np.maximum(0.0, bound.max(axis=1))
     return lower
+
+
+def flag_power(p1: float, claimed_delta: float, rho: float, *, trials: int, events: int, alpha: float = 1e-3) -> float:
+    r"""The probability that an audit flags an approximate (ρ, ``claimed_delta``)-zCDP claim through one event of
+    probability ``p1`` on D and 0 on D′ (a differing user's unique items), with ``trials`` releases per side,
+    ``events`` (pair, event) rows and family-wise level ``alpha`` (``docs/audit.md``, "Power").
+
+    Exact: the binomial tail of the smallest count of hits on D whose lower bound on δ exceeds the claim
+    (D′ has 0 hits: its interval is fixed). 0 when no count flags.
+    """
+    k = np.arange(trials + 1)
+    low, _ = clopper_pearson(k, trials, alpha / (2 * events))
+    _, high = clopper_pearson(0, trials, alpha / (2 * events))
+    flags = zcdp_delta_lower_bound(low, np.full(low.shape, high), rho) > claimed_delta
+    if not flags.any():
+        return 0.0
+    return float(stats.binom.sf(k[flags].min() - 1, trials, p1))

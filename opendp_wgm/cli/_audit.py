@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AUDIT_HELP", "MECHANISMS", "build_mechanism", "populate", "run_audit"]
 
-MECHANISMS = ("wgm", "wgm-top-k", "wgm-hitting-set", "opendp-key-release", "wgm-underclaimed")
+MECHANISMS = (
+    "wgm", "wgm-top-k", "wgm-hitting-set", "opendp-key-release", "dp-sips", "wgm-underclaimed", "dp-sips-underclaimed"
+)
 
 AUDIT_HELP = "test a shipped mechanism's privacy claim empirically on worst-case neighbours"
 AUDIT_DESCRIPTION = """\
@@ -32,7 +34,9 @@ level is --alpha: a correct mechanism is flagged with probability at most α.
   wgm-top-k           the WGM, then peeling of k items (scale --peel-scale)
   wgm-hitting-set     the WGM, then user peeling of k items (scale --peel-scale)
   opendp-key-release  OpenDP's own key release, calibrated to the WGM's (ρ, δ) at d_in = 1
+  dp-sips             DP-SIPS, two rounds each at σ = --sigma, T = --threshold
   wgm-underclaimed    the WGM whose map reports half its δ: NOT private as claimed (must be flagged)
+  dp-sips-underclaimed  DP-SIPS (two rounds) whose map reports half its δ (must be flagged)
 
 Exit status: 0 when no violation is found, 1 when one is, 2 on bad input.
 """
@@ -68,6 +72,11 @@ def build_mechanism(
         return base
     if name == "wgm-underclaimed":
         return make_underclaimed(base, 0.5)
+    if name in ("dp-sips", "dp-sips-underclaimed"):
+        sips = wgm.make_dp_sips(
+            *space, max_contributions=max_contributions, scales=[sigma] * 2, thresholds=[threshold] * 2
+        )
+        return sips if name == "dp-sips" else make_underclaimed(sips, 0.5)
     if name == "wgm-top-k":
         return wgm.make_wgm_top_k(*space, k=k, peel_scale=peel_scale, **stage_1)
     if name == "wgm-hitting-set":

@@ -41,7 +41,7 @@ from opendp_wgm._validation import (
     _check_probability,
 )
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
-from opendp_wgm.engines.polars import fresh_seeds
+from opendp_wgm.engines.polars import bound_key, fresh_seeds
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype, series_domain
 from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
 from opendp_wgm.measurements.partition_selection import make_partition_selection
@@ -77,8 +77,9 @@ _MAX_LENGTH = 2**32 - 1
 #: Values enter OpenDP as integers on the grid 2^-b, with at least 2^10 steps up to the largest bound, and
 #: bounds within ±2^30 (then |bound|·2^b ≤ 2^30, and 2^32 rows sum within Int64).
 _GRID_LEVELS, _GRID_LIMIT = 2.0**10, 2.0**30
-#: Column names inside OpenDP's plan: the user key, and a keyed hash of the key (the order users keep keys in).
-_USER, _ORDER = "__opendp_wgm_user__", "__opendp_wgm_order__"
+#: Column names inside OpenDP's plan: the user key, and a keyed hash of the key (the order of OpenDP's truncation);
+#: and, before the plan, a keyed hash of (user, key) (the order in which each user keeps its keys).
+_USER, _ORDER, _SUBSET = "__opendp_wgm_user__", "__opendp_wgm_order__", "__opendp_wgm_subset__"
 #: Stage sums are rounded up exactly (OpenDP's compositors add the same way); δ is capped at 1.
 _ACCOUNTING = Accounting(exact=True, zero_delta=False, cap_delta=True)
 _APPROX_DP = "output_measure=dp.approximate(dp.max_divergence())"
@@ -122,7 +123,8 @@ class _Statistic:
         return math.floor(self.lower * unit), math.ceil(self.upper * unit)
 
     def value(self, dtype: PolarsDataType) -> pl.Expr:
-        """The column as it enters OpenDP: null and NaN as 0, clipped, on the grid (a row-wise map)."""
+        """The column as it enters OpenDP: null and NaN as 0, then clipped (so a bound when 0 is outside the
+        bounds), on the grid (a row-wise map; it reads no other row)."""
         if not (dtype.is_numeric() or dtype == pl.Boolean):
             msg = f"column {self.column!r} must be numeric to be summed (found {dtype})"
             raise ValueError(msg)
@@ -312,13 +314,16 @@ def _aggregate_release(
     units. A composite key enters OpenDP as its separate key columns (the Struct unnested): the plan groups by
     all of them, and the keyed hash and the truncation rank take the tuple as the key."""
     lf = data.lf if isinstance(data, _PreparedFrame) else data
+    # each user's kept keys: a uniform random subset of its own released keys, independent across users (the
+    # WGM's keyed hash of the (user, key) values under a fresh secret seed); OpenDP's truncation, ranking every
+    # user's keys in one order of the keys, then keeps all of them
+    lf = lf.with_columns(bound_key(lf, space, fresh_seeds()).alias(_SUBSET))
     if space.composite:
         lf, keys_frame = lf.unnest(space.item), keys.struct.unnest()
     else:
         keys_frame = keys.to_frame(space.item)
     schema, dtypes = lf.collect_schema(), keys_frame.schema
-    seeds = fresh_seeds()  # the order in which each user keeps its keys: one secret random order of the keys
-    order = pl.struct(*aggregates.keys).hash(*seeds).alias(_ORDER)
+    order = pl.struct(*aggregates.keys).hash(*fresh_seeds()).alias(_ORDER)  # OpenDP's: one order of the keys
     key_columns = [canonical_item(k, schema[k]).alias(k) for k in aggregates.keys]
     explicit = keys_frame.select(key_columns).with_columns(order)
     # only the released keys' rows (a row-wise filter by public keys), so that users keep Δ0 *released* keys
@@ -327,8 +332,11 @@ def _aggregate_release(
             canonical_user(space.user, schema[space.user]).alias(_USER),
             *key_columns,
             *(s.value(schema[s.column]) for s in aggregates.statistics),
+            _SUBSET,
         )
         .join(explicit.lazy().select(aggregates.keys), on=list(aggregates.keys), how="semi")
+        .filter(pl.struct(_SUBSET, *aggregates.keys).rank("dense").over(_USER) <= aggregates.max_contributions)
+        .drop(_SUBSET)
         .with_columns(order)
     )
     opendp_schema = frame.collect_schema()
@@ -372,8 +380,9 @@ def make_wgm_group_by(
         composite key); its output measure must be ``output_measure``. It is built on the prepared (user key,
         item) space.
     max_contributions
-        Δ0 ≥ 1 of the aggregates: OpenDP truncates each user to Δ0 of the released keys (a uniformly random
-        choice: the first Δ0 in one secret random order of the keys, drawn per release).
+        Δ0 ≥ 1 of the aggregates: each user keeps Δ0 of its released keys, a uniformly random subset of its own
+        keys, independent across users (a keyed hash of (user, key) under a secret seed drawn per release);
+        OpenDP's truncation to Δ0 keys per user then enforces the bound its map reads.
     scale
         OpenDP's ``global_scale`` s > 0: each aggregate's noise scale is s times its per-row bound (1 for the
         count, max|bound| for a sum); :func:`summarize_group_by` shows them. Each aggregate costs
@@ -383,8 +392,11 @@ def make_wgm_group_by(
         with R = 1 (default) it counts users.
     sums, means
         ``{column: (lower, upper)}``: bounded sums and means of numeric columns (values clipped to the bounds,
-        null and NaN counted as 0, rounded to the nearest multiple of :math:`2^{-b}`, the smallest b ≥ 0 with
-        :math:`\max|bound|\,2^b \ge 2^{10}`: integers stay exact; bounds within ±2^30).
+        rounded to the nearest multiple of :math:`2^{-b}`, the smallest b ≥ 0 with
+        :math:`\max|bound|\,2^b \ge 2^{10}`: integers stay exact; bounds within ±2^30). A null or NaN is
+        replaced by 0 and then clipped like any value: it counts as 0 when lower ≤ 0 ≤ upper, and otherwise as
+        the bound nearest 0 (``lower`` when lower > 0, ``upper`` when upper < 0), and its row still counts in
+        ``count`` and in a mean's denominator. Filter such rows out first to leave them out.
     output_measure
         ``dp.approximate(dp.zero_concentrated_divergence())`` (default) or ``dp.approximate(dp.max_divergence())``
         (then ``delta`` is required).

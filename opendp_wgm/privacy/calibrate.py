@@ -20,8 +20,8 @@ import opendp.prelude as dp
 from opendp_wgm._validation import _check_absent, _check_choice, _check_int, _check_positive, _check_probability
 from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind
 from opendp_wgm.privacy.gaussian import (
+    _noise_delta,
     analytic_gaussian_delta,
-    lattice_epsilon_slack,
     wgm_privacy_loss,
     wgm_rho,
 )
@@ -202,7 +202,7 @@ def _noise_scale(
         )
         _check_scale_fits(scale, budget, fraction, limit)
         scale = max(scale, 1.0 / MAX_SCALE)  # the (ε, δ) map needs a lattice step of noise; more only helps
-        return scale, _noise_delta(epsilon, scale, max_contributions)
+        return scale, _noise_delta(epsilon, scale, 1, max_contributions)
     scale = _rho_scale(budget.value, budget)
     _check_scale_fits(scale, budget, fraction, limit)
     return scale, 0.0
@@ -211,11 +211,6 @@ def _noise_scale(
 def _rho_scale(rho: float, budget: Budget) -> float:
     r"""The smallest σ with :math:`1/(2\sigma^2) \le \rho` (``budget`` names the search in its errors)."""
     return smallest_passing(lambda s: wgm_rho(1, s) <= rho, lower=1e-12, parameter="scale", budget=budget)
-
-
-def _noise_delta(epsilon: float, scale: float, max_contributions: int) -> float:
-    """δ of the lattice Gaussian of scale σ at ε for one user (the first term of the (ε, δ) maps)."""
-    return analytic_gaussian_delta(max(0.0, epsilon - lattice_epsilon_slack(1, scale, max_contributions)), scale)
 
 
 def calibrate_wgm(
@@ -520,7 +515,7 @@ def calibrate_dp_sips(
         extra = () if statistic_scale is None else (statistic_scale,)
         if budget.epsilon is not None:
             paths = [scales + extra] + ([(scales[0], *branch_scales, *extra)] if branch_scales else [])
-            noise_delta = _noise_delta(budget.epsilon, min(combined_scale(p) for p in paths), max_contributions)
+            noise_delta = _noise_delta(budget.epsilon, min(combined_scale(p) for p in paths), 1, max_contributions)
             threshold_budget = budget.delta - noise_delta
         else:
             threshold_budget = budget.delta

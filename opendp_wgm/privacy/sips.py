@@ -15,9 +15,9 @@ from typing import Any
 
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_real
 from opendp_wgm.privacy.gaussian import (
+    _noise_delta,
     _over_squared_scale,
-    analytic_gaussian_delta,
-    lattice_epsilon_slack,
+    _up,
     wgm_privacy_loss,
     wgm_rho,
 )
@@ -157,12 +157,6 @@ def combined_scale(scales: Sequence[float]) -> float:
     return (1.0 / math.sqrt(precision)) * _SCALE_MARGIN
 
 
-def _up(value: float) -> float:
-    """``value`` moved one float up: the sums below are correctly rounded (fsum), this makes them upper bounds
-    (a sum of 0 is exact: every term is 0)."""
-    return math.nextafter(value, math.inf) if value > 0.0 else value
-
-
 def dp_sips_privacy_loss(
     d_in: int,
     *,
@@ -187,7 +181,8 @@ def dp_sips_privacy_loss(
               \qquad a = \frac{2 d_{in}\sqrt{\Delta_0}}{\sigma^2 2^{20}} = \sum_i a_i,
 
     where :math:`\delta_{\mathcal N}` is :func:`~opendp_wgm.privacy.gaussian.analytic_gaussian_delta` and
-    :math:`a_i` the WGM's lattice slack of round i. Sums are rounded up. With one round this is
+    :math:`a_i` the WGM's lattice slack of round i (the argument :math:`\varepsilon' - a` may be negative: it is
+    not clamped at 0). Sums are rounded up. With one round this is
     :func:`~opendp_wgm.privacy.gaussian.wgm_privacy_loss`.
 
     The adaptive schedule (``docs/privacy.md`` §4, "Two phases") adds a Gaussian statistic of ℓ2 sensitivity 1
@@ -236,6 +231,4 @@ def dp_sips_privacy_loss(
     if scale == 0.0:  # Σ 1/σ_i² overflowed: δ_N = 1
         return d_in * epsilon, 1.0
     eps_out = d_in * epsilon
-    eps_noise = max(0.0, eps_out - lattice_epsilon_slack(d_in, scale, max_contributions))
-    delta = _up(analytic_gaussian_delta(eps_noise, scale, float(d_in)) + threshold_delta)
-    return eps_out, min(1.0, delta)
+    return eps_out, min(1.0, _up(_noise_delta(eps_out, scale, d_in, max_contributions) + threshold_delta))

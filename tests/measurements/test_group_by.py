@@ -159,12 +159,45 @@ def test_release_columns_dtypes_and_values() -> None:
     assert rows["a"]["hours_mean"] == pytest.approx((0.5 + 2.0 + 1.0 + 3.0) / 4, abs=1e-3)
 
 
+def test_a_null_value_is_zero_clipped_into_the_bounds() -> None:
+    """A null or NaN is 0, then clipped: 0 within the bounds, else the bound nearest 0; its row still counts."""
+    data = pl.DataFrame({"user": [0, 1, 2], "item": ["a"] * 3, "v": [7.0, None, float("nan")]})
+    for bounds, null_value in (((-10, 10), 0.0), ((5, 10), 5.0), ((-10, -5), -5.0)):
+        released = explicit(scale=1e-6, sums={"v": bounds}, means={"v": bounds})(data)
+        row = released.row(0, named=True)
+        clipped = min(max(7.0, bounds[0]), bounds[1])
+        assert row["count"] == 3
+        assert row["v_sum"] == pytest.approx(clipped + 2 * null_value, abs=1e-3), bounds
+        assert row["v_mean"] == pytest.approx((clipped + 2 * null_value) / 3, abs=1e-3), bounds
+
+
 def test_rows_per_key_and_keys_per_user_are_truncated() -> None:
     """User 0 holds three rows of a; user 1 one row each of a and b: R = 2 rows per key, Δ0 keys per user."""
     data = pl.DataFrame({"user": [0, 0, 0, 1, 1], "item": ["a"] * 4 + ["b"], "minutes": [1, 2, 3, 4, 5]})
     for keys, expected in ((1, 2 + 1), (2, 2 + 2)):
         m = explicit(scale=1e-6, max_rows_per_key=2, max_contributions=keys, means=None)
         assert m(data)["count"].sum() == expected
+
+
+def test_kept_keys_are_a_uniform_subset_independent_across_users() -> None:
+    """2000 users hold the same 10 keys, Δ0 = 3, no noise to speak of: each key's count is the number of users
+    keeping it, Binomial-like around 2000·3/10 = 600 (χ², α = 1e-4; a key-only order kept the same 3 keys for
+    every user: counts 2000, 2000, 2000, 0, ...). Then 41 users × 11 keys at Δ0 = 2 (the review's case, where
+    the key-only order gave mean counts 2.7–12.3): the sum of 30 releases' counts per key, χ² at α = 1e-4."""
+    from scipy.stats import chi2
+
+    def statistic(n_users: int, n_keys: int, keep: int, releases: int) -> float:
+        data = pl.DataFrame({"user": np.repeat(np.arange(n_users), n_keys), "item": np.tile(np.arange(n_keys), n_users)})
+        m = explicit(key_release=wgm.then_wgm(max_contributions=n_keys, scale=1e-7, threshold=0.5),
+                     max_contributions=keep, scale=1e-6, sums=None, means=None)
+        runs = pl.concat([m(data).select("item", "count") for _ in range(releases)])
+        counts = runs.group_by("item").agg(pl.col("count").sum()).sort("item")["count"].to_numpy()
+        assert counts.size == n_keys and counts.sum() == releases * n_users * keep
+        expected = releases * n_users * keep / n_keys
+        return float(((counts - expected) ** 2 / expected).sum())
+
+    assert statistic(2000, 10, 3, 1) < chi2.ppf(1 - 1e-4, 9)
+    assert statistic(41, 11, 2, 30) < chi2.ppf(1 - 1e-4, 10)
 
 
 def test_integer_keys_and_categorical_keep_their_dtype() -> None:

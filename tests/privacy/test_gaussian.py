@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import opendp.prelude as dp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.special import ndtr
 
 from opendp_wgm.privacy.gaussian import (
@@ -101,3 +104,74 @@ def test_maps_at_underflowing_scale(scale: float) -> None:
     assert analytic_gaussian_delta(1.0, scale) == 1.0
     assert peeling_rho(1, k=3, scale=scale) == math.inf
     assert peeling_approx_epsilon(1, k=3, scale=scale, delta=1e-6) == math.inf
+
+
+# --- the (ε, δ) maps evaluate δ_N(ε' − a) as proved, also where the lattice slack a exceeds ε' -----------------
+
+
+def _exact_map_delta(eps_out: float, scale: float, d_in: int, max_contributions: int, delta_t: float) -> object:
+    """δ_N(ε' − a; σ, Δ = d_in) + δ_T at 60 digits, from the formulas of docs/privacy.md §3 (not the package's)."""
+    import mpmath
+
+    ctx = mpmath.MPContext()
+    ctx.dps = 60
+    sigma, sens = ctx.mpf(scale), ctx.mpf(d_in)
+    slack = 2 * sens * ctx.sqrt(max_contributions) / (sigma**2 * ctx.mpf(2) ** 20)
+    eps = ctx.mpf(eps_out) - slack
+    a, b = sens / (2 * sigma), eps * sigma / sens
+    return ctx.ncdf(a - b) - ctx.exp(eps) * ctx.ncdf(-a - b) + ctx.mpf(delta_t)
+
+
+def test_map_at_negative_shifted_epsilon_oracle() -> None:
+    """σ = 0.7, Δ0 = 2^20, ε = 0: a = 0.00399 and δ_N(−a) exceeds δ_N(0) by 9.5e-4, which clamping the
+    argument at 0 dropped."""
+    from opendp_wgm.privacy.sips import dp_sips_privacy_loss
+    from opendp_wgm.privacy.threshold import wgm_threshold_delta
+
+    scale, threshold, max_contributions = 0.7, 12.0, 2**20
+    delta_t = wgm_threshold_delta(scale=scale, threshold=threshold, max_contributions=max_contributions)
+    exact = _exact_map_delta(0.0, scale, 1, max_contributions, delta_t)
+    _, delta = wgm_privacy_loss(1, scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=0.0)
+    assert exact <= delta <= exact * (1 + 2.0**-48)
+    assert delta - analytic_gaussian_delta(0.0, scale) == pytest.approx(9.5e-4, abs=1e-5)  # what the clamp lost
+    # DP-SIPS: two rounds of combined σ = 0.7 (1/σ² = 1/σ1² + 1/σ2²) pay the same Gaussian term
+    s1, s2 = 0.7 * math.sqrt(2.0), 0.7 * math.sqrt(2.0)
+    _, sips_delta = dp_sips_privacy_loss(
+        1, scales=(s1, s2), thresholds=(threshold, threshold), max_contributions=max_contributions, epsilon=0.0
+    )
+    assert sips_delta - analytic_gaussian_delta(0.0, scale) > 9.4e-4
+
+
+def test_map_strictly_decreasing_in_epsilon_across_the_slack() -> None:
+    """δ(ε) strictly decreases on [0, 2a]: with the clamp it was flat on [0, a]."""
+    scale, max_contributions = 0.7, 2**20
+    slack = lattice_epsilon_slack(1, scale, max_contributions)
+    deltas = [
+        wgm_privacy_loss(1, scale=scale, threshold=12.0, max_contributions=max_contributions, epsilon=e)[1]
+        for e in np.linspace(0.0, 2 * slack, 9)
+    ]
+    assert all(later < earlier for earlier, later in itertools.pairwise(deltas))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scale=st.floats(0.3, 30.0),
+    log2_max_contributions=st.integers(0, 20),
+    slack_multiple=st.floats(0.0, 3.0),
+    d_in=st.integers(1, 3),
+)
+def test_map_delta_bounds_the_exact_expression(
+    scale: float, log2_max_contributions: int, slack_multiple: float, d_in: int
+) -> None:
+    """The reported δ is at least the exact δ_N(d_in·ε − a) + δ_T(d_in), at ε from 0 to a few slacks."""
+    from opendp_wgm.privacy.threshold import wgm_threshold_delta
+
+    max_contributions = 2**log2_max_contributions
+    epsilon = slack_multiple * lattice_epsilon_slack(1, scale, max_contributions)
+    threshold = 4.0 * scale + d_in
+    eps_out, delta = wgm_privacy_loss(
+        d_in, scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
+    )
+    delta_t = wgm_threshold_delta(scale=scale, threshold=threshold, max_contributions=max_contributions, d_in=d_in)
+    exact = _exact_map_delta(eps_out, scale, d_in, max_contributions, delta_t)
+    assert delta >= min(1, exact)

@@ -215,7 +215,8 @@ def test_calibration_oracle() -> None:
     assert cal.scales == pytest.approx((15.264448, 8.360683, 4.579334), abs=1e-6)
     assert cal.thresholds == pytest.approx((88.69503, 46.90991, 24.76546), abs=1e-5)
     assert cal.scale == calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5).scale  # 3.884141
-    assert sum(cal.round_deltas) + cal.noise_delta <= 1e-5
+    # the shares are float products f_i·(δ − δ_N): they fit the budget to a few ulp; the map below is the bound
+    assert math.fsum(cal.round_deltas) + cal.noise_delta <= 1e-5 * (1 + 2.0**-50)
     loss = dp_sips_privacy_loss(1, scales=cal.scales, thresholds=cal.thresholds, max_contributions=100, epsilon=1.0)
     assert loss[0] == 1.0
     assert 0.9999e-5 <= loss[1] <= 1e-5  # the whole δ is used
