@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         run: Callable[..., int] = args.run
+        from opendp_wgm.cli._startup import _defer_unused_extras
+
+        _defer_unused_extras()  # this process is ours: OpenDP's scikit-learn extras load only if touched
         import opendp.prelude as dp  # after parsing: --help, --version and usage errors stay fast
 
         # This process is ours: opt in to the plugin's user-defined measurements (the library never does).

@@ -16,6 +16,7 @@ from opendp_wgm._interrupt import _exit_on_interrupt
 from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
 from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
 from opendp_wgm.cli._io import _check_source, _input_files, _prepare_output, _read_input
+from opendp_wgm.cli._startup import _compiled_steps
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -143,7 +144,7 @@ def _release_and_report(
                 data = _read_input(args)
                 if output is not None:
                     output.check_schema(data.frame.collect_schema())
-            with stages.stage("releasing"):
+            with stages.stage("releasing"), _compiled_steps(data.rows):
                 try:
                     released = planned.measurement(data.frame)
                 except dp.OpenDPException as err:  # the user callback's error, wrapped by OpenDP: last line
