@@ -46,7 +46,6 @@ def test_a_small_release_imports_neither_scikit_learn_nor_numba(tmp_path: Path) 
 
 def test_the_extras_are_left_alone_once_opendp_is_imported() -> None:
     """In a process that imported OpenDP already (a test, a notebook calling ``main``), nothing is replaced."""
-    import opendp.extras.sklearn  # noqa: F401 - the caller's module
     import opendp.prelude  # noqa: F401
 
     before = dict(sys.modules)
