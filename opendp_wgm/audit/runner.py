@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import opendp.mod
 import opendp.prelude as dp
 import polars as pl
 
+from opendp_wgm._progress import _progress
 from opendp_wgm._validation import _check_int, _check_probability
 from opendp_wgm.audit.events import Event
 from opendp_wgm.audit.neighbours import NeighbourPair, symmetric_id_distance
@@ -140,25 +140,6 @@ def _tasks(n_pairs: int, trials: int, workers: int) -> list[tuple[int, int, int]
     chunk = max(1, min(_MAX_CHUNK, math.ceil(trials / (4 * workers))))
     sizes = [chunk] * (trials // chunk) + ([trials % chunk] if trials % chunk else [])
     return [(p, side, n) for p in range(n_pairs) for side in (0, 1) for n in sizes]
-
-
-class _ProgressBar(Protocol):
-    """What the audit uses of a ``tqdm`` bar."""
-
-    def update(self, n: int) -> object: ...
-
-    def __enter__(self) -> _ProgressBar: ...
-
-    def __exit__(self, *exc_info: object) -> object: ...
-
-
-def _progress(total: int, enabled: bool) -> _ProgressBar:
-    from tqdm import tqdm
-
-    bar: _ProgressBar = tqdm(
-        total=total, unit="release", desc="audit", file=sys.stderr, disable=not enabled, leave=False
-    )
-    return bar
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -304,7 +285,7 @@ def audit(
     workers
         Processes (≥ 1); 1 runs in this process.
     progress
-        Show a tqdm progress bar on stderr.
+        Show progress on stderr: a bar on a terminal, else a line per tenth of the releases.
 
     Returns
     -------
@@ -358,7 +339,7 @@ def audit(
     counts = [np.zeros((2, len(e)), dtype=np.int64) for e in pair_events]
     tasks = _tasks(len(pairs), trials, workers)
     start = time.perf_counter()
-    with _progress(2 * trials * len(pairs), progress) as bar:
+    with _progress(2 * trials * len(pairs), desc="audit", unit="release", enabled=progress, leave=False) as bar:
         if workers == 1:
             for p, side, n in tasks:
                 frame = (pairs[p].data, pairs[p].neighbour)[side]

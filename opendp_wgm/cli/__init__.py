@@ -17,7 +17,8 @@ in :mod:`._args`, reading and writing in :mod:`._io`, and :func:`._report._relea
 release command does after planning its measurement (read, release, write, evaluate the demo, summarise).
 
 Start-up: ``--help``, ``--version`` and argument errors import neither OpenDP, NumPy, Polars nor the
-measurements; each ``run`` imports what it needs.
+measurements; each ``run`` imports what it needs. A release imports OpenDP without its scikit-learn extras, and
+no Numba for a small input (:mod:`._startup`: this process only; the library never does either).
 
 Errors a user can cause (a missing file or column, empty data, an invalid parameter) print one line
 ``opendp-wgm: error: ...`` on stderr and exit with status 2; they never print a traceback.
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         run: Callable[..., int] = args.run
+        from opendp_wgm.cli._startup import _defer_unused_extras
+
+        _defer_unused_extras()  # this process is ours: OpenDP's scikit-learn extras load only if touched
         import opendp.prelude as dp  # after parsing: --help, --version and usage errors stay fast
 
         # This process is ours: opt in to the plugin's user-defined measurements (the library never does).

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, TextIO
 import polars as pl
 
 from opendp_wgm._interrupt import _exit_on_interrupt
+from opendp_wgm._progress import _progress
 from opendp_wgm.cli._args import _SHOW_ROWS, _Budget, _requested
 from opendp_wgm.cli._errors import PROG, CLIError, _last_line, _library_errors
 from opendp_wgm.cli._io import _check_source, _input_files, _Output, _prepare_output, _read_input
+from opendp_wgm.cli._startup import _compiled_steps
 
 if TYPE_CHECKING:
     import opendp.prelude as dp
@@ -25,20 +27,19 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Stages:
-    """Named stages, timed, with a tqdm bar on stderr (hidden when stderr is not a terminal)."""
+    """Named stages, timed, with a progress bar on stderr (none when stderr is not a terminal)."""
 
     names: Sequence[str]
     stream: TextIO
     times: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from tqdm import tqdm
-
-        isatty = getattr(self.stream, "isatty", None)
-        self._bar = tqdm(
-            total=len(self.names),
-            file=self.stream,
-            disable=not (callable(isatty) and isatty()),  # a bar only on a terminal; the summary always
+        self._bar = _progress(  # a bar only on a terminal; the summary always
+            len(self.names),
+            desc="",
+            unit="stage",
+            stream=self.stream,
+            lines=False,
             leave=False,
             bar_format="{desc:<12} {bar:20} {n_fmt}/{total_fmt} [{elapsed}]",
         )
@@ -153,7 +154,7 @@ def _release_and_report(
                 data = _read_input(args)
                 if output is not None:
                     output.check_schema(data.frame.collect_schema())
-            with stages.stage("releasing"):
+            with stages.stage("releasing"), _compiled_steps(data.rows):
                 try:
                     released = planned.measurement(data.frame)
                 except dp.OpenDPException as err:  # the user callback's error, wrapped by OpenDP: last line

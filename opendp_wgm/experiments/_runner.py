@@ -257,7 +257,7 @@ def reproduce(
         existing ``trials.csv`` is refused (``FileExistsError``, before any work): rows are never replaced
         silently. ``resume`` and ``force`` together are refused.
     progress
-        Show a tqdm progress bar on stderr.
+        Show progress on stderr: a bar on a terminal, else a line per tenth of the runs.
     plot
         Write the PNG plots (needs matplotlib: ``pip install 'opendp-wgm[plot]'``; checked before any work).
 
@@ -328,10 +328,10 @@ def reproduce(
                     if key not in done:
                         tasks.append((dataset, v, x, trial))
 
-    from tqdm.auto import tqdm
+    from opendp_wgm._progress import _progress
 
     rng = np.random.default_rng(config.seed)
-    bar = tqdm(total=len(tasks), desc=config.experiment, unit="run", disable=not progress, dynamic_ncols=True)
+    bar = _progress(len(tasks), desc=config.experiment, unit="run", enabled=progress)  # lines in a log
     try:
         with open(trials_csv, "a", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=COLUMNS)

@@ -327,7 +327,7 @@ def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> 
     """``numba`` not importable: :func:`kernel.kernel_jit` is ``None`` and the histogram is the same, from Polars."""
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     monkeypatch.delitem(sys.modules, "opendp_wgm.engines._kernel_jit", raising=False)
-    kernel.kernel_jit.cache_clear()
+    kernel._import_compiled.cache_clear()
     try:
         assert kernel.kernel_jit() is None
         lf = _prepare_frame(_variant(_shape("mixed"), "string"), SPACE)
@@ -337,7 +337,7 @@ def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> 
         expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
         assert dict(histogram.iter_rows()) == expected
     finally:
-        kernel.kernel_jit.cache_clear()
+        kernel._import_compiled.cache_clear()
 
 
 def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,60 @@
+"""What a release from the command imports: OpenDP without its scikit-learn extras (:func:`_defer_unused_extras`).
+
+``import opendp.prelude`` imports every OpenDP extra at once (``from opendp.extras import sklearn, numpy,
+polars, ...``), and ``opendp.extras.sklearn`` imports scikit-learn, SciPy's statistics and pandas: 1.1 to 4.9 s
+of a release of 10^5 rows that itself takes 0.04 s (``python -X importtime -c "import opendp.prelude"``). No
+command uses it. The other extras cost under 10 ms each (``mbi`` is read by ``opendp.extras.polars`` anyway).
+
+The command owns its process, so before it imports OpenDP it registers ``opendp.extras.sklearn`` as a lazy
+module (:class:`importlib.util.LazyLoader`): the module is in ``sys.modules`` and bound on ``opendp.extras``, as
+an import binds it, so ``from opendp.extras import sklearn`` (the prelude's line) binds it without running it;
+its code runs on the first access to one of its attributes, which then behaves as it always did
+(``dp.sklearn.decomposition.PCA``, ``import opendp.extras.sklearn.decomposition``), only later. Binding it on
+the parent matters: in Python 3.11 an ``import`` of a module found in ``sys.modules`` reads its ``__spec__``,
+which would run it at once. The library never does this: importing ``opendp_wgm`` changes nothing outside the
+package, and a user's own ``import opendp.prelude`` behaves as always.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from contextlib import AbstractContextManager, nullcontext
+
+#: The OpenDP extras no command uses that are worth deferring (each costs seconds to import, the others ms).
+_UNUSED_EXTRAS = ("opendp.extras.sklearn",)
+
+
+def _defer_unused_extras() -> None:
+    """Register each of :data:`_UNUSED_EXTRAS` as a lazy module, unless OpenDP's prelude is already imported
+    (nothing to save, and nothing of the caller's is replaced), the module already is, or it is not installed."""
+    if "opendp.prelude" in sys.modules:
+        return
+    for name in _UNUSED_EXTRAS:
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)  # imports the parents (opendp, opendp.extras: light)
+        if spec is None or spec.loader is None:
+            continue
+        spec.loader = importlib.util.LazyLoader(spec.loader)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # lazily: runs the module's code on its first attribute access
+        parent, _, child = name.rpartition(".")
+        setattr(sys.modules[parent], child, module)
+
+
+#: From this many input rows on, a release may import Numba for the compiled steps (where the engine picks
+#: them); below, the Polars plans run unless Numba is loaded already (the same release, bit for bit). Measured
+#: end to end (``discover`` on shuffled Parquet, 2 cores): without Numba 0.5 s faster at 10^5 and 10^6 rows,
+#: even at 3·10^6, 1 s slower at 10^7.
+_COMPILED_FROM_ROWS = 3 * 10**6
+
+
+def _compiled_steps(rows: int) -> AbstractContextManager[None]:
+    """The context of a release of ``rows`` input rows: below :data:`_COMPILED_FROM_ROWS`, importing Numba and
+    the compiled steps' cached code (0.4 to 0.9 s) costs more than they save, so they are not imported
+    (:func:`opendp_wgm.engines.polars.no_cold_compiled_import`); else nothing changes."""
+    from opendp_wgm.engines.polars import no_cold_compiled_import
+
+    return no_cold_compiled_import() if rows < _COMPILED_FROM_ROWS else nullcontext()
