@@ -42,6 +42,8 @@ from opendp_wgm.engines.polars import (
     candidate_counts,
     fresh_seeds,
     lattice_histogram,
+    prepared_input,
+    shared_of,
 )
 from opendp_wgm.privacy.threshold import LATTICE_BITS
 
@@ -105,8 +107,8 @@ def make_bound_user_items(
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> BoundedUserItems:
         # the seed is drawn per call; the rows are computed when read (by the histogram, or .lazy()/.collect())
-        prepared = _prepare_frame(frame, space)
-        return BoundedUserItems(prepared, space, max_contributions, fresh_seeds(), _BOUND_STEP)
+        prepared = _prepare_frame(frame, space)  # with the release's shared Prepared value, if it passes one
+        return BoundedUserItems(prepared, space, max_contributions, fresh_seeds(), _BOUND_STEP, shared_of(frame))
 
     return dp.t.make_user_transformation(
         input_domain,
@@ -188,11 +190,12 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
             msg = f"`frame` must have columns {(space.user, space.item)} (found {frame.names})"
             raise ValueError(msg)
         if frame.max_contributions <= max_contributions:
-            return BoundedLists(frame.prepared, space, frame.max_contributions, frame.seeds)
+            return BoundedLists(frame.prepared, space, frame.max_contributions, frame.seeds, shared=frame.shared)
         # bounded to a larger Δ0: bound again, on its prepared rows (a composite key still as one Struct)
         lf, seeds = frame.lists().explode(space.item), fresh_seeds()
     else:
         lf, seeds = _prepare_frame(frame, space), fresh_seeds()  # type: ignore[arg-type]
+        return BoundedLists(lf, space, max_contributions, seeds, shared=shared_of(frame))
     return BoundedLists(lf, space, max_contributions, seeds)
 
 
@@ -312,7 +315,7 @@ def make_candidate_counts(
     series = _check_candidates_for(_check_candidates(candidates), space)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
-        counts: list[int] = candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+        counts: list[int] = candidate_counts(prepared_input(frame, space), space, series).tolist()
         return counts
 
     return dp.t.make_user_transformation(
