@@ -555,6 +555,25 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
 
 
 @pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_both_stages_read_one_prepared_value_passed_to_them(monkeypatch, make) -> None:
+    """Each two-stage release makes one ``Prepared`` value (the collected frame, in memory, and the slot of stage 1's
+    coding) and passes it to stage 2 in its arguments: stage 1's compiled step filled the slot stage 2 reads. The
+    kernel keeps no module-level registry of frames (was: ``id()``-keyed dicts that no signature showed)."""
+    pytest.importorskip("numba")
+    seen: list[object] = []
+    pairs = kernel._candidate_pairs
+    monkeypatch.setattr(kernel, "_candidate_pairs", lambda data, *a, **o: seen.append(data) or pairs(data, *a, **o))
+    m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    frame = shapes()["shuffled string users"]
+    assert m(frame).height == m(frame).height == 5
+    assert len(seen) == 2 and seen[0] is not seen[1]  # one value per release
+    for data in seen:
+        assert isinstance(data, kernel.Prepared) and data.in_memory and isinstance(data.coding, kernel._CodedRows)
+    mutable = [name for name, value in vars(kernel).items() if isinstance(value, (dict, list, set))]
+    assert sorted(mutable) == ["__all__", "__builtins__"]
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
 def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatch, make) -> None:
     """Where the WGM's compiled step coded the prepared frame, stage 2 reads its codes: the candidates' rows are
     not looked up in the frame again (they were: a filter, a lookup and a group-by over the rows)."""
