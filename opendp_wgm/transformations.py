@@ -185,6 +185,7 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
     output with at most Δ0 items per user (fast path: no second bound, no exploded frame), else the bound
     applied here, with :func:`make_bound_user_items`' rule, to whatever frame came (so the map holds for any
     input)."""
+    shared = None  # the release's Prepared value of the rows bounded here, when its later steps read them
     if isinstance(frame, BoundedUserItems):
         if frame.names != (space.user, space.item):
             msg = f"`frame` must have columns {(space.user, space.item)} (found {frame.names})"
@@ -192,11 +193,10 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
         if frame.max_contributions <= max_contributions:
             return BoundedLists(frame.prepared, space, frame.max_contributions, frame.seeds, shared=frame.shared)
         # bounded to a larger Δ0: bound again, on its prepared rows (a composite key still as one Struct)
-        lf, seeds = frame.lists().explode(space.item), fresh_seeds()
+        lf = frame.lists().explode(space.item)
     else:
-        lf, seeds = _prepare_frame(frame, space), fresh_seeds()  # type: ignore[arg-type]
-        return BoundedLists(lf, space, max_contributions, seeds, shared=shared_of(frame))
-    return BoundedLists(lf, space, max_contributions, seeds)
+        lf, shared = _prepare_frame(frame, space), shared_of(frame)  # type: ignore[arg-type]
+    return BoundedLists(lf, space, max_contributions, fresh_seeds(), shared=shared)
 
 
 def make_weighted_histogram(
