@@ -21,6 +21,8 @@ from opendp_wgm._validation import _check_item
 if TYPE_CHECKING:
     from polars._typing import PolarsDataType
 
+    from opendp_wgm.engines.polars import Prepared
+
 __all__: list[str] = []
 
 _FEATURES = ("contrib", "honest-but-curious")
@@ -135,10 +137,13 @@ _BOUND_STEP = object()
 class _PreparedFrame:
     """A frame that went through :func:`_prepare_frame` for ``space``: preparing it again for a space with the
     same columns returns it unchanged (a two-stage release prepares its input once for both stages, and the
-    identifier expression must not be evaluated twice)."""
+    identifier expression must not be evaluated twice). ``source``: the release's
+    :class:`~opendp_wgm.engines.polars.Prepared` value of ``lf``, when its steps share it (whether ``lf`` is in
+    memory, and the slot of the compiled step's coding that stage 2 reads)."""
 
     lf: pl.LazyFrame
     space: _Space
+    source: Prepared | None = None
 
 
 def _user_key(identifier: pl.Expr, item: str) -> tuple[str, pl.Expr | None]:

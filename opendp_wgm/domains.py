@@ -17,13 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._spaces import _BOUND_STEP, _assert_features, _frame_columns, _item_column, _released, _Space
 from opendp_wgm._validation import _check_key_columns
+
+if TYPE_CHECKING:
+    from opendp_wgm.engines.polars import Prepared
 
 __all__ = ["BoundedUserItems", "UserItemsDescriptor", "user_items_domain", "user_items_space"]
 
@@ -131,6 +134,9 @@ class BoundedUserItems:
     max_contributions: int
     seeds: tuple[int, ...] = field(repr=False)
     token: object = field(default=None, repr=False)
+    #: the release's :class:`~opendp_wgm.engines.polars.Prepared` value of ``prepared``, when later steps of the
+    #: release read it (a two-stage release's stage 2): the histogram's compiled step leaves its coding there
+    shared: Prepared | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.token is not _BOUND_STEP:

@@ -42,6 +42,8 @@ from opendp_wgm.engines.polars import (
     candidate_counts,
     fresh_seeds,
     lattice_histogram,
+    prepared_input,
+    shared_of,
 )
 from opendp_wgm.privacy.threshold import LATTICE_BITS
 
@@ -105,8 +107,8 @@ def make_bound_user_items(
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> BoundedUserItems:
         # the seed is drawn per call; the rows are computed when read (by the histogram, or .lazy()/.collect())
-        prepared = _prepare_frame(frame, space)
-        return BoundedUserItems(prepared, space, max_contributions, fresh_seeds(), _BOUND_STEP)
+        prepared = _prepare_frame(frame, space)  # with the release's shared Prepared value, if it passes one
+        return BoundedUserItems(prepared, space, max_contributions, fresh_seeds(), _BOUND_STEP, shared_of(frame))
 
     return dp.t.make_user_transformation(
         input_domain,
@@ -183,17 +185,18 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
     output with at most Δ0 items per user (fast path: no second bound, no exploded frame), else the bound
     applied here, with :func:`make_bound_user_items`' rule, to whatever frame came (so the map holds for any
     input)."""
+    shared = None  # the release's Prepared value of the rows bounded here, when its later steps read them
     if isinstance(frame, BoundedUserItems):
         if frame.names != (space.user, space.item):
             msg = f"`frame` must have columns {(space.user, space.item)} (found {frame.names})"
             raise ValueError(msg)
         if frame.max_contributions <= max_contributions:
-            return BoundedLists(frame.prepared, space, frame.max_contributions, frame.seeds)
+            return BoundedLists(frame.prepared, space, frame.max_contributions, frame.seeds, shared=frame.shared)
         # bounded to a larger Δ0: bound again, on its prepared rows (a composite key still as one Struct)
-        lf, seeds = frame.lists().explode(space.item), fresh_seeds()
+        lf = frame.lists().explode(space.item)
     else:
-        lf, seeds = _prepare_frame(frame, space), fresh_seeds()  # type: ignore[arg-type]
-    return BoundedLists(lf, space, max_contributions, seeds)
+        lf, shared = _prepare_frame(frame, space), shared_of(frame)  # type: ignore[arg-type]
+    return BoundedLists(lf, space, max_contributions, fresh_seeds(), shared=shared)
 
 
 def make_weighted_histogram(
@@ -312,7 +315,7 @@ def make_candidate_counts(
     series = _check_candidates_for(_check_candidates(candidates), space)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> list[int]:
-        counts: list[int] = candidate_counts(_prepare_frame(frame, space), space, series).tolist()
+        counts: list[int] = candidate_counts(prepared_input(frame, space), space, series).tolist()
         return counts
 
     return dp.t.make_user_transformation(

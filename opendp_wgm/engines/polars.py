@@ -14,7 +14,7 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
   list and its distinct-user counts (stage 2 of top-k and of user peeling), on the compiled step's codes of the
-  same frame, or the users' runs its route on runs found, when a two-stage release kept them (:func:`share_codes`).
+  same frame, or the users' runs its route on runs found, when a two-stage release kept them (:class:`Prepared`).
 
 The names are public within the engines package (the Spark engine implements the same steps); they are not part
 of the package's top-level API.
@@ -27,20 +27,19 @@ import itertools
 import math
 import secrets
 import sys
-import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from opendp_wgm._spaces import _Space, _value_key
+from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _Space, _value_key
 from opendp_wgm._validation import _Engine
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
@@ -52,6 +51,7 @@ __all__ = [
     "WEIGHT_LAT",
     "BoundedLists",
     "CodedPairs",
+    "Prepared",
     "bound_key",
     "bound_plan",
     "bounded_lists_plan",
@@ -74,9 +74,10 @@ __all__ = [
     "mostly_above",
     "noisy_above_threshold",
     "peel_jit",
+    "prepared_input",
     "release_above_threshold",
     "run_offsets",
-    "share_codes",
+    "shared_of",
     "string_views",
     "user_ranges",
     "weights_frame",
@@ -96,33 +97,6 @@ def fresh_seeds() -> tuple[int, ...]:
 
 # --------------------------------------------------------------------------------------------------------------
 # the prepared frame, read by several steps
-
-
-def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> pl.LazyFrame:
-    """A prepared frame that several steps of one release read (two stages, DP-SIPS rounds), collected once
-    when its histograms run in one in-memory pass, as it was.
-
-    The collected frame is the same rows as the plan (a deterministic function of the input), so every step
-    computes what it computed on the plan, without scanning, parsing and preparing the input again. With
-    ``passes > 1`` or the streaming engine the plan is returned unchanged: those bound the memory of inputs
-    larger than memory, and each step re-scans the input instead (``docs/engines.md``).
-    """
-    if passes == 1 and engine != "streaming":
-        collected = lf.collect().lazy()
-        key = id(collected)
-        _COLLECTED[key] = weakref.ref(collected, lambda _: _COLLECTED.pop(key, None))
-        return collected
-    return lf
-
-
-#: Frames :func:`collect_once` collected, ``id(lf) -> weak reference to lf``: in memory, no file scan that a filter
-#: could reach (:func:`_candidate_rows` looks their rows up without filtering first).
-_COLLECTED: dict[int, weakref.ref[pl.LazyFrame]] = {}
-
-
-def _collected(lf: pl.LazyFrame) -> bool:
-    reference = _COLLECTED.get(id(lf))
-    return reference is not None and reference() is lf
 
 
 @dataclass(frozen=True)
@@ -167,35 +141,63 @@ class _UserRuns:
     start: NDArray[np.int64]
 
 
-#: Prepared frames whose compiled coding later steps read: ``id(lf) -> (weak reference to lf, [coding])``.
-_SHARED: dict[int, tuple[weakref.ref[pl.LazyFrame], list[_CodedRows | _UserRuns]]] = {}
+@dataclass(eq=False)
+class Prepared:
+    """A prepared frame (:func:`opendp_wgm._spaces._prepare_frame`) as the steps of one release read it, passed to
+    each of them explicitly: made once per release by the code that prepares the input (:func:`collect_once`).
 
-
-def share_codes(lf: pl.LazyFrame) -> None:
-    """Keep the compiled step's coding of ``lf``'s rows, when it codes them (or the users' runs of its route on runs:
-    :class:`_UserRuns`), for later steps of the same release that read ``lf`` (a two-stage release's stage 2:
-    :func:`candidate_pairs`), instead of reading the rows again.
-
-    ``lf`` is an in-memory prepared frame (:func:`collect_once`). The coding lives as long as ``lf`` does (the
-    entry goes with the last reference to it) and is a deterministic function of its rows: no seed, no noise.
+    ``in_memory``: ``lf`` was collected (no file scan that a filter could reach: :func:`_candidate_rows` looks its
+    rows up without filtering first). ``coding``: a slot the WGM's compiled step fills with its coding of ``lf``'s
+    rows (:class:`_CodedRows`, or the users' runs of its route on runs, :class:`_UserRuns`) when the bounded lists
+    it reads carry this value (:attr:`BoundedLists.shared`), so that a later step of the same release (a two-stage
+    release's stage 2: :func:`candidate_pairs`) reads it instead of the rows. The coding is a deterministic
+    function of the rows: no seed, no noise.
     """
-    key = id(lf)
-    _SHARED[key] = (weakref.ref(lf, lambda _: _SHARED.pop(key, None)), [])
+
+    lf: pl.LazyFrame
+    in_memory: bool = False
+    coding: _CodedRows | _UserRuns | None = None
 
 
-def _shared_slot(lf: pl.LazyFrame) -> list[_CodedRows | _UserRuns] | None:
-    entry = _SHARED.get(id(lf))
-    return entry[1] if entry is not None and entry[0]() is lf else None
+def _as_prepared(data: pl.LazyFrame | Prepared) -> Prepared:
+    """``data`` as a :class:`Prepared` (a bare plan: not in memory, no coding)."""
+    return data if isinstance(data, Prepared) else Prepared(data)
 
 
-def _shared_codes(lf: pl.LazyFrame) -> _CodedRows | None:
-    slot = _shared_slot(lf)
-    return slot[0] if slot and isinstance(slot[0], _CodedRows) else None
+def shared_of(frame: object) -> Prepared | None:
+    """The :class:`Prepared` value a release's preparation passes with its prepared frame (a
+    :class:`~opendp_wgm._spaces._PreparedFrame`'s ``source``: its steps share it), or ``None``."""
+    return frame.source if isinstance(frame, _PreparedFrame) else None
 
 
-def _shared_runs(lf: pl.LazyFrame) -> _UserRuns | None:
-    slot = _shared_slot(lf)
-    return slot[0] if slot and isinstance(slot[0], _UserRuns) else None
+def prepared_input(frame: Any, space: _Space) -> Prepared:
+    """A step's input prepared for ``space`` (:func:`~opendp_wgm._spaces._prepare_frame`), as the release's
+    :class:`Prepared` when its preparation passed one (:func:`shared_of`), else as a bare plan."""
+    lf = _prepare_frame(frame, space)
+    shared = shared_of(frame)
+    return Prepared(lf) if shared is None else shared
+
+
+def _shared_codes(data: Prepared) -> _CodedRows | None:
+    return data.coding if isinstance(data.coding, _CodedRows) else None
+
+
+def _shared_runs(data: Prepared) -> _UserRuns | None:
+    return data.coding if isinstance(data.coding, _UserRuns) else None
+
+
+def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> Prepared:
+    """A prepared frame that several steps of one release read (two stages, DP-SIPS rounds), collected once
+    when its histograms run in one in-memory pass, as it was.
+
+    The collected frame is the same rows as the plan (a deterministic function of the input), so every step
+    computes what it computed on the plan, without scanning, parsing and preparing the input again. With
+    ``passes > 1`` or the streaming engine the plan is kept unchanged: those bound the memory of inputs
+    larger than memory, and each step re-scans the input instead (``docs/engines.md``).
+    """
+    if passes == 1 and engine != "streaming":
+        return Prepared(lf.collect().lazy(), in_memory=True)
+    return Prepared(lf)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -314,6 +316,9 @@ class BoundedLists:
     #: the same rows as the compiled step's arrays, coded once per call (:func:`coded_pairs`): with one in-memory
     #: pass, :func:`lattice_histogram` reads them instead of running or coding ``lf``
     coded: CodedPairs | None = None
+    #: the :class:`Prepared` value ``lf`` is the frame of, when later steps of the release read it: the compiled
+    #: step leaves its coding of the rows in its slot (``None``: no step reads it)
+    shared: Prepared | None = None
 
     def __call__(self, users: pl.Expr | None) -> pl.LazyFrame:
         lf = self.lf if users is None else self.lf.filter(users)
@@ -689,10 +694,10 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     threads = kernel_threads(frame.height, jit)
     users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
     items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
-    slot = _shared_slot(lists.lf)
-    if slot is not None:  # a later step of the release reads the same rows (share_codes): their codes, written
+    slot = lists.shared
+    if slot is not None:  # a later step of the release reads the same rows (Prepared): their codes, written
         user_codes, item_codes = users.codes(jit, threads), items.codes(jit, threads)
-        slot[:] = [_CodedRows(user_codes, users.size, item_codes, items.size, items.decode)]
+        slot.coding = _CodedRows(user_codes, users.size, item_codes, items.size, items.decode)
     weights = lattice_weights(max_contributions)
     histogram, rows, offsets = _histogram_below(jit, users, items, bound, weights, threads)
     if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
@@ -729,9 +734,9 @@ def _runs_histogram(
     a hashed key (:func:`_weigh_runs` checks every repeat).
     """
     space, bound = lists.space, lists.max_contributions
-    slot = _shared_slot(lists.lf)
-    if slot is not None:  # a later step of the release reads the same rows (share_codes): their users' runs
-        slot[:] = [_UserRuns(start)]
+    slot = lists.shared
+    if slot is not None:  # a later step of the release reads the same rows (Prepared): their users' runs
+        slot.coding = _UserRuns(start)
     items = frame.get_column(space.item)
     weights = lattice_weights(max_contributions).astype(np.int32)  # at most 2^20
     if keyed:
@@ -1058,7 +1063,7 @@ def _dense_user_code(user: str, dtype: pl.DataType) -> pl.Expr | None:
     return None
 
 
-def _candidate_rows(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> pl.DataFrame:
+def _candidate_rows(data: Prepared, space: _Space, items: pl.Series) -> pl.DataFrame:
     """The user key and the candidate position (column :data:`_POSITION`) of every row whose item is a candidate,
     in row order. Text items look up an ``Enum`` whose categories are the candidates (exact string matching: the
     category's index is the position; about twice as fast as ``replace_strict`` on imdb_50k's 5.5e6 candidate
@@ -1070,7 +1075,7 @@ def _candidate_rows(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> pl.Dat
     null default), and those rows dropped: a quarter less CPU than the filter and the second lookup (imdb_50k:
     0.19 s against 0.25 s)."""
     item = pl.col(space.item)
-    once = _collected(lf) and _looked_up_once(items)
+    lf, once = data.lf, data.in_memory and _looked_up_once(items)
     position = _position(space, items, once=once)
     if once:
         rows = lf.select(pl.col(space.user), position.alias(_POSITION)).filter(pl.col(_POSITION).is_not_null())
@@ -1164,8 +1169,8 @@ class _Pairs:
         return self.offsets if self.offsets is not None else run_offsets(self.user_codes())
 
 
-def _compiled_candidate_pairs(lf: pl.LazyFrame, items: pl.Series) -> _Pairs | None:
-    """:func:`candidate_pairs` on the codes the WGM's compiled step made of ``lf``'s rows (:func:`share_codes`),
+def _compiled_candidate_pairs(data: Prepared, items: pl.Series) -> _Pairs | None:
+    """:func:`candidate_pairs` on the codes the WGM's compiled step made of ``data``'s rows (:attr:`Prepared.coding`),
     when it ran on this frame: the candidates' rows by one compiled pass
     (:func:`opendp_wgm.engines._peel_jit.candidate_rows`), then deduplicated per user by the compiled step's
     counting sort (:func:`opendp_wgm.engines._kernel_jit.distinct_items_by_user`, linear passes; each user's
@@ -1173,7 +1178,7 @@ def _compiled_candidate_pairs(lf: pl.LazyFrame, items: pl.Series) -> _Pairs | No
     coded again. ``None`` (the Polars plans) otherwise, or without Numba: coding the candidates' rows afresh cost
     more CPU than the Polars plans on imdb_50k (0.47 s against 0.38 s for 5.5·10^6 rows of String users; its
     stage 1 takes the Polars plans)."""
-    jit, peel, coded = kernel_jit(), peel_jit(), _shared_codes(lf)
+    jit, peel, coded = kernel_jit(), peel_jit(), _shared_codes(data)
     if jit is None or peel is None or coded is None:
         return None
     users, positions = peel.candidate_rows(coded.users, coded.items, coded.positions_of(items))
@@ -1190,10 +1195,10 @@ def run_offsets(users: NDArray[np.integer]) -> NDArray[np.int64]:
     return np.concatenate((starts, [users.size])).astype(np.int64)
 
 
-def _polars_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
+def _polars_candidate_pairs(data: Prepared, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
     """:func:`candidate_pairs` by the Polars plans (the rows read again)."""
     user = space.user
-    rows = _candidate_rows(lf, space, items)
+    rows = _candidate_rows(data, space, items)
     runs = _user_runs(rows.get_column(user))
     if runs is None:
         pairs = _hashed_pairs(rows.lazy(), user, rows.schema[user], contiguous=contiguous)
@@ -1277,15 +1282,15 @@ def _view_positions(
     return looked_up
 
 
-def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _Pairs | None:
-    """:func:`candidate_pairs` on the users' runs the WGM's route on runs found in ``lf`` (:func:`share_codes`,
+def _run_candidate_pairs(data: Prepared, space: _Space, items: pl.Series) -> _Pairs | None:
+    """:func:`candidate_pairs` on the users' runs the WGM's route on runs found in ``data`` (:attr:`Prepared.coding`,
     :class:`_UserRuns`): one lookup of every row's candidate position (no user column, no filtered copy of the
     rows, no second :func:`_user_runs`; text items by their Arrow views, :func:`_view_positions`, else in slices
     cut at users' boundaries and collected at once), then the users of each slice deduplicated by a compiled
     marker pass (:func:`opendp_wgm.engines._peel_jit.run_candidates`, one thread per slice, on the slice's own
     lookup: no joined copy of the rows' positions) into one int32 array, as CSR arrays; users holding none are
     dropped. ``None`` (the other paths) where that route left no runs, or without Numba."""
-    runs, peel = _shared_runs(lf), peel_jit()
+    runs, peel, lf = _shared_runs(data), peel_jit(), data.lf
     jit = kernel_jit()
     if runs is None or peel is None or jit is None or not _looked_up_once(items):
         return None
@@ -1318,17 +1323,21 @@ def _run_candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> _
     return _Pairs(held[:at], offsets=offsets)
 
 
-def _candidate_pairs(lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool) -> _Pairs:
-    compiled = _compiled_candidate_pairs(lf, items)
+def _candidate_pairs(
+    lf: pl.LazyFrame | Prepared, space: _Space, items: pl.Series, *, contiguous: bool
+) -> _Pairs:
+    data = _as_prepared(lf)
+    compiled = _compiled_candidate_pairs(data, items)
     if compiled is None:
-        compiled = _run_candidate_pairs(lf, space, items)
-    return _polars_candidate_pairs(lf, space, items, contiguous=contiguous) if compiled is None else compiled
+        compiled = _run_candidate_pairs(data, space, items)
+    return _polars_candidate_pairs(data, space, items, contiguous=contiguous) if compiled is None else compiled
 
 
 def candidate_pairs(
-    lf: pl.LazyFrame, space: _Space, items: pl.Series, *, contiguous: bool = False
+    lf: pl.LazyFrame | Prepared, space: _Space, items: pl.Series, *, contiguous: bool = False
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """The distinct (user, candidate) pairs of a prepared frame: a user code and a candidate position per pair.
+    """The distinct (user, candidate) pairs of a prepared frame (a plan, or the release's :class:`Prepared`): a
+    user code and a candidate position per pair.
 
     ``items`` are the candidates, already in the data's item dtype (:func:`cast_candidates`); rows of other
     items are dropped first (a filter that reaches a file scan) and the frame is read once
@@ -1343,7 +1352,7 @@ def candidate_pairs(
     ``contiguous`` (the CSR of :mod:`opendp_wgm.measurements._user_items` needs each user's pairs adjacent) one
     group-by on the user key's value gives that; without it, a string or integer user key is coded once and the
     pairs deduplicated as one ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step
-    coded ``lf`` in the same release (:func:`share_codes`), its codes are read instead
+    coded ``lf`` in the same release (left in :attr:`Prepared.coding`), its codes are read instead
     (:func:`_compiled_candidate_pairs`: users grouped and coded ``0, 1, ...``; no read of the rows); where its keyed
     route found each user's rows in one run, those runs are read and only the items looked up
     (:func:`_run_candidate_pairs`). Every path gives the same set of pairs, up to the naming of users.
@@ -1353,7 +1362,7 @@ def candidate_pairs(
 
 
 def candidate_csr(
-    lf: pl.LazyFrame, space: _Space, items: pl.Series
+    lf: pl.LazyFrame | Prepared, space: _Space, items: pl.Series
 ) -> tuple[NDArray[np.int64], NDArray[np.int32]]:
     """:func:`candidate_pairs` as CSR arrays: user ``u`` holds the candidates ``positions[offsets[u]:offsets[u + 1]]``
     (distinct, int32; only users holding one). User peeling's coverage state reads it
@@ -1386,16 +1395,17 @@ def holders_by_item(
     return holders, start
 
 
-def candidate_counts(lf: pl.LazyFrame, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:
-    """Distinct-user counts of each candidate on a prepared frame, in the candidates' order (int64; 0 for
-    absent items)."""
+def candidate_counts(lf: pl.LazyFrame | Prepared, space: _Space, candidates: pl.Series) -> NDArray[np.int64]:
+    """Distinct-user counts of each candidate on a prepared frame (a plan, or the release's :class:`Prepared`), in
+    the candidates' order (int64; 0 for absent items)."""
     if candidates.len() == 0:
         return np.zeros(0, dtype=np.int64)
     # cast the public list to the data's dtype (never the data to the list's), exactly
-    return item_counts(lf, space, cast_candidates(candidates, lf.collect_schema()[space.item]))
+    schema = _as_prepared(lf).lf.collect_schema()
+    return item_counts(lf, space, cast_candidates(candidates, schema[space.item]))
 
 
-def item_counts(lf: pl.LazyFrame, space: _Space, items: pl.Series) -> NDArray[np.int64]:
+def item_counts(lf: pl.LazyFrame | Prepared, space: _Space, items: pl.Series) -> NDArray[np.int64]:
     """:func:`candidate_counts` of candidates already cast to the data's item dtype (:func:`cast_candidates`: a
     caller that cast them for its release does not cast them again)."""
     if items.len() == 0:

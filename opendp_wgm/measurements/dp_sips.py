@@ -279,7 +279,7 @@ def make_dp_sips(
         prepared = _prepare_frame(frame, space)
         coded = coded_pairs(prepared, space, passes=passes, engine=engine)
         if coded is None:
-            remaining = collect_once(distinct_pairs_plan(prepared, space), passes=passes, engine=engine)
+            remaining = collect_once(distinct_pairs_plan(prepared, space), passes=passes, engine=engine).lf
         else:
             remaining = distinct_pairs_plan(coded.prepared.lazy(), space)
         rounds: list[pl.DataFrame] = []
@@ -300,7 +300,7 @@ def make_dp_sips(
                 remaining = remaining.filter(~pl.col(item).is_in(released.get_column(item).implode()))
             else:
                 # this round's items flagged once on the rows still in play: the count and the next round read them
-                flagged = collect_once(_flag_released(remaining, released, item), passes=passes, engine=engine)
+                flagged = collect_once(_flag_released(remaining, released, item), passes=passes, engine=engine).lf
                 count = partial(_user_bins, flagged, space)
                 # a filter on the flags, not an anti-join: the same rows (the prepared items have no nulls), in
                 # their order (the users stay sorted), without a hash join of every row (~2x faster on 7e6 string

@@ -35,13 +35,12 @@ from opendp_wgm._spaces import (
     _assert_features,
     _check_candidates,
     _check_candidates_for,
-    _prepare_frame,
     _released,
     _resolve_space,
     _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import candidate_csr, cast_candidates, peel_jit
+from opendp_wgm.engines.polars import Prepared, candidate_csr, cast_candidates, peel_jit, prepared_input
 from opendp_wgm.measurements._user_items import UserItemCSR, csr_of_offsets
 from opendp_wgm.measurements.two_stage import (
     Stage2Release,
@@ -121,16 +120,17 @@ class _Coverage:
 
 
 def coverage(
-    lf: pl.LazyFrame, space: _Space, candidates: pl.Series | None
+    data: pl.LazyFrame | Prepared, space: _Space, candidates: pl.Series | None
 ) -> tuple[_Coverage, pl.Series]:
-    """The coverage state of ``lf`` over ``candidates`` (or over all its items, sorted, when ``None``).
+    """The coverage state of ``data`` (a prepared plan, or the release's :class:`~opendp_wgm.engines.polars.Prepared`)
+    over ``candidates`` (or over all its items, sorted, when ``None``).
 
     Returns the state and the items in code order (a Series of the data's item dtype). Pairs whose item is
     not a candidate are dropped (they can never be picked), then (user, item) duplicates; users are coded
     densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_csr`). The
     layout carries nothing: every count the rounds read is a function of the set of pairs.
     """
-    item = space.item
+    item, lf = space.item, data.lf if isinstance(data, Prepared) else data
     item_dtype = lf.collect_schema()[item]
     if candidates is None:
         items = lf.select(item).unique().sort(item).collect().get_column(item)
@@ -139,7 +139,7 @@ def coverage(
         items = cast_candidates(candidates, item_dtype).rename(item)
     if items.len() == 0:
         return _Coverage(csr_of_offsets(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
-    offsets, codes = candidate_csr(lf, space, items)
+    offsets, codes = candidate_csr(data, space, items)
     return _Coverage(csr_of_offsets(offsets, codes, items.len(), item_index=True)), items
 
 
@@ -174,7 +174,7 @@ def _compiled_rounds(
 
 
 def peel(
-    lf: pl.LazyFrame,
+    lf: pl.LazyFrame | Prepared,
     space: _Space,
     candidates: pl.Series | None,
     k: int,
@@ -342,7 +342,7 @@ def _user_peeling(
     rounds = min(k, series.len())  # public: the candidate list is
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        return _released(peel(_prepare_frame(frame, space), space, series, k, scale), space)
+        return _released(peel(prepared_input(frame, space), space, series, k, scale), space)
 
     def privacy_map(d_in: int) -> Any:
         return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)

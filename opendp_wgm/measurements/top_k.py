@@ -30,7 +30,6 @@ from opendp_wgm._spaces import (
     _assert_features,
     _check_candidates,
     _check_candidates_for,
-    _prepare_frame,
     _released,
     _resolve_space,
     _Space,
@@ -40,7 +39,7 @@ from opendp_wgm._validation import (
     _check_int,
     _check_positive,
 )
-from opendp_wgm.engines.polars import cast_candidates, item_counts
+from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
 from opendp_wgm.measurements.two_stage import (
     Stage2Release,
     make_dp_sips_then_peeling,
@@ -100,11 +99,11 @@ def top_k_of_counts(
 
 
 def _peel_candidates(
-    lf: pl.LazyFrame, space: _Space, candidates: pl.Series, k: int, scale: float, sampler: str, method: str
+    data: Prepared, space: _Space, candidates: pl.Series, k: int, scale: float, sampler: str, method: str
 ) -> pl.DataFrame:
-    """Exact user counts of the candidates on ``lf`` (unclipped, deduplicated), then a private top-k."""
-    items = cast_candidates(candidates, _item_dtype(lf, space))  # before any noise: errors carry no data
-    counts = item_counts(lf, space, items)  # no query for an empty list
+    """Exact user counts of the candidates on ``data`` (unclipped, deduplicated), then a private top-k."""
+    items = cast_candidates(candidates, _item_dtype(data.lf, space))  # before any noise: errors carry no data
+    counts = item_counts(data, space, items)  # no query for an empty list
     return top_k_of_counts(items, counts, k, scale, sampler, method, space.item)
 
 
@@ -218,7 +217,7 @@ def _peeling_top_k(
 
     # candidate counts (monotone ℓ∞ stability d_in -> d_in) then an exact private top-k of the count vector
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        released = _peel_candidates(_prepare_frame(frame, space), space, series, k, scale, sampler, method)
+        released = _peel_candidates(prepared_input(frame, space), space, series, k, scale, sampler, method)
         return _released(released, space)
 
     def privacy_map(d_in: int) -> Any:

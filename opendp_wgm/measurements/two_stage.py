@@ -27,7 +27,7 @@ import polars as pl
 from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _release_keys, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
-from opendp_wgm.engines.polars import collect_once, share_codes
+from opendp_wgm.engines.polars import collect_once
 from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
 from opendp_wgm.privacy.budget import MeasureKind, check_two_stage_measure, measure_of
@@ -96,14 +96,15 @@ def _polars_preparation(
     stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
     them as a Python object (no copy through OpenDP's FFI). With stage 1's ``passes`` and ``engine`` at one
     in-memory pass it is collected once (:func:`~opendp_wgm.engines.polars.collect_once`): stage 2 reads the
-    frame stage 1 read, not the input again; otherwise it stays a plan that each stage scans."""
+    frame stage 1 read, not the input again; otherwise it stays a plan that each stage scans. The frame carries
+    its :class:`~opendp_wgm.engines.polars.Prepared` value (``source``), made here once per release: stage 1's
+    compiled step leaves its coding of the rows in it, and stage 2 reads that instead of the rows."""
     space = _resolve_space(input_domain, input_metric, item)
     prepared = _Space(space.user, space.item, None, lazyframe_domain=False, composite=space.composite)
 
     def function(frame: Any) -> _PreparedFrame:
-        lf = collect_once(_prepare_frame(frame, space), passes=passes, engine=engine)
-        share_codes(lf)  # stage 2 reads stage 1's coding of the rows, where the compiled step made one
-        return _PreparedFrame(lf, prepared)
+        shared = collect_once(_prepare_frame(frame, space), passes=passes, engine=engine)
+        return _PreparedFrame(shared.lf, prepared, shared)  # both stages read ``shared``: its rows and its slot
 
     domain = user_items_domain(UserItemsDescriptor(space.user, space.composite or space.item))
     return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item, space.keys)

@@ -393,8 +393,8 @@ def test_two_stage_releases_are_those_of_the_frozen_pairs(fixed_randomness, monk
     frame = shapes()[shape]
     options = dict(k=5, max_contributions=3, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     releases = []
-    def frozen_csr(lf: pl.LazyFrame, space, items: pl.Series):
-        users, positions = _frozen_candidate_pairs(lf, space, items)  # each user's pairs contiguous
+    def frozen_csr(data: kernel.Prepared, space, items: pl.Series):
+        users, positions = _frozen_candidate_pairs(data.lf, space, items)  # each user's pairs contiguous
         return kernel.run_offsets(users), positions
 
     for pairs, csr in ((kernel.candidate_pairs, kernel.candidate_csr), (_frozen_candidate_pairs, frozen_csr)):
@@ -556,6 +556,25 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
 
 
 @pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
+def test_both_stages_read_one_prepared_value_passed_to_them(monkeypatch, make) -> None:
+    """Each two-stage release makes one ``Prepared`` value (the collected frame, in memory, and the slot of stage 1's
+    coding) and passes it to stage 2 in its arguments: stage 1's compiled step filled the slot stage 2 reads. The
+    kernel keeps no module-level registry of frames (was: ``id()``-keyed dicts that no signature showed)."""
+    pytest.importorskip("numba")
+    seen: list[object] = []
+    pairs = kernel._candidate_pairs
+    monkeypatch.setattr(kernel, "_candidate_pairs", lambda data, *a, **o: seen.append(data) or pairs(data, *a, **o))
+    m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
+    frame = shapes()["shuffled string users"]
+    assert m(frame).height == m(frame).height == 5
+    assert len(seen) == 2 and seen[0] is not seen[1]  # one value per release
+    for data in seen:
+        assert isinstance(data, kernel.Prepared) and data.in_memory and isinstance(data.coding, kernel._CodedRows)
+    mutable = [name for name, value in vars(kernel).items() if isinstance(value, (dict, list, set))]
+    assert sorted(mutable) == ["__all__", "__builtins__"]
+
+
+@pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
 def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatch, make) -> None:
     """Where the WGM's compiled step coded the prepared frame, stage 2 reads its codes: the candidates' rows are
     not looked up in the frame again (they were: a filter, a lookup and a group-by over the rows)."""
@@ -635,9 +654,10 @@ def test_candidate_csr_holds_the_candidate_pairs(shape: str) -> None:
     frame = shapes()[shape]
     space = _resolve_space(*wgm.user_items_space())
     items = frame.get_column("item").unique().sort().gather_every(2)
-    for lf in (_prepare_frame(frame, space), kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")):
+    for data in (_prepare_frame(frame, space), kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")):
+        lf = data.lf if isinstance(data, kernel.Prepared) else data
         items = kernel.cast_candidates(items, lf.collect_schema()["item"])
-        offsets, positions = kernel.candidate_csr(lf, space, items)
+        offsets, positions = kernel.candidate_csr(data, space, items)
         users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
         assert np.all(np.diff(offsets) > 0) and offsets[0] == 0 and offsets[-1] == positions.size
         old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
@@ -653,13 +673,14 @@ def test_candidate_rows_of_a_collected_frame_are_those_of_the_filter(shape: str)
     space = _resolve_space(*wgm.user_items_space())
     lf = _prepare_frame(frame, space)
     collected = kernel.collect_once(lf, passes=1, engine="auto")
-    assert kernel._collected(collected) and not kernel._collected(lf)
+    assert collected.in_memory and collected.lf is not lf and collected.coding is None
+    assert not kernel.collect_once(lf, passes=2, engine="auto").in_memory  # a plan each pass scans: kept as it is
     dtype = lf.collect_schema()["item"]
     items = frame.get_column("item").unique().sort().gather_every(3)
     if dtype == pl.String or dtype.is_integer():  # a candidate no row holds
         items = pl.concat([items, pl.Series("item", ["i100000" if dtype == pl.String else 10**6], dtype=dtype)])
     items = kernel.cast_candidates(items, dtype)
-    once, filtered = kernel._candidate_rows(collected, space, items), kernel._candidate_rows(lf, space, items)
+    once, filtered = kernel._candidate_rows(collected, space, items), kernel._candidate_rows(kernel.Prepared(lf), space, items)
     assert once.height == filtered.height > 0
     assert once.get_column("user").equals(filtered.get_column("user"))
     assert once.get_column(kernel._POSITION).cast(pl.Int64).equals(filtered.get_column(kernel._POSITION).cast(pl.Int64))
@@ -679,7 +700,7 @@ def test_collected_frames_rows_are_looked_up_without_a_filter(monkeypatch, item_
     kernel._candidate_rows(kernel.collect_once(lf, passes=1, engine="auto"), space, items)
     once = "\n".join(plans)
     plans.clear()
-    kernel._candidate_rows(lf, space, items)
+    kernel._candidate_rows(kernel.Prepared(lf), space, items)
     assert "is_in" not in once and "is_in" in "\n".join(plans)
 
 
@@ -739,10 +760,10 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
     frame = shapes()[shape]
     space = _resolve_space(*wgm.user_items_space())
-    lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
-    kernel.share_codes(lf)
-    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
-    assert (kernel._shared_runs(lf) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
+    shared = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
+    lf = shared.lf
+    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
+    assert (kernel._shared_runs(shared) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
     items = frame.get_column("item").unique().sort().gather_every(2)
     dtype = lf.collect_schema()["item"]
     if dtype == pl.String or dtype.is_integer():  # a candidate no row holds
@@ -751,14 +772,14 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     runs: list[object] = []
     path = kernel._run_candidate_pairs
     monkeypatch.setattr(kernel, "_run_candidate_pairs", lambda *a: runs.append(path(*a)) or runs[-1])
-    offsets, positions = kernel.candidate_csr(lf, space, items)
+    offsets, positions = kernel.candidate_csr(shared, space, items)
     assert (runs[-1] is not None) == (shape in KEYED_RUNS)
     users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
     assert np.all(np.diff(offsets) > 0) and offsets[0] == 0 and offsets[-1] == positions.size
     old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
     assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
     counts = np.bincount(old_positions, minlength=items.len())
-    assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
+    assert kernel.item_counts(shared, space, items).tolist() == counts.tolist()
 
 
 @pytest.mark.parametrize("threads", [1, 3])
@@ -828,13 +849,13 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     number = pl.col("user").str.slice(1).cast(pl.Int64)
     frame = pl.concat([base.filter(number < 30), big, base.filter(number >= 30)])  # users: one run each
     space = _resolve_space(*wgm.user_items_space())
-    lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
-    kernel.share_codes(lf)
-    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
-    assert kernel._shared_runs(lf) is not None
+    shared = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
+    lf = shared.lf
+    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
+    assert kernel._shared_runs(shared) is not None
     for names in (["i3", "i5", "absent"], ["i1", "i2", "i69"], ["absent"]):
         items = kernel.cast_candidates(pl.Series("item", names), pl.String)
-        pairs = kernel._run_candidate_pairs(lf, space, items)
+        pairs = kernel._run_candidate_pairs(shared, space, items)
         assert pairs is not None and pairs.positions.dtype == np.int32
         offsets, positions = pairs.user_offsets(), pairs.positions
         assert offsets[0] == 0 and offsets[-1] == positions.size and np.all(np.diff(offsets) > 0)
@@ -842,7 +863,7 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
         old_users, old_positions = _frozen_candidate_pairs(lf, space, items)
         assert _pair_set(frame, users, positions, items) == _pair_set(frame, old_users, old_positions, items)
         counts = np.bincount(old_positions, minlength=len(names))
-        assert kernel.item_counts(lf, space, items).tolist() == counts.tolist()
+        assert kernel.item_counts(shared, space, items).tolist() == counts.tolist()
 
 
 @pytest.mark.parametrize("shape", list(shapes()))
