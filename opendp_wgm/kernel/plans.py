@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from opendp_wgm._validation import _Engine
 from opendp_wgm.engines import polars as engine_polars
-from opendp_wgm.engines.polars import BoundedLists, codes_dtype, kernel_jit
+from opendp_wgm.engines.polars import BoundedLists, codes_dtype
 
 __all__ = ["Plan", "histogram", "plan_for", "refusal"]
 
@@ -111,14 +111,15 @@ def refusal(plan: Plan, *, passes: int, engine: _Engine, dtypes: tuple[pl.DataTy
         if passes != 1 and plan is not Plan.POLARS_PASSES:
             return f"{plan.value!r} computes the histogram in one pass; with passes={passes} use 'polars-passes'"
         return None
-    if kernel_jit() is None:
+    if engine_polars.kernel_jit() is None:
         return f"{plan.value!r} needs Numba (pip install 'opendp-wgm[fast]')"
     if passes != 1 or engine == "streaming":
         return f"{plan.value!r} holds the whole frame in memory: it runs with one pass and an in-memory engine"
     if dtypes is not None:
         user, item = dtypes
         if not (codes_dtype(user) and codes_dtype(item)):
-            return f"{plan.value!r} codes integer, String, Categorical and Enum columns (found user {user}, item {item})"
+            found = f"found user {user}, item {item}"
+            return f"{plan.value!r} codes integer, String, Categorical and Enum columns ({found})"
         if plan in (Plan.COMPILED_RUNS, Plan.COMPILED_RUNS_KEYED) and not (user == pl.String or user.is_integer()):
             return f"{plan.value!r} reads runs of integer or String users (found user {user})"
     return None
@@ -142,7 +143,7 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine) -> _Choice:
     if engine == "streaming":
         return _polars_choice(lists, "the streaming engine")
     user_dtype, item_dtype = _dtypes(lists)
-    if kernel_jit() is None:
+    if engine_polars.kernel_jit() is None:
         return _polars_choice(lists, "Numba is not installed")
     if not (codes_dtype(user_dtype) and codes_dtype(item_dtype)):
         return _polars_choice(lists, f"the compiled step does not code user {user_dtype} or item {item_dtype}")
@@ -178,7 +179,10 @@ def plan_for(lists: BoundedLists, *, passes: int = 1, engine: _Engine = "auto") 
     return _choose(lists, passes=passes, engine=engine).plan
 
 
-def _polars(lists: BoundedLists, max_contributions: int, engine: _Engine, how: Literal["split", "keyed"]) -> pl.LazyFrame:
+_How = Literal["split", "keyed"]
+
+
+def _polars(lists: BoundedLists, max_contributions: int, engine: _Engine, how: _How) -> pl.LazyFrame:
     space = lists.space
     bounded = engine_polars.bounded_lists_plan(
         lists.lf, space, lists.max_contributions, lists.seeds, plan=how, distinct=lists.distinct
@@ -187,17 +191,19 @@ def _polars(lists: BoundedLists, max_contributions: int, engine: _Engine, how: L
     return plan if engine == "auto" else plan.collect(engine=engine).lazy()
 
 
-def _run(plan: Plan, lists: BoundedLists, max_contributions: int, passes: int, engine: _Engine, facts: _Facts) -> pl.LazyFrame:
+def _run(
+    plan: Plan, lists: BoundedLists, max_contributions: int, passes: int, engine: _Engine, facts: _Facts
+) -> pl.LazyFrame:
     """Exactly ``plan`` (checked runnable), with what the choice read of the rows."""
     space = lists.space
     if plan is Plan.POLARS_PASSES:
         return engine_polars.lattice_histogram(lists, space, max_contributions, passes=passes, engine=engine)
     if plan in (Plan.POLARS_SPLIT, Plan.POLARS_KEYED):
         return _polars(lists, max_contributions, engine, "keyed" if plan is Plan.POLARS_KEYED else "split")
-    jit = kernel_jit()
+    jit = engine_polars.kernel_jit()
     assert jit is not None  # refusal() checked it
     # the data-dependent cases a compiled step does not handle: the exact Polars plan, part of this plan
-    exact = "keyed" if plan is Plan.COMPILED_RUNS_KEYED else "split"
+    exact: _How = "keyed" if plan is Plan.COMPILED_RUNS_KEYED else "split"
     if plan is Plan.CODED_PAIRS:
         coded = lists.coded
         if coded is None:
@@ -224,13 +230,15 @@ def checked_plan(plan: Plan | str) -> Plan | Literal["auto"]:
     if plan == "auto" or isinstance(plan, Plan):
         return plan  # type: ignore[return-value]
     names = {p.value: p for p in Plan}
-    if isinstance(plan, str) and plan in names:
+    if plan in names:
         return names[plan]
     msg = f"`plan` must be 'auto' or one of {sorted(names)} (found {plan!r})"
     raise ValueError(msg)
 
 
-def refuse(plan: Plan | Literal["auto"], *, passes: int, engine: _Engine, dtypes: tuple[pl.DataType, pl.DataType] | None) -> None:
+def refuse(
+    plan: Plan | Literal["auto"], *, passes: int, engine: _Engine, dtypes: tuple[pl.DataType, pl.DataType] | None
+) -> None:
     """Raise where :func:`refusal` refuses ``plan`` (nothing for ``"auto"``)."""
     if plan == "auto":
         return

@@ -13,6 +13,8 @@ import opendp_wgm as wgm
 from opendp_wgm import transformations
 from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.kernel import histogram as kernel_histogram
+from opendp_wgm.kernel import plans as kernel_plans
 from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
 from opendp_wgm.measurements.hitting_set import coverage, make_wgm_hitting_set, make_wgm_hitting_set_from_budget
@@ -483,11 +485,11 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
     no round runs the per-round compiled dispatch (which executed the round's plan and coded it again)."""
     pytest.importorskip("numba")
     coded: list[int] = []
-    codes, text_codes, compiled = kernel._codes, kernel._text_codes, kernel._compiled_histogram
+    codes, text_codes, compiled = kernel._codes, kernel._text_codes, kernel.coded_histogram
     # a column is coded by _codes, or by _text_codes when it holds text (falling back to _codes if its check fails)
     monkeypatch.setattr(kernel, "_codes", lambda *args, **options: coded.append(1) or codes(*args, **options))
     monkeypatch.setattr(kernel, "_text_codes", lambda *args, **options: coded.append(1) or text_codes(*args, **options))
-    monkeypatch.setattr(kernel, "_compiled_histogram", lambda *args: coded.append(100) or compiled(*args))
+    monkeypatch.setattr(kernel, "coded_histogram", lambda *args: coded.append(100) or compiled(*args))
     released = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(data())
     assert released["round"].n_unique() == 3  # three rounds ran
     assert coded == [1, 1]  # was six codings and three dispatches: two columns coded in each of three rounds
@@ -575,7 +577,7 @@ def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatc
 
 
 def _coded_rows(frame: pl.DataFrame) -> kernel._CodedRows:
-    """The compiled step's coding of ``frame``'s rows, as :func:`kernel._compiled_histogram` keeps it."""
+    """The compiled step's coding of ``frame``'s rows, as :func:`kernel.coded_histogram` keeps it."""
     jit = kernel.kernel_jit()
     user_dtype, item_dtype = frame.schema["user"], frame.schema["item"]
     coded = frame.select(kernel._code_expr("user", user_dtype), kernel._code_expr("item", item_dtype))
@@ -740,7 +742,7 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     space = _resolve_space(*wgm.user_items_space())
     lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
     kernel.share_codes(lf)
-    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
+    kernel_histogram("auto", kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
     assert (kernel._shared_runs(lf) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
     items = frame.get_column("item").unique().sort().gather_every(2)
     dtype = lf.collect_schema()["item"]
@@ -829,7 +831,7 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     space = _resolve_space(*wgm.user_items_space())
     lf = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
     kernel.share_codes(lf)
-    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
+    kernel_histogram("auto", kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4)), 6)
     assert kernel._shared_runs(lf) is not None
     for names in (["i3", "i5", "absent"], ["i1", "i2", "i69"], ["absent"]):
         items = kernel.cast_candidates(pl.Series("item", names), pl.String)
@@ -860,7 +862,7 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
     (without the runs, and without Numba), in one thread or in three."""
     pytest.importorskip("numba")
     monkeypatch.setattr(kernel, "mostly_above", lambda *args: keyed)
-    monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)  # the route on runs on every frame whose users are runs
+    monkeypatch.setattr(kernel_plans, "_LARGE_ROWS", 0)  # the route on runs on every frame whose users are runs
     frame = shapes()[shape]
     read: list[bool] = []
     original = kernel._shared_runs
