@@ -445,16 +445,16 @@ def test_dp_sips_on_coded_pairs_gives_each_rounds_histogram(fixed_randomness, mo
     pytest.importorskip("numba")
     options = dict(SIPS, max_contributions=4) if schedule == "fixed" else ADAPTIVE
     frame = _sips_shapes()[shape]
-    histogram_of = dp_sips.lattice_histogram
+    histogram_of = dp_sips.kernel_histogram
     coded_pairs = dp_sips.coded_pairs
     seen: list[tuple[bool, pl.DataFrame]] = []
 
-    def spy(lists_of, *args, **kwargs):
-        histogram = histogram_of(lists_of, *args, **kwargs).collect()
+    def spy(plan, lists_of, *args, **kwargs):
+        histogram = histogram_of(plan, lists_of, *args, **kwargs).collect()
         seen.append((lists_of.coded is not None, histogram.sort("item")))
         return histogram.lazy()
 
-    monkeypatch.setattr(dp_sips, "lattice_histogram", spy)
+    monkeypatch.setattr(dp_sips, "kernel_histogram", spy)
     runs: dict[str, tuple[list[tuple[bool, pl.DataFrame]], pl.DataFrame]] = {}
     for path in ("coded", "frames", "no numba"):
         if path == "frames":
