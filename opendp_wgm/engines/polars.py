@@ -7,7 +7,8 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   (keyed hash of the values under a secret seed);
 - :func:`lattice_histogram_plan` / :func:`lattice_histogram`: per-item sums of the lattice weights
   :math:`\lfloor 2^{20}/\sqrt t\rfloor`, in one plan or over disjoint user buckets (``passes``), or by the
-  compiled step of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (the same sums);
+  compiled steps of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (:func:`coded_histogram`,
+  :func:`runs_histogram`: the same sums); :func:`opendp_wgm.kernel.plan_for` chooses which;
 - :func:`coded_pairs` / :class:`CodedPairs`: the distinct (user, item) pairs coded once for the compiled step, for
   steps that bound the same users several times (DP-SIPS's rounds, flags and count);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
@@ -59,7 +60,9 @@ __all__ = [
     "candidate_pairs",
     "cast_candidates",
     "chunk_views",
+    "coded_histogram",
     "coded_pairs",
+    "codes_dtype",
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
@@ -75,6 +78,7 @@ __all__ = [
     "peel_jit",
     "release_above_threshold",
     "run_offsets",
+    "runs_histogram",
     "share_codes",
     "string_views",
     "user_ranges",
@@ -160,7 +164,7 @@ class _CodedRows:
 
 @dataclass(frozen=True)
 class _UserRuns:
-    """The route on runs' reading of a prepared frame's rows (:func:`_runs_histogram`): each user's rows are one
+    """The route on runs' reading of a prepared frame's rows (:func:`runs_histogram`): each user's rows are one
     run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`_run_starts`; no item codes)."""
 
     start: NDArray[np.int64]
@@ -300,8 +304,8 @@ class BoundedLists:
     """The bounded lists of a prepared frame under a seed: ``lists(users)`` is :func:`bounded_lists_plan` of the
     users ``users`` keeps (a filter on the user key; ``None``: every user).
 
-    A :data:`ListsOf` that also carries its inputs, so that :func:`lattice_histogram` may compute the same
-    histogram from the rows directly (the compiled kernel, :func:`coded_histogram`).
+    A :data:`ListsOf` that also carries its inputs, so that the kernel's compiled plans (:mod:`opendp_wgm.kernel`)
+    may compute the same histogram from the rows directly (:func:`coded_histogram`, :func:`runs_histogram`).
     """
 
     lf: pl.LazyFrame
@@ -311,7 +315,7 @@ class BoundedLists:
     #: ``lf``'s (user, item) rows are distinct (:func:`distinct_pairs_plan`): the Polars plans skip their ``unique``
     distinct: bool = False
     #: the same rows as the compiled step's arrays, coded once per call (:func:`coded_pairs`): with one in-memory
-    #: pass, :func:`lattice_histogram` reads them instead of running or coding ``lf``
+    #: pass, the kernel's ``coded-pairs`` plan reads them instead of running or coding ``lf``
     coded: CodedPairs | None = None
 
     def __call__(self, users: pl.Expr | None) -> pl.LazyFrame:
@@ -641,7 +645,7 @@ def coded_histogram(lists: BoundedLists, frame: pl.DataFrame, max_contributions:
     return pl.DataFrame([items.decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
 
 
-def _runs_histogram(
+def runs_histogram(
     lists: BoundedLists,
     frame: pl.DataFrame,
     start: NDArray[np.int64],

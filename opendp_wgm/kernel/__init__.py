@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._spaces import _prepare_frame, _resolve_space
@@ -30,7 +31,7 @@ class Explanation:
 
 def explain(
     frame: pl.DataFrame | pl.LazyFrame,
-    space: tuple[object, object],
+    space: tuple[dp.Domain, dp.Metric],
     max_contributions: int,
     *,
     passes: int = 1,
@@ -57,7 +58,7 @@ def explain(
     """
     max_contributions = _check_int("max_contributions", max_contributions, minimum=1)
     passes, engine = _check_execution(passes, engine)
-    resolved = _resolve_space(*space)  # type: ignore[arg-type]
+    resolved = _resolve_space(*space)
     lists = BoundedLists(_prepare_frame(frame, resolved), resolved, max_contributions, fresh_seeds())
     choice = _choose(lists, passes=passes, engine=engine)
     return Explanation(choice.plan, choice.reason)

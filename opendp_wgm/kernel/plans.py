@@ -219,7 +219,7 @@ def _run(
     start = engine_polars._run_starts(frame.get_column(space.user)) if facts.start is None else facts.start
     if start is not None:
         keyed = plan is Plan.COMPILED_RUNS_KEYED
-        found = engine_polars._runs_histogram(lists, frame, start, max_contributions, jit, keyed=keyed)
+        found = engine_polars.runs_histogram(lists, frame, start, max_contributions, jit, keyed=keyed)
         if found is not None:
             return found.lazy()
     return _polars(lists, max_contributions, engine, exact)

@@ -247,7 +247,7 @@ def _runs_frame(items: str) -> pl.DataFrame:
 @pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
 @pytest.mark.parametrize("items", ["int", "wide", "string", "categorical"])
 def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compiled route on users' runs (:func:`kernel._runs_histogram`: weights from one key per row, repeats of
+    """The compiled route on users' runs (:func:`kernel.runs_histogram`: weights from one key per row, repeats of
     hashed keys checked), every row keyed by the bound's key or by its item (then the users above Δ0 keyed
     again, on their rows only), on users above, at and below Δ0 with repeated rows, in one thread and in three:
     the frozen kernel's histogram."""
@@ -265,7 +265,7 @@ def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed:
     assert start is not None
     for threads in (1, 3):
         monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit, threads=threads: threads)
-        histogram = kernel._runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
+        histogram = kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
         assert histogram is not None
         assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
         assert dict(histogram.iter_rows()) == expected
@@ -285,14 +285,14 @@ def test_route_on_runs_leaves_items_sharing_a_key_to_the_polars_plan(keyed: bool
     start = kernel._run_starts(frame.get_column("user"))
     assert start is not None
     jit = kernel.kernel_jit()
-    assert kernel._runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is not None
+    assert kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is not None
     if keyed:
         key = kernel.bound_key
         monkeypatch.setattr(kernel, "bound_key", lambda *args: key(*args) % 4096)
     else:
         item_keys = kernel._item_keys
         monkeypatch.setattr(kernel, "_item_keys", lambda items: (item_keys(items)[0] % 64, True))
-    assert kernel._runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is None
+    assert kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is None
     found = dict(histogram(plan, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
     assert found == dict(histogram(Plan.POLARS_SPLIT, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
 

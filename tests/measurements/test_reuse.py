@@ -732,7 +732,7 @@ KEYED_RUNS = ("adjacent string users", "adjacent int users", "sorted int users",
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("shape", list(shapes()))
 def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeypatch, shape: str, threads: int) -> None:
-    """After the route on runs (:func:`kernel._runs_histogram`) on a two-stage call's collected frame, the candidate
+    """After the route on runs (:func:`kernel.runs_histogram`) on a two-stage call's collected frame, the candidate
     pairs (CSR, and the counts) are the frozen path's, in one thread or in three (user ranges); where the route
     found no runs, or the candidates are not looked up once per row, the other paths run."""
     pytest.importorskip("numba")
