@@ -155,18 +155,18 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine) -> _Choice:
     rows = frame.height
     if rows >= _MAX_ROWS:
         plan = Plan.POLARS_KEYED if keyed else Plan.POLARS_SPLIT
-        return _Choice(plan, f"{rows} rows: the compiled step indexes rows with int32")
+        return _Choice(plan, "2^31 rows or more: the compiled step indexes rows with int32")
     if keyed or rows >= _LARGE_ROWS:
         start = engine_polars._run_starts(frame.get_column(space.user))
         if start is not None:
             plan, why = (Plan.COMPILED_RUNS_KEYED, "most of the first rows above Δ0") if keyed else (
-                Plan.COMPILED_RUNS, f"{rows} ≥ 2^21 rows")
+                Plan.COMPILED_RUNS, "2^21 rows or more")
             return _Choice(plan, f"each user's rows form one run and {why}", _Facts(frame, start))
     if keyed:
         return _Choice(Plan.POLARS_KEYED, "most of the first rows belong to users above Δ0 and users are not runs")
     if user_dtype == pl.String and rows >= _LARGE_ROWS:
-        return _Choice(Plan.POLARS_SPLIT, f"String users not in runs and {rows} ≥ 2^21 rows: coding text costs more")
-    return _Choice(Plan.COMPILED_CODED, f"Numba, one in-memory pass, {rows} rows", _Facts(frame))
+        return _Choice(Plan.POLARS_SPLIT, "String users not in runs, 2^21 rows or more: coding text costs more")
+    return _Choice(Plan.COMPILED_CODED, "Numba, one in-memory pass, coded dtypes", _Facts(frame))
 
 
 def plan_for(lists: BoundedLists, *, passes: int = 1, engine: _Engine = "auto") -> Plan:
@@ -174,7 +174,9 @@ def plan_for(lists: BoundedLists, *, passes: int = 1, engine: _Engine = "auto") 
 
     The ONE place the choice is made: from Numba being importable, ``passes``, ``engine``, the prepared frame's
     dtypes, and probes of its rows (whether most of the first 65,536 rows belong to users above Δ0, the row
-    count, whether each user's rows form one run). A speed choice only: every plan gives the same histogram.
+    count against 2^21 and 2^31, whether each user's rows form one run). A speed choice only: every plan gives
+    the same histogram, so the choice changes no release. The choice (and its reason, which names the thresholds
+    crossed, never a count) depends on the data: it is for the data's curator, not part of any release.
     """
     return _choose(lists, passes=passes, engine=engine).plan
 
