@@ -2,7 +2,8 @@
 (:mod:`opendp_wgm.kernel.reference`), bit for bit for a fixed seed, on generated frames: users contiguous,
 shuffled or split in two runs; Int64, UInt64 and String users; Int64, UInt64, String (long, sharing length and
 prefix, unicode), Categorical, Enum and Struct items; nulls, duplicates; multi-chunk and sliced frames, LazyFrame
-and DataFrame, Parquet with several passes."""
+and DataFrame, Parquet with several passes; each engine. A plan is skipped only where :func:`refusal` refuses it
+(public information), and then :func:`histogram` must raise."""
 
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ def frames(draw: st.DrawFn) -> dict[str, Any]:
         "bound": bound,
         "max_contributions": bound + draw(st.sampled_from([0, 0, 2])),  # a bound below Δ0: a chained bound step
         "passes": draw(st.sampled_from([1, 3])) if form == "parquet" else 1,
+        "engine": draw(st.sampled_from(["auto", "auto", "in-memory", "streaming"])),
     }
 
 
@@ -121,7 +123,7 @@ def test_the_test_lists_every_plan() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=frames())
 def test_every_plan_computes_the_reference_histogram(case: dict[str, Any]) -> None:
-    bound, max_contributions, passes = case["bound"], case["max_contributions"], case["passes"]
+    bound, max_contributions, passes, engine = case["bound"], case["max_contributions"], case["passes"], case["engine"]
     with TemporaryDirectory() as folder:
         lf = _prepare_frame(_given(case["frame"], case["form"], Path(folder)), SPACE)
         lists = BoundedLists(lf, SPACE, bound, SEEDS)
@@ -137,13 +139,13 @@ def test_every_plan_computes_the_reference_histogram(case: dict[str, Any]) -> No
         for user, held in lists(None).collect().iter_rows():
             own_items = [items[r] for r, u in enumerate(users) if u == user]
             assert len(held) == min(len(own_items), bound) and all(item in own_items for item in held)
-        chosen = plan_for(lists, passes=passes)
-        assert refusal(chosen, passes=passes, engine="auto", dtypes=dtypes) is None
+        chosen = plan_for(lists, passes=passes, engine=engine)
+        assert refusal(chosen, passes=passes, engine=engine, dtypes=dtypes) is None  # auto never picks a refused plan
         for plan in PLANS:
-            if refusal(plan, passes=passes, engine="auto", dtypes=dtypes) is not None:
+            if refusal(plan, passes=passes, engine=engine, dtypes=dtypes) is not None:
                 with pytest.raises(ValueError, match="`plan` must be a plan that runs on this input"):
-                    histogram(plan, lists, max_contributions, passes=passes)
+                    histogram(plan, lists, max_contributions, passes=passes, engine=engine)
                 continue
-            found = histogram(plan, lists, max_contributions, passes=passes).collect()
+            found = histogram(plan, lists, max_contributions, passes=passes, engine=engine).collect()
             assert found.schema == pl.Schema({"item": dtypes[1], WEIGHT_LAT: pl.Int64}), plan
             assert _as_dict(found) == expected, plan
