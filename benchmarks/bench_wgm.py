@@ -132,11 +132,13 @@ def previous_lists_plan(
     max_contributions: int,
     seeds: tuple[int, ...] | None = None,
     *,
+    plan: str = "auto",
     distinct: bool = False,
 ) -> pl.LazyFrame:
     """The kernel's bound step before issue 13 (frozen, the baseline): every user's list sorted by the secret
-    key, ``unique``, ``head(Δ0)``. ``distinct`` (:func:`bounded_lists_plan`'s promise of distinct rows) is
-    accepted and ignored: the previous plan always ran its ``unique`` (the same items either way)."""
+    key, ``unique``, ``head(Δ0)``. ``plan`` and ``distinct`` (:func:`bounded_lists_plan`'s choice of plan and
+    promise of distinct rows) are accepted and ignored: the previous plan was one, and always ran its ``unique``
+    (the same items either way)."""
     user, item = space.user, space.item
     schema = lf.collect_schema()
     seeds = fresh_seeds() if seeds is None else seeds

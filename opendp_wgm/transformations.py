@@ -38,13 +38,13 @@ from opendp_wgm.domains import BoundedUserItems, UserItemsDescriptor, user_items
 from opendp_wgm.engines.polars import (
     WEIGHT_LAT,
     BoundedLists,
-    ListsOf,
     candidate_counts,
     fresh_seeds,
-    lattice_histogram,
     prepared_input,
     shared_of,
 )
+from opendp_wgm.kernel import Plan, histogram
+from opendp_wgm.kernel.plans import checked_plan, refuse
 from opendp_wgm.privacy.threshold import LATTICE_BITS
 
 __all__ = [
@@ -180,7 +180,7 @@ def weighted_histogram_l02inf(d_in: int, max_contributions: int) -> tuple[int, f
     return d_in * max_contributions, float(d_in), float(d_in)
 
 
-def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
+def _lists_of(frame: object, space: _Space, max_contributions: int) -> BoundedLists:
     """The bounded per-user lists of the histogram's input: the bound step's own plan when ``frame`` is its
     output with at most Δ0 items per user (fast path: no second bound, no exploded frame), else the bound
     applied here, with :func:`make_bound_user_items`' rule, to whatever frame came (so the map holds for any
@@ -200,7 +200,12 @@ def _lists_of(frame: object, space: _Space, max_contributions: int) -> ListsOf:
 
 
 def make_weighted_histogram(
-    input_domain: dp.Domain, input_metric: dp.Metric, *, passes: int = 1, engine: _Engine = "auto"
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    passes: int = 1,
+    engine: _Engine = "auto",
+    plan: Plan | str = "auto",
 ) -> dp.Transformation:
     r"""Sum each user's weight :math:`1/\sqrt{t}` (rounded down to the lattice) over the items they keep.
 
@@ -214,6 +219,13 @@ def make_weighted_histogram(
         pass re-scans the input; ``docs/engines.md``).
     engine : {'auto', 'in-memory', 'streaming'}
         Polars engine that collects each pass. With one pass and ``"auto"`` the output is a lazy plan.
+    plan
+        Which :class:`opendp_wgm.kernel.Plan` computes the histogram (or its name): ``"auto"`` lets
+        :func:`opendp_wgm.kernel.plan_for` choose (``docs/engines.md``, *Which plan computes the histogram*). Every
+        plan gives the same histogram; a plan that cannot run on the input (a compiled one without Numba, with
+        ``passes > 1``, the streaming engine or a dtype it does not code) is refused with a ``ValueError``: here
+        when Numba, ``passes`` or ``engine`` rule it out, else when the transformation first runs (from the
+        frame's schema), before anything is computed. None falls back to another.
 
     Returns
     -------
@@ -248,6 +260,8 @@ def make_weighted_histogram(
         )
         raise ValueError(msg)
     passes, engine = _check_execution(passes, engine)
+    chosen = checked_plan(plan)
+    refuse(chosen, passes=passes, engine=engine, dtypes=None)
     space = _resolve_space(input_domain, input_metric)
     max_contributions = descriptor.max_contributions
     output_domain = dp.user_domain(
@@ -258,8 +272,8 @@ def make_weighted_histogram(
 
     def function(frame: object) -> pl.LazyFrame:
         lists_of = _lists_of(frame, space, max_contributions)
-        plan = lattice_histogram(lists_of, space, max_contributions, passes=passes, engine=engine)
-        return plan.select(space.item, weight=pl.col(WEIGHT_LAT).cast(pl.Float64) * 2.0**-LATTICE_BITS)
+        lattice = histogram(chosen, lists_of, max_contributions, passes=passes, engine=engine)
+        return lattice.select(space.item, weight=pl.col(WEIGHT_LAT).cast(pl.Float64) * 2.0**-LATTICE_BITS)
 
     return dp.t.make_user_transformation(
         input_domain,

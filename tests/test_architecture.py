@@ -122,3 +122,18 @@ def test_no_private_name_crosses_a_subpackage() -> None:
 @pytest.mark.parametrize("helper", SHARED_PRIVATE)
 def test_the_shared_helpers_exist(helper: str) -> None:
     assert PACKAGE.parent.joinpath(*helper.split(".")).with_suffix(".py").is_file()
+
+
+def test_the_kernel_imports_no_measurement() -> None:
+    """``kernel/`` chooses and runs the histogram's plans on the engines: the measurements build on it, never the
+    other way round (nor on the CLI, the auditor or the experiments)."""
+    upper = ("opendp_wgm.measurements", "opendp_wgm.cli", "opendp_wgm.audit", "opendp_wgm.experiments")
+    offenders = [
+        f"{_where(path, line)} imports {module}"
+        for path in SOURCES
+        if _package_of(path) == "opendp_wgm.kernel"
+        for line, module, _ in _imports(path)
+        if any(module == layer or module.startswith(layer + ".") for layer in upper)
+    ]
+    assert offenders == [], "\n".join(offenders)
+    assert any(_package_of(path) == "opendp_wgm.kernel" for path in SOURCES)

@@ -273,3 +273,30 @@ def test_noisy_threshold_needs_the_histograms_space() -> None:
         wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, passes=0)
     m = wgm.make_noisy_threshold(hist.output_domain, hist.output_metric, scale=3.0, threshold=10.0)
     assert m.map(2) == wgm_privacy_loss(2, scale=3.0, threshold=10.0, max_contributions=3)
+
+
+def test_weighted_histogram_runs_the_plan_it_is_given(monkeypatch) -> None:
+    """``plan=`` chooses the kernel's plan without monkeypatching: every runnable plan gives the same histogram for
+    the same seed; a plan that cannot run on the input is refused from public information, never replaced."""
+    from opendp_wgm.kernel import Plan
+
+    monkeypatch.setattr(secrets, "randbits", lambda bits: 0x5EED)  # the same seed in every call
+    frame = pl.DataFrame({"user": [1, 1, 1, 2, 3, 3, 3, 3], "item": ["a", "b", "c", "a", "c", "a", "d", "b"]})
+    bound = wgm.make_bound_user_items(*wgm.user_items_space(), max_contributions=2)
+    numba = pytest.importorskip("numba")
+    assert numba is not None
+    found = {}
+    for plan in ["auto", *Plan]:
+        step = wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, plan=plan)
+        found[plan] = dict((bound >> step)(frame).collect().iter_rows())
+    assert all(histogram == found["auto"] for histogram in found.values()) and found["auto"]
+    with pytest.raises(ValueError, match="one pass and an in-memory engine"):
+        wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, plan="compiled-coded", passes=2)
+    with pytest.raises(ValueError, match="computes the histogram in one pass"):
+        wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, plan=Plan.POLARS_SPLIT, passes=2)
+    with pytest.raises(ValueError, match="`plan` must be 'auto' or one of"):
+        wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, plan="fast")
+    floats = frame.with_columns(pl.col("user").cast(pl.Float64))
+    step = wgm.make_weighted_histogram(bound.output_domain, bound.output_metric, plan="compiled-runs")
+    with pytest.raises((ValueError, dp.OpenDPException), match="codes integer, String, Categorical and Enum"):
+        step(floats)  # OpenDP wraps the function's error

@@ -1,8 +1,8 @@
 r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogram in linear passes over the rows.
 
-Imported only if Numba is installed (``opendp-wgm[fast]``); :func:`opendp_wgm.engines.polars.lattice_histogram`
-falls back to its Polars plans without it. The result is **identical** to the Polars plans' for the same seeds:
-users and items come in as exact integer codes (one per distinct value: a value's offset from the smallest,
+Imported only if Numba is installed (``opendp-wgm[fast]``); without it, :func:`opendp_wgm.kernel.plan_for`
+chooses a Polars plan and refuses the compiled ones. The result is **identical** to the Polars plans' for the
+same seeds: users and items come in as exact integer codes (one per distinct value: a value's offset from the smallest,
 or that offset's rank in a bitmap of the offsets present, computed as the passes read the values, or a hashed
 code), a user with at most Δ0 distinct items
 keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the

@@ -7,7 +7,8 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   (keyed hash of the values under a secret seed);
 - :func:`lattice_histogram_plan` / :func:`lattice_histogram`: per-item sums of the lattice weights
   :math:`\lfloor 2^{20}/\sqrt t\rfloor`, in one plan or over disjoint user buckets (``passes``), or by the
-  compiled step of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (the same sums);
+  compiled steps of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (:func:`coded_histogram`,
+  :func:`runs_histogram`: the same sums); :func:`opendp_wgm.kernel.plan_for` chooses which;
 - :func:`coded_pairs` / :class:`CodedPairs`: the distinct (user, item) pairs coded once for the compiled step, for
   steps that bound the same users several times (DP-SIPS's rounds, flags and count);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
@@ -60,7 +61,9 @@ __all__ = [
     "candidate_pairs",
     "cast_candidates",
     "chunk_views",
+    "coded_histogram",
     "coded_pairs",
+    "codes_dtype",
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
@@ -77,6 +80,7 @@ __all__ = [
     "prepared_input",
     "release_above_threshold",
     "run_offsets",
+    "runs_histogram",
     "shared_of",
     "string_views",
     "user_ranges",
@@ -101,7 +105,7 @@ def fresh_seeds() -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class _CodedRows:
-    """The compiled step's coding of a prepared frame's rows (:func:`_compiled_histogram`): a user code and an
+    """The compiled step's coding of a prepared frame's rows (:func:`coded_histogram`): a user code and an
     item code per row (exact: equal values, equal codes), and the item values of codes (``decode``)."""
 
     users: NDArray[np.integer]
@@ -135,7 +139,7 @@ class _CodedRows:
 
 @dataclass(frozen=True)
 class _UserRuns:
-    """The route on runs' reading of a prepared frame's rows (:func:`_runs_histogram`): each user's rows are one
+    """The route on runs' reading of a prepared frame's rows (:func:`runs_histogram`): each user's rows are one
     run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`_run_starts`; no item codes)."""
 
     start: NDArray[np.int64]
@@ -303,8 +307,8 @@ class BoundedLists:
     """The bounded lists of a prepared frame under a seed: ``lists(users)`` is :func:`bounded_lists_plan` of the
     users ``users`` keeps (a filter on the user key; ``None``: every user).
 
-    A :data:`ListsOf` that also carries its inputs, so that :func:`lattice_histogram` may compute the same
-    histogram from the rows directly (the compiled kernel, :func:`_compiled_histogram`).
+    A :data:`ListsOf` that also carries its inputs, so that the kernel's compiled plans (:mod:`opendp_wgm.kernel`)
+    may compute the same histogram from the rows directly (:func:`coded_histogram`, :func:`runs_histogram`).
     """
 
     lf: pl.LazyFrame
@@ -314,7 +318,7 @@ class BoundedLists:
     #: ``lf``'s (user, item) rows are distinct (:func:`distinct_pairs_plan`): the Polars plans skip their ``unique``
     distinct: bool = False
     #: the same rows as the compiled step's arrays, coded once per call (:func:`coded_pairs`): with one in-memory
-    #: pass, :func:`lattice_histogram` reads them instead of running or coding ``lf``
+    #: pass, the kernel's ``coded-pairs`` plan reads them instead of running or coding ``lf``
     coded: CodedPairs | None = None
     #: the :class:`Prepared` value ``lf`` is the frame of, when later steps of the release read it: the compiled
     #: step leaves its coding of the rows in its slot (``None``: no step reads it)
@@ -359,8 +363,8 @@ def lattice_histogram(
     passes: int = 1,
     engine: _Engine = "auto",
 ) -> pl.LazyFrame:
-    """The lattice histogram (item, :data:`WEIGHT_LAT`) of the users' bounded lists, over ``passes`` disjoint
-    buckets of users.
+    """The lattice histogram (item, :data:`WEIGHT_LAT`) of the users' bounded lists by the Polars plans, over
+    ``passes`` disjoint buckets of users.
 
     ``lists_of(filter)`` gives the bounded lists of the users ``filter`` keeps (a filter on the prepared
     frame's user-key column). With one pass and the default engine the result is the lazy plan itself (the
@@ -370,20 +374,9 @@ def lattice_histogram(
     seed; each pass holds about 1/``passes`` of the users in memory (``docs/engines.md``). The bucket hash
     needs no secrecy: it only decides which pass handles a user.
 
-    With one pass, an in-memory engine and ``lists_of`` a :class:`BoundedLists`, the histogram is computed by
-    the compiled kernel when Numba is installed and the columns are supported (:func:`_compiled_histogram`, or
-    :meth:`CodedPairs.histogram` when the lists carry their coded pairs): the same histogram, bit for bit; the
-    Polars plan otherwise.
+    The Polars plans only: which plan computes a release's histogram (this one, or a compiled step) is chosen
+    by :func:`opendp_wgm.kernel.plan_for`.
     """
-    if passes == 1 and engine != "streaming" and isinstance(lists_of, BoundedLists):
-        coded = lists_of.coded
-        histogram = (
-            _compiled_histogram(lists_of, max_contributions)
-            if coded is None
-            else coded.histogram(lists_of.max_contributions, lists_of.seeds, max_contributions)
-        )
-        if histogram is not None:
-            return histogram.lazy()
     if passes == 1:
         plan = lattice_histogram_plan(lists_of(None), space, max_contributions)
         return plan if engine == "auto" else plan.collect(engine=engine).lazy()
@@ -499,7 +492,7 @@ class _Coding:
         return codes
 
 
-def _codes_dtype(dtype: pl.DataType) -> bool:
+def codes_dtype(dtype: pl.DataType) -> bool:
     """Whether :func:`_codes` codes this dtype (the others are left to the Polars plans: floats, a composite
     key's Struct, temporal, binary, ...)."""
     return dtype == pl.String or dtype.is_integer() or isinstance(dtype, (pl.Categorical, pl.Enum))
@@ -629,7 +622,7 @@ def _histogram_below(
     """
     n_users, n_items, rows = users.size, items.size, users.values.size
     chunks = _even_ranges(rows, threads)
-    counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (_compiled_histogram)
+    counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (coded_histogram)
     in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
     start = np.empty(n_users + 1, dtype=np.int64)
     jit.user_cursors(counts, start)  # the counts become each chunk's cursors
@@ -651,45 +644,20 @@ def _histogram_below(
     return histogram, rows_of, offsets
 
 
-#: From this many rows on, a frame whose users' rows are runs takes :func:`_runs_histogram` (no coding: 0.85-0.9x
-#: the compiled step's time at 10^6 and 4·10^6 sorted Zipf rows, 1.3x at 10^5 and on fimi_retail's 9·10^5, where
-#: the streaming group-by's fixed cost weighs), and one whose users are text and not runs the Polars plans (coding
-#: text costs what the compiled step saves: 0.9x on 10^7 rows of String ids, ``benchmarks/bench_wgm.py``).
-_LARGE_ROWS = 2**21
+def coded_histogram(lists: BoundedLists, frame: pl.DataFrame, max_contributions: int, jit: ModuleType) -> pl.DataFrame:
+    """The lattice histogram of ``lists`` by the compiled step on coded columns (``frame``: ``lists.lf``
+    collected, below 2^31 rows; columns of dtypes :func:`codes_dtype` accepts).
 
-
-def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataFrame | None:
-    """The lattice histogram of ``lists`` by the compiled kernel, or ``None`` where it does not apply.
-
-    The same histogram as :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit: a user with at most
-    Δ0 distinct items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys
-    being :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). ``None`` (the
-    caller runs the Polars plans) when Numba is not installed, for a column dtype :func:`_codes_dtype` rejects
-    (a composite key's Struct, floats, ...) and from 2^31 rows on (int32 row positions).
-
-    Where each user's rows form one run (:func:`_run_starts`: files written user by user) and most of the first
-    rows belong to users above Δ0 (:func:`mostly_above`, the ``"auto"`` plan's test), or the frame holds at
-    least :data:`_LARGE_ROWS` rows, :func:`_runs_histogram` runs: no column is coded. Otherwise the columns are
-    coded (:func:`_coding`) and the rows bucketed by user (:func:`_histogram_below`), except where the compiled
-    step does not pay and ``None`` is returned: most rows above Δ0 (every row needs its key: the Polars plans
-    sort each user's rows by it), or text users from :data:`_LARGE_ROWS` rows on.
+    The same histogram as :func:`lattice_histogram_plan` of ``lists(None)``, bit for bit: the columns are coded
+    (:func:`_coding`) and the rows bucketed by user (:func:`_histogram_below`); a user with at most Δ0 distinct
+    items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys being
+    :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). Which frames it runs
+    on is :func:`opendp_wgm.kernel.plan_for`'s choice.
     """
-    jit = kernel_jit()
-    space, bound = lists.space, lists.max_contributions
-    schema = lists.lf.collect_schema()
+    space = lists.space
+    schema = frame.schema
     user_dtype, item_dtype = schema[space.user], schema[space.item]
-    if jit is None or not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
-        return None
-    keyed = mostly_above(lists.lf, space.user, bound)  # every row needs its key anyway
-    frame = lists.lf.collect()  # in memory (collect_once): the Polars plans after a None read no file again
-    if frame.height >= 2**31:
-        return None
-    if keyed or frame.height >= _LARGE_ROWS:
-        start = _run_starts(frame.get_column(space.user))
-        if start is not None:
-            return _runs_histogram(lists, frame, start, max_contributions, jit, keyed=keyed)
-    if keyed or (user_dtype == pl.String and frame.height >= _LARGE_ROWS):
-        return None  # the Polars plans: sorting every user's rows by the key; coding text costs what it saves
+    bound = lists.max_contributions
     frame = frame.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype))
     threads = kernel_threads(frame.height, jit)
     users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
@@ -710,7 +678,7 @@ def _compiled_histogram(lists: BoundedLists, max_contributions: int) -> pl.DataF
     return pl.DataFrame([items.decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
 
 
-def _runs_histogram(
+def runs_histogram(
     lists: BoundedLists,
     frame: pl.DataFrame,
     start: NDArray[np.int64],
@@ -719,7 +687,7 @@ def _runs_histogram(
     *,
     keyed: bool,
 ) -> pl.DataFrame | None:
-    """:func:`_compiled_histogram` where each user's rows form one run (``start``: :func:`_run_starts`), with no
+    """:func:`coded_histogram` where each user's rows form one run (``start``: :func:`_run_starts`), with no
     coding of the columns: each user's rows are weighted by the compiled step from one key per row
     (:func:`opendp_wgm.engines._kernel_jit.keyed_weights`, in threads over ranges of users: a per-user hash set
     of the keys drops repeated items), and the kept rows are summed per item by one Polars ``group_by``. The same
@@ -863,7 +831,7 @@ class CodedPairs:
     def histogram(self, bound: int, seeds: tuple[int, ...], max_contributions: int) -> pl.DataFrame:
         """The lattice histogram of the pairs, each user bounded to ``bound`` items under ``seeds``, with the
         lattice weights of ``max_contributions``: the one :func:`lattice_histogram_plan` computes from
-        :func:`bounded_lists_plan` of the same rows (``distinct=True``), bit for bit (as :func:`_compiled_histogram`:
+        :func:`bounded_lists_plan` of the same rows (``distinct=True``), bit for bit (as :func:`coded_histogram`:
         all items up to ``bound``, else the ``bound`` distinct items of smallest key)."""
         jit = self.jit
         weights = lattice_weights(max_contributions)
@@ -891,14 +859,14 @@ class CodedPairs:
 def coded_pairs(lf: pl.LazyFrame, space: _Space, *, passes: int, engine: _Engine) -> CodedPairs | None:
     """The distinct pairs of the prepared frame ``lf`` as :class:`CodedPairs` (``lf`` collected once), or ``None``
     where the compiled step does not run (the caller keeps the Polars plans): Numba not installed, ``passes > 1``
-    or the streaming engine (they bound the memory: nothing is collected), a column dtype :func:`_codes_dtype`
+    or the streaming engine (they bound the memory: nothing is collected), a column dtype :func:`codes_dtype`
     rejects, 2^31 rows or more (``lf`` is then collected again by the Polars plans)."""
     jit = kernel_jit()
     schema = lf.collect_schema()
     user_dtype, item_dtype = schema[space.user], schema[space.item]
     if jit is None or passes != 1 or engine == "streaming":
         return None
-    if not (_codes_dtype(user_dtype) and _codes_dtype(item_dtype)):
+    if not (codes_dtype(user_dtype) and codes_dtype(item_dtype)):
         return None
     prepared = lf.collect()
     if prepared.height >= 2**31:

@@ -30,10 +30,10 @@ from opendp_wgm.engines.polars import (
     collect_once,
     distinct_pairs_plan,
     fresh_seeds,
-    lattice_histogram,
     noisy_above_threshold,
     release_above_threshold,
 )
+from opendp_wgm.kernel import histogram as kernel_histogram
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
@@ -268,7 +268,7 @@ def make_dp_sips(
         # a fresh seed per round: the bound is a new uniform subset of what remains; BoundedLists lets the
         # kernel take its compiled step where it pays (on the coded pairs when given), with the same histogram
         lists_of = BoundedLists(lf, space, max_contributions, fresh_seeds(), distinct=True, coded=coded)
-        histogram = lattice_histogram(lists_of, space, max_contributions, passes=passes, engine=engine).collect()
+        histogram = kernel_histogram("auto", lists_of, max_contributions, passes=passes, engine=engine).collect()
         return release_above_threshold(histogram, item, scale=scale, threshold=threshold, noise=noise)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:

@@ -21,6 +21,7 @@ import pytest
 from opendp_wgm import _spaces as spaces
 from opendp_wgm._spaces import _flag_sorted_users, _prepare_frame, _Space, _value_key
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.kernel import Plan, histogram, plan_for, plans, refusal
 from opendp_wgm.privacy.threshold import lattice_weights
 
 SPACE = _Space("user", "item", None, False)
@@ -148,79 +149,78 @@ def test_distinct_pairs_keep_the_frozen_kernels_items(shape: str, variant: str, 
             assert dict(histogram.iter_rows()) == _frozen_histogram(kept, MAX_CONTRIBUTIONS)
 
 
-@pytest.fixture(params=["compiled", "threads", "keyed", "runs", "polars"])
-def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The per-user step of :func:`kernel.lattice_histogram`: compiled in one thread or in three (chunks of rows
-    and ranges of users; skipped without Numba), the compiled route on users' runs in three threads with every
-    row keyed (what runs where most rows belong to users above Δ0) or the items' values as keys (what runs on
-    large frames whose users are runs), or Polars."""
-    if request.param == "polars":
-        monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
-    else:
+#: each plan of the kernel, and the threads its compiled step runs in (more threads than cores is fine)
+_PLAN_RUNS = {
+    "compiled": (Plan.COMPILED_CODED, None),
+    "threads": (Plan.COMPILED_CODED, 3),
+    "keyed": (Plan.COMPILED_RUNS_KEYED, 3),
+    "runs": (Plan.COMPILED_RUNS, 3),
+    "polars": (Plan.POLARS_SPLIT, None),
+    "polars-keyed": (Plan.POLARS_KEYED, None),
+}
+
+
+@pytest.fixture(params=list(_PLAN_RUNS))
+def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Plan:
+    """A plan of :func:`opendp_wgm.kernel.histogram`, forced by its argument: compiled in one thread or in three
+    (chunks of rows and ranges of users; skipped without Numba), the compiled route on users' runs in three
+    threads with every row keyed or the items' values as keys (where users are not runs, the exact Polars plan,
+    as the plan states), or the Polars plans."""
+    plan, threads = _PLAN_RUNS[request.param]
+    if plan.compiled:
         pytest.importorskip("numba")
-        if request.param != "compiled":  # more threads than cores is fine: the same histogram, bit for bit
-            monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: 3)
-        # the dispatch is a speed choice: force each route on every shape
-        monkeypatch.setattr(kernel, "mostly_above", lambda *args: request.param == "keyed")
-        if request.param == "runs":
-            monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)
-    return str(request.param)
+    if threads is not None:  # the same histogram, bit for bit, in any number of threads
+        monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
+    return plan
 
 
 @pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_bounded_lists_histogram_equals_the_frozen_kernel(shape: str, variant: str, bound: int, jit: str) -> None:
-    """Through :class:`kernel.BoundedLists` (what make_weighted_histogram passes), on both per-user steps; a
-    bound below the histogram's Δ0 is a bound step with a smaller Δ0 chained into it."""
+def test_bounded_lists_histogram_equals_the_frozen_kernel(shape: str, variant: str, bound: int, jit: Plan) -> None:
+    """Through :class:`kernel.BoundedLists` (what make_weighted_histogram passes), by each plan; a bound below the
+    histogram's Δ0 is a bound step with a smaller Δ0 chained into it."""
     frame = _variant(_shape(shape), variant)
     lf = _prepare_frame(frame, SPACE)
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
-    runs = kernel._run_starts(lf.collect().get_column("user")) is not None  # the condition of the route on runs
-    compiled = {"polars": False, "keyed": runs, "runs": runs or variant != "string"}.get(jit, True)
-    assert (kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None) == compiled
-    histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
-    assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
+    found = histogram(jit, lists, MAX_CONTRIBUTIONS).collect()
+    assert found.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
     frozen = _frozen_lists(lf, bound, SEEDS).with_columns(pl.col("item").list.len().alias("t"))
     weights = pl.Series(lattice_weights(MAX_CONTRIBUTIONS))
     rows = frozen.explode("item").with_columns(w=pl.col("t").map_batches(lambda t: weights.gather(t - 1)))
-    assert dict(histogram.iter_rows()) == dict(rows.group_by("item").agg(pl.col("w").sum()).iter_rows())
+    assert dict(found.iter_rows()) == dict(rows.group_by("item").agg(pl.col("w").sum()).iter_rows())
 
 
-def test_compiled_step_leaves_other_inputs_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Struct (composite key) and float items, several passes and the streaming engine take the Polars plans."""
+def test_compiled_step_leaves_other_inputs_to_polars() -> None:
+    """Struct (composite key) and float items, several passes and the streaming engine: :func:`plan_for` chooses
+    a Polars plan, and a compiled plan is refused from the dtype, ``passes`` or the engine."""
     pytest.importorskip("numba")
-    calls: list[object] = []
-    compiled = kernel._compiled_histogram
-    monkeypatch.setattr(kernel, "_compiled_histogram", lambda *a: calls.append(a) or compiled(*a))
     frame = _variant(_shape("mixed"), "shuffled")
     for items in (pl.struct("item", (pl.col("item") % 3).alias("part")), pl.col("item").cast(pl.Float64) / 2):
         lf = _prepare_frame(frame.with_columns(item=items), SPACE)
-        assert kernel._compiled_histogram(kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS), 8) is None
+        lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
+        assert not plan_for(lists).compiled
+        with pytest.raises(ValueError, match="codes integer, String, Categorical and Enum columns"):
+            histogram(Plan.COMPILED_CODED, lists, 8)
     lists = kernel.BoundedLists(_prepare_frame(frame, SPACE), SPACE, MAX_CONTRIBUTIONS, SEEDS)
-    calls.clear()
-    expected = dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
-    assert len(calls) == 1
+    expected = dict(histogram(Plan.COMPILED_CODED, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
     for passes, engine in ((3, "auto"), (1, "streaming"), (2, "in-memory")):
-        histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS, passes=passes, engine=engine)  # type: ignore[arg-type]
-        assert dict(histogram.collect().iter_rows()) == expected
-    assert len(calls) == 1
+        assert not plan_for(lists, passes=passes, engine=engine).compiled  # type: ignore[arg-type]
+        assert refusal(Plan.COMPILED_CODED, passes=passes, engine=engine, dtypes=None) is not None  # type: ignore[arg-type]
+        found = histogram("auto", lists, MAX_CONTRIBUTIONS, passes=passes, engine=engine)  # type: ignore[arg-type]
+        assert dict(found.collect().iter_rows()) == expected
 
 
-def test_compiled_step_takes_the_route_on_runs_where_most_users_are_above(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compiled_step_takes_the_route_on_runs_where_most_users_are_above() -> None:
     """Where most rows belong to users above Δ0 (imdb_50k) and each user's rows are one run, the compiled route on
     runs keys every row (it used to be left to the keyed Polars plan); users not in runs are left to that plan."""
     pytest.importorskip("numba")
-    routes: list[bool] = []
-    route = kernel._runs_histogram
-    monkeypatch.setattr(kernel, "_runs_histogram", lambda *a, keyed: routes.append(keyed) or route(*a, keyed=keyed))
-    for shape, bound, compiled, runs in (("above", MAX_CONTRIBUTIONS, True, [True]), ("below", 2 * MAX_CONTRIBUTIONS, True, []),
-                                         ("above", MAX_CONTRIBUTIONS, False, [])):
-        frame = _shape(shape) if compiled else _variant(_shape(shape), "shuffled")
+    for shape, bound, contiguous, expected in (("above", MAX_CONTRIBUTIONS, True, Plan.COMPILED_RUNS_KEYED),
+                                               ("below", 2 * MAX_CONTRIBUTIONS, True, Plan.COMPILED_CODED),
+                                               ("above", MAX_CONTRIBUTIONS, False, Plan.POLARS_KEYED)):
+        frame = _shape(shape) if contiguous else _variant(_shape(shape), "shuffled")
         lists = kernel.BoundedLists(_prepare_frame(frame, SPACE), SPACE, bound, SEEDS)
-        routes.clear()
-        assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
-        assert routes == runs  # "below", fewer than _LARGE_ROWS rows: the compiled step of users at most Δ0
+        assert plan_for(lists) is expected  # "below", fewer than 2^21 rows: the compiled step of users at most Δ0
 
 
 def _runs_frame(items: str) -> pl.DataFrame:
@@ -247,7 +247,7 @@ def _runs_frame(items: str) -> pl.DataFrame:
 @pytest.mark.parametrize("bound", [MAX_CONTRIBUTIONS, 3])
 @pytest.mark.parametrize("items", ["int", "wide", "string", "categorical"])
 def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compiled route on users' runs (:func:`kernel._runs_histogram`: weights from one key per row, repeats of
+    """The compiled route on users' runs (:func:`kernel.runs_histogram`: weights from one key per row, repeats of
     hashed keys checked), every row keyed by the bound's key or by its item (then the users above Δ0 keyed
     again, on their rows only), on users above, at and below Δ0 with repeated rows, in one thread and in three:
     the frozen kernel's histogram."""
@@ -265,7 +265,7 @@ def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed:
     assert start is not None
     for threads in (1, 3):
         monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit, threads=threads: threads)
-        histogram = kernel._runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
+        histogram = kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
         assert histogram is not None
         assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
         assert dict(histogram.iter_rows()) == expected
@@ -275,24 +275,26 @@ def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed:
 def test_route_on_runs_leaves_items_sharing_a_key_to_the_polars_plan(keyed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two distinct items of a user with one key (a 64-bit collision, made common here by a coarse key: the bound's
     key, or the text items' hash): the route on runs, which reads keys only, finds it by checking each repeated
-    key's rows and returns ``None``; the Polars plan then decides, so the histogram is the Polars plan's under the
-    same key."""
+    key's rows and returns ``None``; its plan then finishes by the exact Polars plan, so the histogram is the
+    Polars plan's under the same key."""
     pytest.importorskip("numba")
     lf = _prepare_frame(_runs_frame("string"), SPACE)
     lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
-    monkeypatch.setattr(kernel, "mostly_above", lambda *args: keyed)
-    monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)
-    assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is not None
+    plan = Plan.COMPILED_RUNS_KEYED if keyed else Plan.COMPILED_RUNS
+    frame = lf.collect()
+    start = kernel._run_starts(frame.get_column("user"))
+    assert start is not None
+    jit = kernel.kernel_jit()
+    assert kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is not None
     if keyed:
         key = kernel.bound_key
         monkeypatch.setattr(kernel, "bound_key", lambda *args: key(*args) % 4096)
     else:
         item_keys = kernel._item_keys
         monkeypatch.setattr(kernel, "_item_keys", lambda items: (item_keys(items)[0] % 64, True))
-    assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is None
-    histogram = dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
-    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
-    assert histogram == dict(kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect().iter_rows())
+    assert kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is None
+    found = dict(histogram(plan, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
+    assert found == dict(histogram(Plan.POLARS_SPLIT, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
 
 
 @pytest.mark.parametrize("spread", [2**64 - 1, 2**20, 60, 7])
@@ -332,10 +334,14 @@ def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> 
         assert kernel.kernel_jit() is None
         lf = _prepare_frame(_variant(_shape("mixed"), "string"), SPACE)
         lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
-        assert kernel._compiled_histogram(lists, MAX_CONTRIBUTIONS) is None
-        histogram = kernel.lattice_histogram(lists, SPACE, MAX_CONTRIBUTIONS).collect()
+        assert not plan_for(lists).compiled
+        for plan in Plan:
+            if plan.compiled:
+                with pytest.raises(ValueError, match="needs Numba"):
+                    histogram(plan, lists, MAX_CONTRIBUTIONS)
+        found = histogram("auto", lists, MAX_CONTRIBUTIONS).collect()
         expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
-        assert dict(histogram.iter_rows()) == expected
+        assert dict(found.iter_rows()) == expected
     finally:
         kernel._import_compiled.cache_clear()
 
@@ -395,21 +401,16 @@ def test_large_frames_take_the_route_on_runs_or_leave_text_users_to_polars(monke
     the Polars plans; other integer users, or fewer rows, the compiled step; the same histogram on every route."""
     pytest.importorskip("numba")
     frame, bound = _shape("below").sort("user"), 2 * MAX_CONTRIBUTIONS  # no user above the bound
-    monkeypatch.setattr(kernel, "_LARGE_ROWS", frame.height)
-    routes: list[bool] = []
-    route = kernel._runs_histogram
-    monkeypatch.setattr(kernel, "_runs_histogram", lambda *a, keyed: routes.append(keyed) or route(*a, keyed=keyed))
+    monkeypatch.setattr(plans, "_LARGE_ROWS", frame.height)  # the threshold, at this frame's size
     histograms = []
     text = _variant(frame, "string")
     runs = frame.sample(fraction=1.0, shuffle=True, seed=8).sort("user", maintain_order=True).reverse()  # not sorted
-    for rows, compiled, on_runs in ((frame, True, True), (frame.head(-1), True, False), (runs, True, True),
-                                    (_variant(frame, "shuffled"), True, False), (text, False, False),
-                                    (text.head(-1), True, False), (text.sort("user"), True, True)):
+    coded, on_runs = Plan.COMPILED_CODED, Plan.COMPILED_RUNS
+    for rows, expected in ((frame, on_runs), (frame.head(-1), coded), (runs, on_runs), (_variant(frame, "shuffled"), coded),
+                           (text, Plan.POLARS_SPLIT), (text.head(-1), coded), (text.sort("user"), on_runs)):
         lists = kernel.BoundedLists(_prepare_frame(rows, SPACE), SPACE, bound, SEEDS)
-        routes.clear()
-        assert (kernel._compiled_histogram(lists, bound) is not None) == compiled
-        assert routes == ([False] if on_runs else [])
-        histograms.append(dict(kernel.lattice_histogram(lists, SPACE, bound).collect().iter_rows()))
+        assert plan_for(lists) is expected
+        histograms.append(dict(histogram("auto", lists, bound).collect().iter_rows()))
     assert histograms[0] == histograms[2] == histograms[3]
     assert histograms[4] == histograms[6]
 

@@ -13,6 +13,8 @@ import opendp_wgm as wgm
 from opendp_wgm import transformations
 from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.kernel import histogram as kernel_histogram
+from opendp_wgm.kernel import plans as kernel_plans
 from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
 from opendp_wgm.measurements.hitting_set import coverage, make_wgm_hitting_set, make_wgm_hitting_set_from_budget
@@ -444,16 +446,16 @@ def test_dp_sips_on_coded_pairs_gives_each_rounds_histogram(fixed_randomness, mo
     pytest.importorskip("numba")
     options = dict(SIPS, max_contributions=4) if schedule == "fixed" else ADAPTIVE
     frame = _sips_shapes()[shape]
-    histogram_of = dp_sips.lattice_histogram
+    histogram_of = dp_sips.kernel_histogram
     coded_pairs = dp_sips.coded_pairs
     seen: list[tuple[bool, pl.DataFrame]] = []
 
-    def spy(lists_of, *args, **kwargs):
-        histogram = histogram_of(lists_of, *args, **kwargs).collect()
+    def spy(plan, lists_of, *args, **kwargs):
+        histogram = histogram_of(plan, lists_of, *args, **kwargs).collect()
         seen.append((lists_of.coded is not None, histogram.sort("item")))
         return histogram.lazy()
 
-    monkeypatch.setattr(dp_sips, "lattice_histogram", spy)
+    monkeypatch.setattr(dp_sips, "kernel_histogram", spy)
     runs: dict[str, tuple[list[tuple[bool, pl.DataFrame]], pl.DataFrame]] = {}
     for path in ("coded", "frames", "no numba"):
         if path == "frames":
@@ -484,11 +486,11 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
     no round runs the per-round compiled dispatch (which executed the round's plan and coded it again)."""
     pytest.importorskip("numba")
     coded: list[int] = []
-    codes, text_codes, compiled = kernel._codes, kernel._text_codes, kernel._compiled_histogram
+    codes, text_codes, compiled = kernel._codes, kernel._text_codes, kernel.coded_histogram
     # a column is coded by _codes, or by _text_codes when it holds text (falling back to _codes if its check fails)
     monkeypatch.setattr(kernel, "_codes", lambda *args, **options: coded.append(1) or codes(*args, **options))
     monkeypatch.setattr(kernel, "_text_codes", lambda *args, **options: coded.append(1) or text_codes(*args, **options))
-    monkeypatch.setattr(kernel, "_compiled_histogram", lambda *args: coded.append(100) or compiled(*args))
+    monkeypatch.setattr(kernel, "coded_histogram", lambda *args: coded.append(100) or compiled(*args))
     released = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(data())
     assert released["round"].n_unique() == 3  # three rounds ran
     assert coded == [1, 1]  # was six codings and three dispatches: two columns coded in each of three rounds
@@ -595,7 +597,7 @@ def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatc
 
 
 def _coded_rows(frame: pl.DataFrame) -> kernel._CodedRows:
-    """The compiled step's coding of ``frame``'s rows, as :func:`kernel._compiled_histogram` keeps it."""
+    """The compiled step's coding of ``frame``'s rows, as :func:`kernel.coded_histogram` keeps it."""
     jit = kernel.kernel_jit()
     user_dtype, item_dtype = frame.schema["user"], frame.schema["item"]
     coded = frame.select(kernel._code_expr("user", user_dtype), kernel._code_expr("item", item_dtype))
@@ -752,7 +754,7 @@ KEYED_RUNS = ("adjacent string users", "adjacent int users", "sorted int users",
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("shape", list(shapes()))
 def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeypatch, shape: str, threads: int) -> None:
-    """After the route on runs (:func:`kernel._runs_histogram`) on a two-stage call's collected frame, the candidate
+    """After the route on runs (:func:`kernel.runs_histogram`) on a two-stage call's collected frame, the candidate
     pairs (CSR, and the counts) are the frozen path's, in one thread or in three (user ranges); where the route
     found no runs, or the candidates are not looked up once per row, the other paths run."""
     pytest.importorskip("numba")
@@ -762,7 +764,7 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     space = _resolve_space(*wgm.user_items_space())
     shared = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
     lf = shared.lf
-    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
+    kernel_histogram("auto", kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
     assert (kernel._shared_runs(shared) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
     items = frame.get_column("item").unique().sort().gather_every(2)
     dtype = lf.collect_schema()["item"]
@@ -851,7 +853,7 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     space = _resolve_space(*wgm.user_items_space())
     shared = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
     lf = shared.lf
-    kernel._compiled_histogram(kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
+    kernel_histogram("auto", kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
     assert kernel._shared_runs(shared) is not None
     for names in (["i3", "i5", "absent"], ["i1", "i2", "i69"], ["absent"]):
         items = kernel.cast_candidates(pl.Series("item", names), pl.String)
@@ -882,7 +884,7 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
     (without the runs, and without Numba), in one thread or in three."""
     pytest.importorskip("numba")
     monkeypatch.setattr(kernel, "mostly_above", lambda *args: keyed)
-    monkeypatch.setattr(kernel, "_LARGE_ROWS", 0)  # the route on runs on every frame whose users are runs
+    monkeypatch.setattr(kernel_plans, "_LARGE_ROWS", 0)  # the route on runs on every frame whose users are runs
     frame = shapes()[shape]
     read: list[bool] = []
     original = kernel._shared_runs
