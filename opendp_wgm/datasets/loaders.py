@@ -1,36 +1,27 @@
-r"""Synthetic data and loaders for the public user → item-set datasets used in the paper's experiments.
-
-Every loader returns a Polars ``DataFrame`` with two columns, ``user`` and ``item``, one row per
-(user, item) occurrence. Ids keep their natural type: integers stay ``Int64``; text tokens, review ids,
-Reddit authors and Amazon ids (ASINs, reviewer ids) are ``String``. With ``unique=True`` (the default)
-duplicate (user, item) rows are dropped, so each user holds a *set*; the first occurrence is kept, in file
-order.
-
-``path`` is either the dataset's directory, laid out as in the shared data folder (``<data>/<name>/``), or the
-raw file itself (gzip-compressed or not). The raw formats are described in the shared data folder's
-``README.md`` and in each directory's ``SOURCE.md``. The data is not part of this package: several licenses
-forbid redistribution.
-
-Unlike the paper's reference ``datasets.py``, the loaders read the raw files with
-Polars (no Python loop over rows), need neither NLTK nor tqdm, and return a table rather than a list of lists.
-"""
+"""The loaders of the public user → item-set datasets used in the paper's experiments (the package's docstring
+describes what they return)."""
 
 from __future__ import annotations
 
 import gzip
-import os
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import numpy as np
 import polars as pl
 
-from opendp_wgm._validation import _check_choice, _check_columns, _check_int, _check_real
+from opendp_wgm._validation import _check_choice
+from opendp_wgm.datasets._read import (
+    PathLike,
+    _explode_tokens,
+    _finish,
+    _is_gzip,
+    _read_delimited,
+    _resolve,
+    _resolve_many,
+    _tokens,
+    _with_item_names,
+)
 
 __all__ = [
-    "DATASETS",
-    "load",
     "load_amazon_magazine_subscriptions",
     "load_anime_caserec",
     "load_bookcrossing_caserec",
@@ -42,209 +33,9 @@ __all__ = [
     "load_reddit_pushshift",
     "load_retailrocket_caserec",
     "load_steam_200k",
-    "synthetic_zipf",
 ]
 
-#: Token pattern of the shared data README: a run of letters/digits, with inner apostrophes ("don't").
-TOKEN_PATTERN = r"[a-z0-9]+(?:'[a-z0-9]+)*"
 
-PathLike = str | os.PathLike[str]
-
-
-# --------------------------------------------------------------------------------------------------------
-# synthetic data
-# --------------------------------------------------------------------------------------------------------
-def synthetic_zipf(
-    n_users: int,
-    items_per_user: int,
-    *,
-    exponent: float = 1.3,
-    seed: int | np.random.Generator | None = None,
-    user: str = "user",
-    item: str = "item",
-) -> pl.DataFrame:
-    r"""Draw a synthetic user → items table with Zipf-distributed item popularity.
-
-    Each user draws ``items_per_user`` items independently from the Zipf law on the positive integers,
-
-    .. math::
-
-        P(X = x) = \frac{x^{-s}}{\zeta(s)}, \qquad x = 1, 2, \dots,\quad s > 1,
-
-    with NumPy's ``Generator.zipf`` (one vectorised call). The rows are the raw draws: duplicates within a
-    user are kept, so the table has ``n_users * items_per_user`` rows and a user's *set* may be smaller.
-
-    Parameters
-    ----------
-    n_users
-        Number of users, integer >= 1. User ids are ``0 .. n_users - 1``.
-    items_per_user
-        Number of draws per user, integer >= 1.
-    exponent
-        Zipf exponent :math:`s`, a real number > 1. Smaller values give heavier tails.
-    seed
-        Seed (or ``numpy.random.Generator``) for reproducible data; ``None`` draws fresh OS entropy.
-        Seeds are fine here: a dataset is not a release.
-    user, item
-        Names of the two columns.
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``, users in ascending order.
-
-    Raises
-    ------
-    TypeError, ValueError
-        On an invalid parameter, naming it and the value received.
-
-    Examples
-    --------
-    >>> df = synthetic_zipf(3, 4, seed=0)
-    >>> df.shape, df.schema
-    ((12, 2), Schema([('user', Int64), ('item', Int64)]))
-    >>> df.get_column("user").to_list()
-    [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
-    """
-    n_users = _check_int("n_users", n_users, minimum=1)
-    items_per_user = _check_int("items_per_user", items_per_user, minimum=1)
-    exponent = _check_real("exponent", exponent, minimum=1.0, minimum_inclusive=False)
-    user, item = _check_columns(user, item)
-    rng = np.random.default_rng(seed)
-    items = rng.zipf(exponent, size=n_users * items_per_user).astype(np.int64, copy=False)
-    users = np.repeat(np.arange(n_users, dtype=np.int64), items_per_user)
-    return pl.DataFrame({user: users, item: items}, schema={user: pl.Int64, item: pl.Int64})
-
-
-# --------------------------------------------------------------------------------------------------------
-# private helpers
-# --------------------------------------------------------------------------------------------------------
-def _resolve_many(path: PathLike, name: str, patterns: Sequence[str]) -> list[Path]:
-    """The raw files of dataset ``name``: ``path`` itself if it is a file, else the files in directory
-    ``path`` matching the first of ``patterns`` (glob patterns or plain file names) that matches any."""
-    p = Path(path).expanduser()
-    if p.is_file():
-        return [p]
-    expected = " or ".join(repr(f) for f in patterns)
-    if p.is_dir():
-        for pattern in patterns:
-            found = sorted(f for f in p.glob(pattern) if f.is_file())
-            if found:
-                return found
-        msg = f"no `{name}` raw file in {str(p)!r}: expected {expected} there (shared data folder layout)"
-        raise FileNotFoundError(msg)
-    msg = (
-        f"`{name}` data not found: {str(p)!r} does not exist"
-        f" (expected the dataset's directory holding {expected}, or that file)"
-    )
-    raise FileNotFoundError(msg)
-
-
-def _resolve(path: PathLike, name: str, filenames: Sequence[str]) -> Path:
-    """The one raw file of dataset ``name``: ``path`` itself, or the first of ``filenames`` inside it."""
-    return _resolve_many(path, name, filenames)[0]
-
-
-def _finish(frame: pl.LazyFrame | pl.DataFrame, *, unique: bool) -> pl.DataFrame:
-    """Select ``user``, ``item``, drop nulls, optionally drop duplicate pairs (keeping file order)."""
-    lf = frame.lazy().select("user", "item").drop_nulls()
-    if unique:
-        lf = lf.unique(maintain_order=True)
-    return lf.collect()
-
-
-def _read_delimited(
-    file: Path,
-    *,
-    user: str | int,
-    item: str | int,
-    dtype: type[pl.DataType] = pl.Int64,
-    separator: str = "\t",
-    quote_char: str | None = None,
-) -> pl.LazyFrame:
-    """Read two columns of a (possibly gzip-compressed) delimited file, renamed to ``user`` and ``item``.
-
-    ``user`` and ``item`` are both header names (the file has a header), or both 0-based positions (it has none).
-    """
-    if isinstance(user, str) and isinstance(item, str):
-        frame = pl.read_csv(
-            file,
-            separator=separator,
-            quote_char=quote_char,
-            columns=[user, item],
-            schema_overrides={user: dtype, item: dtype},
-        )
-        frame = frame.rename({user: "user", item: "item"})
-    elif isinstance(user, int) and isinstance(item, int):
-        frame = pl.read_csv(
-            file, separator=separator, quote_char=quote_char, has_header=False, infer_schema=False
-        )
-        frame = frame.select(pl.nth(user).cast(dtype).alias("user"), pl.nth(item).cast(dtype).alias("item"))
-    else:  # pragma: no cover - a bug guard: the loaders pass two names or two positions
-        raise TypeError(f"`user` and `item` must both be names or both be positions (found {user!r}, {item!r})")
-    return frame.lazy()
-
-
-def _with_item_names(
-    lf: pl.LazyFrame,
-    names_file: Path,
-    *,
-    id_column: str | int,
-    name_column: str | int,
-    separator: str = "\t",
-    quote_char: str | None = None,
-    encoding: str = "utf-8",
-) -> pl.LazyFrame:
-    """Replace the integer ``item`` of ``lf`` by its name read from ``names_file`` (a delimited file with a
-    header when the columns are names, without one when they are 0-based positions).
-
-    Names stay one-to-one with the ids, so every statistic is unchanged: a name that several ids share
-    (MovieLens lists a few films twice) gets its id appended, ``"Emma (1996) [#838]"``, and an id the file
-    does not name keeps its number as text.
-    """
-    opener = gzip.open if _is_gzip(names_file) else open
-    with opener(names_file, "rb") as handle:
-        text = handle.read().decode(encoding)
-    header = isinstance(id_column, str)
-    table = pl.read_csv(
-        text.encode(), separator=separator, quote_char=quote_char, has_header=header, infer_schema=False
-    )
-    ids = pl.col(id_column) if isinstance(id_column, str) else pl.nth(id_column)
-    names = pl.col(name_column) if isinstance(name_column, str) else pl.nth(name_column)
-    table = table.select(ids.cast(pl.Int64).alias("_id"), names.alias("_name"))
-    table = table.with_columns(
-        pl.when(pl.col("_name").is_duplicated())
-        .then(pl.format("{} [#{}]", "_name", "_id"))
-        .otherwise(pl.col("_name"))
-        .alias("_name")
-    )
-    return (
-        lf.join(table.lazy(), left_on="item", right_on="_id", how="left", maintain_order="left")
-        .with_columns(pl.col("_name").fill_null(pl.col("item").cast(pl.String)).alias("item"))
-        .drop("_name")
-    )
-
-
-def _tokens(text: pl.Expr) -> pl.Expr:
-    """Lower-case ``text`` and extract the README's tokens as a list per row."""
-    return text.str.to_lowercase().str.extract_all(TOKEN_PATTERN)
-
-
-def _explode_tokens(documents: pl.DataFrame, *, unique: bool) -> pl.DataFrame:
-    """``documents`` has ``user`` and ``item`` = list of tokens; return one row per (user, token)."""
-    if not unique:
-        return _finish(documents.lazy().explode("item"), unique=False)
-    # Deduplicate inside each document first (cheap, per row); a global pass is needed only when a user
-    # has several documents.
-    lf = documents.lazy().with_columns(pl.col("item").list.unique(maintain_order=True)).explode("item")
-    if documents.get_column("user").is_unique().all():
-        return _finish(lf, unique=False)
-    return _finish(lf, unique=True)
-
-
-# --------------------------------------------------------------------------------------------------------
-# loaders
-# --------------------------------------------------------------------------------------------------------
 def load_steam_200k(
     path: PathLike,
     *,
@@ -604,64 +395,3 @@ def load_retailrocket_caserec(path: PathLike, *, unique: bool = True) -> pl.Data
     files = _resolve_many(path, "retailrocket_caserec", ("*_ecommerce.dat.gz", "*_ecommerce.dat"))
     lf = pl.concat([_read_delimited(file, user="visitorid", item="itemid") for file in files])
     return _finish(lf, unique=unique)
-
-
-def _is_gzip(file: Path) -> bool:
-    with open(file, "rb") as handle:
-        return handle.read(2) == b"\x1f\x8b"
-
-
-# --------------------------------------------------------------------------------------------------------
-# registry
-# --------------------------------------------------------------------------------------------------------
-#: Loader of each dataset, by the name of its directory in the shared data folder.
-DATASETS: dict[str, Callable[..., pl.DataFrame]] = {
-    "steam_200k": load_steam_200k,
-    "imdb_50k": load_imdb_50k,
-    "amazon_magazine_subscriptions": load_amazon_magazine_subscriptions,
-    "reddit_pushshift": load_reddit_pushshift,
-    "movielens_100k": load_movielens_100k,
-    "movielens_latest_small": load_movielens_latest_small,
-    "lastfm_hetrec2011": load_lastfm_hetrec2011,
-    "fimi_retail": load_fimi_retail,
-    "bookcrossing_caserec": load_bookcrossing_caserec,
-    "anime_caserec": load_anime_caserec,
-    "retailrocket_caserec": load_retailrocket_caserec,
-}
-
-
-def load(name: str, data_dir: PathLike, **options: Any) -> pl.DataFrame:
-    """Load dataset ``name`` from ``<data_dir>/<name>``.
-
-    Parameters
-    ----------
-    name
-        A key of :data:`DATASETS`, e.g. ``"steam_200k"``.
-    data_dir
-        The folder holding one directory per dataset (the shared data folder).
-    **options
-        Passed to the loader, e.g. ``unique=False`` or ``kind="submissions"`` for ``reddit_pushshift``.
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is not a known dataset (the message lists the known ones).
-    FileNotFoundError
-        If ``<data_dir>/<name>`` or its raw file is missing (the message says which path and which file).
-
-    Examples
-    --------
-    >>> load("no_such_set", "data")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: unknown dataset 'no_such_set'; known datasets: ['amazon_magazine_subscriptions', ...]
-    """
-    if name not in DATASETS:
-        msg = f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}"
-        raise ValueError(msg)
-    return DATASETS[name](Path(data_dir).expanduser() / name, **options)
