@@ -21,20 +21,6 @@ from opendp_wgm.datasets._read import (
     _with_item_names,
 )
 
-__all__ = [
-    "load_amazon_magazine_subscriptions",
-    "load_anime_caserec",
-    "load_bookcrossing_caserec",
-    "load_fimi_retail",
-    "load_imdb_50k",
-    "load_lastfm_hetrec2011",
-    "load_movielens_100k",
-    "load_movielens_latest_small",
-    "load_reddit_pushshift",
-    "load_retailrocket_caserec",
-    "load_steam_200k",
-]
-
 
 def load_steam_200k(
     path: PathLike,

@@ -38,12 +38,11 @@ from opendp_wgm._spaces import (
     _resolve_space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
+from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._peeling_rounds import coverage, peel  # noqa: F401 (coverage: re-exported)
 from opendp_wgm.measurements.two_stage import (
     Stage2Release,
-    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
-    two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
@@ -394,11 +393,9 @@ def make_wgm_hitting_set_from_budget(
         The budget and its split, as for :func:`calibrate_wgm_hitting_set`.
     noise, item, passes, engine
         As for :func:`make_wgm_hitting_set` (``noise``, ``passes`` and ``engine`` apply to every DP-SIPS round).
-    stage_1 : {'wgm', 'dp-sips'}
-        Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
-    rounds, ratio
-        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (both None: the adaptive
-        schedule of :func:`opendp_wgm.make_dp_sips_from_budget`, ``docs/dp_sips.md``).
+    stage_1, rounds, ratio
+        Stage 1's mechanism (``'wgm'``, the default, or ``'dp-sips'``) and DP-SIPS's schedule, as for
+        :func:`opendp_wgm.make_wgm_top_k_from_budget`.
 
     Examples
     --------
@@ -440,18 +437,10 @@ def wgm_hitting_set_of_calibration(
 ) -> dp.Measurement:
     """:func:`make_wgm_hitting_set_from_budget`'s measurement for its calibration ``cal``: the CLI, which prints
     the calibration, builds from it without calibrating again."""
-    if cal.sips is not None:
-        return make_dp_sips_then_peeling(
-            input_domain,
-            input_metric,
-            **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
-            peeling=_user_peeling_release,
-            accounting=USER_PEELING,
-        )
-    return make_wgm_hitting_set(
-        input_domain,
-        input_metric,
-        **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
+    return two_stage_of_calibration(
+        input_domain, input_metric, cal, make_wgm_then=make_wgm_hitting_set, accounting=USER_PEELING,
+        sips_peeling=lambda: _user_peeling_release, wgm_options={}, noise=noise, item=item, passes=passes,
+        engine=engine,
     )
 
 

@@ -48,12 +48,9 @@ def missed_users(
 
     Parameters
     ----------
-    data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
-    released
-        The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
-    user, item
-        Names of the user-id and item columns (``item``: a list of columns for a composite key).
+    data, released, user, item
+        The data (or its :class:`Truth`), the released items and the column names, as for
+        :func:`~opendp_wgm.metrics.missing_mass`.
     n_users
         The number of users :math:`N`, when it exceeds the number of distinct users in ``data``. A user
         enters the table only through a row naming an item (rows with a null item are rejected), so users
@@ -98,12 +95,9 @@ def coverage(
 
     Parameters
     ----------
-    data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
-    released
-        The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
-    user, item
-        Names of the user-id and item columns (``item``: a list of columns for a composite key).
+    data, released, user, item
+        The data (or its :class:`Truth`), the released items and the column names, as for
+        :func:`~opendp_wgm.metrics.missing_mass`.
     n_users
         Total number of users :math:`N`, as in :func:`missed_users`.
 

@@ -23,12 +23,9 @@ def captured_mass(
 
     Parameters
     ----------
-    data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
-    released
-        The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
-    user, item
-        Names of the user-id and item columns (``item``: a list of columns for a composite key).
+    data, released, user, item
+        The data (or its :class:`Truth`), the released items and the column names, as for
+        :func:`~opendp_wgm.metrics.missing_mass`.
 
     Returns
     -------
@@ -126,12 +123,9 @@ def linf_missing_mass(
 
     Parameters
     ----------
-    data
-        Polars ``DataFrame`` or ``LazyFrame`` with one row per (user, item) occurrence, or its :class:`Truth`.
-    released
-        The released items: a ``DataFrame`` with the item column, a ``Series`` or any iterable.
-    user, item
-        Names of the user-id and item columns (``item``: a list of columns for a composite key).
+    data, released, user, item
+        The data (or its :class:`Truth`), the released items and the column names, as for
+        :func:`~opendp_wgm.metrics.missing_mass`.
     normalize
         Divide by the number of distinct users :math:`N`.
 
