@@ -156,6 +156,19 @@ def calibrate_dp_sips(
     """
     max_contributions = check_max_contributions(max_contributions)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    return _calibrate_dp_sips(max_contributions, budget, fractions, rounds, ratio, noise_delta_fraction, adaptive)
+
+
+def _calibrate_dp_sips(
+    max_contributions: int,
+    budget: Budget,
+    fractions: Sequence[float] | None,
+    rounds: int | None,
+    ratio: float | None,
+    noise_delta_fraction: float,
+    adaptive: bool | None,
+) -> DPSIPSCalibration:
+    """:func:`calibrate_dp_sips` for a Δ0 its public caller has checked once (:func:`check_max_contributions`)."""
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
     if adaptive is None:  # the adaptive schedule is the default of every DP-SIPS constructor
         adaptive = fractions is None and rounds is None and ratio is None

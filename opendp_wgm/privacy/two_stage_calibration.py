@@ -12,9 +12,9 @@ from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
 from opendp_wgm.privacy.peeling import USER_PEELING, add_up, peeling_approx_epsilon, peeling_loss, peeling_rho
 from opendp_wgm.privacy.search import _BudgetTooSmall, _pair, _restated, smallest_fitting, smallest_passing
-from opendp_wgm.privacy.sips_calibration import DPSIPSCalibration, calibrate_dp_sips
+from opendp_wgm.privacy.sips_calibration import DPSIPSCalibration, _calibrate_dp_sips
 from opendp_wgm.privacy.threshold import check_max_contributions
-from opendp_wgm.privacy.wgm_calibration import WGMCalibration, calibrate_wgm_for
+from opendp_wgm.privacy.wgm_calibration import WGMCalibration, _calibrate_wgm
 
 __all__ = [
     "STAGE_1_MECHANISMS",
@@ -32,6 +32,8 @@ __all__ = [
 #: Stage 1 of a two-stage mechanism (top-k, hitting set): the WGM (one round, the paper's) or DP-SIPS.
 Stage1Mechanism = Literal["wgm", "dp-sips"]
 STAGE_1_MECHANISMS: tuple[Stage1Mechanism, ...] = ("wgm", "dp-sips")
+
+
 def check_stage_1(stage_1: Any, rounds: Any, ratio: Any) -> Stage1Mechanism:
     """``stage_1``; DP-SIPS's schedule (``rounds``, ``ratio``) may be given only with ``"dp-sips"`` (None there:
     the adaptive schedule; :func:`calibrate_dp_sips` checks them)."""
@@ -53,15 +55,13 @@ def _stage_1(
 ) -> WGMCalibration | DPSIPSCalibration:
     """Stage 1 of a two-stage calibration: the WGM (or DP-SIPS: the geometric schedule of ``rounds`` and
     ``ratio``, or the adaptive schedule when both are None) at ``split`` of ``budget``; a budget too small for
-    it is restated in terms of the total."""
+    it is restated in terms of the total. ``max_contributions`` is trusted: the public caller checked it."""
     first, _ = budget.split(split)
     try:
         if stage_1 == "dp-sips":
-            return calibrate_dp_sips(
-                max_contributions=max_contributions, delta=first.delta, epsilon=first.epsilon, rho=first.rho,
-                rounds=rounds, ratio=ratio, noise_delta_fraction=noise_delta_fraction, adaptive=None,
-            )
-        return calibrate_wgm_for(first, max_contributions=max_contributions, noise_delta_fraction=noise_delta_fraction)
+            sips_budget = Budget.of(epsilon=first.epsilon, rho=first.rho, delta=first.delta)
+            return _calibrate_dp_sips(max_contributions, sips_budget, None, rounds, ratio, noise_delta_fraction, None)
+        return _calibrate_wgm(first, max_contributions, noise_delta_fraction)
     except _BudgetTooSmall as error:
         context = f"`split` = {split!r}"
         if budget.epsilon is not None:

@@ -70,16 +70,16 @@ def calibrate_wgm(
         Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
     """
     max_contributions = check_max_contributions(max_contributions)
-    return calibrate_wgm_for(
-        Budget.of(epsilon=epsilon, rho=rho, delta=delta),
-        max_contributions=max_contributions,
-        noise_delta_fraction=noise_delta_fraction,
-    )
+    return _calibrate_wgm(Budget.of(epsilon=epsilon, rho=rho, delta=delta), max_contributions, noise_delta_fraction)
 
 
 def calibrate_wgm_for(budget: Budget, *, max_contributions: int, noise_delta_fraction: float = 0.5) -> WGMCalibration:
     """:func:`calibrate_wgm` for a :class:`~opendp_wgm.privacy.budget.Budget` (approximate DP or approximate zCDP)."""
-    max_contributions = check_max_contributions(max_contributions)
+    return _calibrate_wgm(budget, check_max_contributions(max_contributions), noise_delta_fraction)
+
+
+def _calibrate_wgm(budget: Budget, max_contributions: int, noise_delta_fraction: float) -> WGMCalibration:
+    """:func:`calibrate_wgm_for` for a Δ0 its public caller has checked once (:func:`check_max_contributions`)."""
     fraction = _check_probability("noise_delta_fraction", noise_delta_fraction)
     delta = budget.delta
     scale, noise_delta = _noise_scale(budget, max_contributions, fraction)
