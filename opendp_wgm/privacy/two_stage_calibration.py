@@ -78,13 +78,20 @@ def _split_stage_1(
     return calibration, None
 
 
-def _stage_1_of(wgm: WGMCalibration | None, sips: DPSIPSCalibration | None) -> WGMCalibration | DPSIPSCalibration:
-    """The one stage-1 calibration of ``(wgm, sips)``."""
-    if wgm is not None:
-        return wgm
-    if sips is None:  # pragma: no cover - a bug guard: the calibrations set exactly one
-        raise AssertionError("a two-stage calibration without a stage 1")
-    return sips
+class _TwoStage:
+    """What both two-stage calibrations share: stage 1 as the fields ``wgm`` and ``sips``, exactly one set."""
+
+    wgm: WGMCalibration | None
+    sips: DPSIPSCalibration | None
+
+    @property
+    def stage_1(self) -> WGMCalibration | DPSIPSCalibration:
+        """Stage 1's calibration, the WGM's or DP-SIPS's."""
+        if self.wgm is not None:
+            return self.wgm
+        if self.sips is None:  # pragma: no cover - a bug guard: the calibrations set exactly one
+            raise AssertionError("a two-stage calibration without a stage 1")
+        return self.sips
 
 
 def _stage_1_loss(calibration: WGMCalibration | DPSIPSCalibration) -> tuple[float, float]:
@@ -98,7 +105,7 @@ def _stage_1_loss(calibration: WGMCalibration | DPSIPSCalibration) -> tuple[floa
 
 
 @dataclass(frozen=True)
-class WGMTopKCalibration:
+class WGMTopKCalibration(_TwoStage):
     r"""The calibrated parameters of WGM-then-top-k (:func:`opendp_wgm.make_wgm_top_k_from_budget`).
 
     Attributes
@@ -131,15 +138,9 @@ class WGMTopKCalibration:
     sips: DPSIPSCalibration | None = None
 
     @property
-    def stage_1(self) -> WGMCalibration | DPSIPSCalibration:
-        """Stage 1's calibration, the WGM's or DP-SIPS's."""
-        return _stage_1_of(self.wgm, self.sips)
-
-    @property
     def peel_local_epsilon(self) -> float:
         """ε' = 1/s, the per-round parameter of the peeling (the reference's ``em_epsilon_cdp``)."""
         return 1.0 / self.peel_scale
-
 
 
 def calibrate_wgm_top_k(
@@ -246,7 +247,7 @@ def calibrate_user_peeling(
 
 
 @dataclass(frozen=True)
-class HittingSetCalibration:
+class HittingSetCalibration(_TwoStage):
     """The two stages of :func:`opendp_wgm.make_wgm_hitting_set` calibrated to a budget.
 
     Attributes
@@ -279,11 +280,6 @@ class HittingSetCalibration:
     wgm_loss: tuple[float, float]
     peel_loss: tuple[float, float]
     sips: DPSIPSCalibration | None = None
-
-    @property
-    def stage_1(self) -> WGMCalibration | DPSIPSCalibration:
-        """Stage 1's calibration, the WGM's or DP-SIPS's."""
-        return _stage_1_of(self.wgm, self.sips)
 
     @property
     def max_contributions(self) -> int:
