@@ -81,18 +81,9 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
     from opendp_wgm import metrics
-    from opendp_wgm.cli._report import (
-        _not_private,
-        _Plan,
-        _print_ranked,
-        _release_and_report,
-        _two_stage_lines,
-    )
+    from opendp_wgm.cli._report import _not_private, _Plan, _print_ranked, _release_and_report, _two_stage_lines
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import (
-        calibrate_wgm_hitting_set,
-        greedy_hitting_set,
-    )
+    from opendp_wgm.measurements import calibrate_wgm_hitting_set, greedy_hitting_set
     from opendp_wgm.measurements.hitting_set import wgm_hitting_set_of_calibration
 
     budget = _budget(args)

@@ -103,19 +103,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     import opendp.prelude as dp
 
     from opendp_wgm import metrics
-    from opendp_wgm.cli._report import (
-        _not_private,
-        _Plan,
-        _print_ranked,
-        _release_and_report,
-        _two_stage_lines,
-    )
+    from opendp_wgm.cli._report import _not_private, _Plan, _print_ranked, _release_and_report, _two_stage_lines
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import (
-        make_dp_sips,
-        make_limited_domain_top_k,
-        make_wgm,
-    )
+    from opendp_wgm.measurements import make_dp_sips, make_limited_domain_top_k, make_wgm
     from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration
