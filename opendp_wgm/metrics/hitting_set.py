@@ -2,19 +2,18 @@ r"""Hitting-set metrics: missed users and coverage."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
 from opendp_wgm._validation import _check_int
-from opendp_wgm.metrics.truth import Truth, _aligned, _released_series, _summarise
+from opendp_wgm.metrics.truth import Data, Items, _aligned, _released_series, _summarise
 
 __all__ = ["coverage", "missed_users"]
 
 
 def _missed_and_total(
-    data: Any, released: Any, user: str, item: str | Sequence[str], n_users: int | None
+    data: Any, released: Any, user: str, item: Items, n_users: int | None
 ) -> tuple[int, int]:
     summary = _summarise(data, user, item)
     series = _released_series(released, item).unique()
@@ -33,12 +32,7 @@ def _missed_and_total(
 
 
 def missed_users(
-    data: pl.DataFrame | pl.LazyFrame | Truth,
-    released: Any,
-    *,
-    user: str = "user",
-    item: str | Sequence[str] = "item",
-    n_users: int | None = None,
+    data: Data, released: Any, *, user: str = "user", item: Items = "item", n_users: int | None = None
 ) -> int:
     r"""Number of users holding none of the released items (the k-hitting-set loss).
 
@@ -80,12 +74,7 @@ def missed_users(
 
 
 def coverage(
-    data: pl.DataFrame | pl.LazyFrame | Truth,
-    released: Any,
-    *,
-    user: str = "user",
-    item: str | Sequence[str] = "item",
-    n_users: int | None = None,
+    data: Data, released: Any, *, user: str = "user", item: Items = "item", n_users: int | None = None
 ) -> float:
     r"""Fraction of users holding at least one released item.
 

@@ -2,19 +2,16 @@ r"""Set-union metrics: captured and missing mass (ℓ1 and ℓ∞), cardinality.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
 
-from opendp_wgm.metrics.truth import _COUNT, Truth, _mark_released, _released_series, _summarise
+from opendp_wgm.metrics.truth import _COUNT, Data, Items, _mark_released, _released_series, _summarise
 
 __all__ = ["captured_mass", "cardinality", "linf_missing_mass", "missing_mass"]
 
 
-def captured_mass(
-    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str | Sequence[str] = "item"
-) -> float:
+def captured_mass(data: Data, released: Any, *, user: str = "user", item: Items = "item") -> float:
     r"""Fraction of the total mass held by released items (the paper's plotted set-union utility).
 
     .. math::
@@ -54,9 +51,7 @@ def captured_mass(
     return captured / summary.total_mass
 
 
-def missing_mass(
-    data: pl.DataFrame | pl.LazyFrame | Truth, released: Any, *, user: str = "user", item: str | Sequence[str] = "item"
-) -> float:
+def missing_mass(data: Data, released: Any, *, user: str = "user", item: Items = "item") -> float:
     r"""The ℓ1 missing mass: fraction of the total mass held by items that were *not* released.
 
     .. math::
@@ -104,12 +99,7 @@ def missing_mass(
 
 
 def linf_missing_mass(
-    data: pl.DataFrame | pl.LazyFrame | Truth,
-    released: Any,
-    *,
-    user: str = "user",
-    item: str | Sequence[str] = "item",
-    normalize: bool = False,
+    data: Data, released: Any, *, user: str = "user", item: Items = "item", normalize: bool = False
 ) -> float:
     r"""The ℓ∞ missing mass: the largest user count among items that were not released.
 
@@ -154,7 +144,7 @@ def linf_missing_mass(
     return worst / summary.n_users if normalize else worst
 
 
-def cardinality(released: Any, *, item: str | Sequence[str] = "item") -> int:
+def cardinality(released: Any, *, item: Items = "item") -> int:
     r"""Number of distinct released items, :math:`|S|`.
 
     .. math::

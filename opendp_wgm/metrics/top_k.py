@@ -2,16 +2,15 @@ r"""Top-k metrics: the top-k missing mass and the top-k ℓ1 loss."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
-import polars as pl
 
 from opendp_wgm._validation import _check_choice, _check_int
 from opendp_wgm.metrics.truth import (
     _COUNT,
-    Truth,
+    Data,
+    Items,
     _check_at_most_k,
     _mark_released,
     _released_counts,
@@ -22,14 +21,7 @@ from opendp_wgm.metrics.truth import (
 __all__ = ["top_k_l1_loss", "top_k_missing_mass"]
 
 
-def top_k_missing_mass(
-    data: pl.DataFrame | pl.LazyFrame | Truth,
-    released: Any,
-    k: int,
-    *,
-    user: str = "user",
-    item: str | Sequence[str] = "item",
-) -> float:
+def top_k_missing_mass(data: Data, released: Any, k: int, *, user: str = "user", item: Items = "item") -> float:
     r"""Mass of the true top-k items that a released set of at most k items fails to capture.
 
     .. math::
@@ -78,12 +70,12 @@ def top_k_missing_mass(
 
 
 def top_k_l1_loss(
-    data: pl.DataFrame | pl.LazyFrame | Truth,
+    data: Data,
     released: Any,
     k: int,
     *,
     user: str = "user",
-    item: str | Sequence[str] = "item",
+    item: Items = "item",
     order: Literal["sorted", "output"] = "sorted",
 ) -> float:
     r"""ℓ1 distance between the true top-k counts and the counts of the released items (raw, not normalised).

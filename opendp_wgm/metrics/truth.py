@@ -57,7 +57,7 @@ class Truth:
 
     @classmethod
     def of(
-        cls, data: pl.DataFrame | pl.LazyFrame, *, user: str = "user", item: str | Sequence[str] = "item"
+        cls, data: pl.DataFrame | pl.LazyFrame, *, user: str = "user", item: Items = "item"
     ) -> Truth:
         """Validate ``data`` and summarise it (one collect).
 
@@ -105,7 +105,13 @@ class Truth:
         return cls(pairs=pairs, counts=counts, total_mass=pairs.height, n_users=n_users, user=user, item=item)
 
 
-def _summarise(data: Any, user: str, item: str | Sequence[str]) -> Truth:
+
+#: What every metric reads: the data (one row per (user, item) occurrence) or its :class:`Truth`.
+Data = pl.DataFrame | pl.LazyFrame | Truth
+#: The item column, or the columns of a composite key.
+Items = str | Sequence[str]
+
+def _summarise(data: Any, user: str, item: Items) -> Truth:
     """``data``'s :class:`Truth`: itself if it is one (with matching column names), else computed."""
     if not isinstance(data, Truth):
         return Truth.of(data, user=user, item=item)
@@ -116,7 +122,7 @@ def _summarise(data: Any, user: str, item: str | Sequence[str]) -> Truth:
     return data
 
 
-def _released_series(released: Any, item: str | Sequence[str]) -> pl.Series:
+def _released_series(released: Any, item: Items) -> pl.Series:
     """Normalise ``released`` to a Polars Series, in output order, duplicates kept, no nulls (a composite key's:
     a Struct Series of its columns, named like the :class:`Truth`'s column)."""
     item = _check_item(item)
