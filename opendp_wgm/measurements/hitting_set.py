@@ -117,8 +117,7 @@ def make_user_peeling(
         guarantee is converted to (ε, δ), as the paper's reference code does; 0 gives basic
         composition.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------
@@ -299,8 +298,7 @@ def make_wgm_hitting_set(
     noise
         The WGM's sampler, ``"lattice"`` (default) or ``"opendp"``.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
@@ -341,21 +339,9 @@ def make_wgm_hitting_set(
     """
     _assert_features()
     return make_wgm_then_peeling(
-        input_domain,
-        input_metric,
-        k=k,
-        max_contributions=max_contributions,
-        wgm_scale=wgm_scale,
-        wgm_threshold=wgm_threshold,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        wgm_epsilon=wgm_epsilon,
-        peel_delta=peel_delta,
-        noise=noise,
-        item=item,
-        passes=passes,
-        engine=engine,
-        peeling=_user_peeling_release,
+        input_domain, input_metric, k=k, max_contributions=max_contributions, wgm_scale=wgm_scale,
+        wgm_threshold=wgm_threshold, peel_scale=peel_scale, output_measure=output_measure, wgm_epsilon=wgm_epsilon,
+        peel_delta=peel_delta, noise=noise, item=item, passes=passes, engine=engine, peeling=_user_peeling_release,
         accounting=USER_PEELING,
     )
 
@@ -412,16 +398,8 @@ def make_wgm_hitting_set_from_budget(
     """
     _assert_features()
     cal = calibrate_wgm_hitting_set(
-        k=k,
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        split=split,
-        noise_delta_fraction=noise_delta_fraction,
-        stage_1=stage_1,
-        rounds=rounds,
-        ratio=ratio,
+        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
+        noise_delta_fraction=noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
     return wgm_hitting_set_of_calibration(
         input_domain, input_metric, cal, noise=noise, item=item, passes=passes, engine=engine

@@ -153,8 +153,7 @@ def make_peeling_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact sampler (:func:`opendp_wgm.samplers.noisy_top_k`); all draw the same distribution.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------
@@ -277,8 +276,7 @@ def make_wgm_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact selection sampler.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).

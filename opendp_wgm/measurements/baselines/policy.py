@@ -128,8 +128,7 @@ def make_policy_gaussian(
     noise : {'lattice', 'opendp'}
         Sampler of the discrete Gaussian, as in :func:`opendp_wgm.make_wgm`.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------
@@ -341,8 +340,7 @@ def make_policy_greedy(
     alpha
         α ≥ 0 of the cap.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------
