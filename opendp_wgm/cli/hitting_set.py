@@ -12,6 +12,7 @@ from opendp_wgm.cli._args import (
     _add_execution_arguments,
     _add_k_argument,
     _add_output_arguments,
+    _add_release_parser,
     _add_split_argument,
     _add_stage_1_arguments,
     _budget,
@@ -60,12 +61,12 @@ examples:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = subparsers.add_parser(
+    parser = _add_release_parser(
+        subparsers,
         "hitting-set",
-        help="release K items that together cover many users (WGM, then user peeling)",
-        description=_HITTING_SET_DESCRIPTION,
-        epilog=_HITTING_SET_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "release K items that together cover many users (WGM, then user peeling)",
+        _HITTING_SET_DESCRIPTION,
+        _HITTING_SET_EPILOG,
     )
     _add_data_arguments(parser)
     group = parser.add_argument_group("hitting set")

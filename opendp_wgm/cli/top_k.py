@@ -13,6 +13,7 @@ from opendp_wgm.cli._args import (
     _add_execution_arguments,
     _add_k_argument,
     _add_output_arguments,
+    _add_release_parser,
     _add_split_argument,
     _add_stage_1_arguments,
     _budget,
@@ -68,12 +69,12 @@ _WGM_ONLY = "; --mechanism wgm only"
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = subparsers.add_parser(
+    parser = _add_release_parser(
+        subparsers,
         "top-k",
-        help="release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
-        description=_TOP_K_DESCRIPTION,
-        epilog=_TOP_K_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
+        _TOP_K_DESCRIPTION,
+        _TOP_K_EPILOG,
     )
     _add_data_arguments(parser)
     group = parser.add_argument_group("top-k")
