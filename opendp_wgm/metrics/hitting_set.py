@@ -43,8 +43,7 @@ def missed_users(
     Parameters
     ----------
     data, released, user, item
-        The data (or its :class:`Truth`), the released items and the column names, as for
-        :func:`~opendp_wgm.metrics.missing_mass`.
+        As for :func:`~opendp_wgm.metrics.missing_mass`: the data (or its :class:`Truth`), items, columns.
     n_users
         The number of users :math:`N`, when it exceeds the number of distinct users in ``data``. A user
         enters the table only through a row naming an item (rows with a null item are rejected), so users
@@ -85,8 +84,7 @@ def coverage(
     Parameters
     ----------
     data, released, user, item
-        The data (or its :class:`Truth`), the released items and the column names, as for
-        :func:`~opendp_wgm.metrics.missing_mass`.
+        As for :func:`~opendp_wgm.metrics.missing_mass`: the data (or its :class:`Truth`), items, columns.
     n_users
         Total number of users :math:`N`, as in :func:`missed_users`.
 

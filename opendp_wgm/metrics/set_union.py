@@ -21,8 +21,7 @@ def captured_mass(data: Data, released: Any, *, user: str = "user", item: Items 
     Parameters
     ----------
     data, released, user, item
-        The data (or its :class:`Truth`), the released items and the column names, as for
-        :func:`~opendp_wgm.metrics.missing_mass`.
+        As for :func:`~opendp_wgm.metrics.missing_mass`: the data (or its :class:`Truth`), items, columns.
 
     Returns
     -------
@@ -114,8 +113,7 @@ def linf_missing_mass(
     Parameters
     ----------
     data, released, user, item
-        The data (or its :class:`Truth`), the released items and the column names, as for
-        :func:`~opendp_wgm.metrics.missing_mass`.
+        As for :func:`~opendp_wgm.metrics.missing_mass`: the data (or its :class:`Truth`), items, columns.
     normalize
         Divide by the number of distinct users :math:`N`.
 
