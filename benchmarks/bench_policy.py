@@ -46,6 +46,8 @@ import polars as pl
 import opendp_wgm as wgm
 from opendp_wgm import datasets
 from opendp_wgm._spaces import _Space
+from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
+from opendp_wgm.measurements.baselines import _policy_weights as policy_weights
 from opendp_wgm.measurements.baselines import policy as bl
 
 DATASETS = ("imdb_50k", "fimi_retail")
@@ -120,12 +122,12 @@ def without_numba(fn: Callable[[], object]) -> Callable[[], object]:
     """``fn`` run with every compiled part switched off (as when Numba is not installed)."""
 
     def run() -> object:
-        saved = bl._jit, bl._numba_installed
-        bl._jit, bl._numba_installed = (lambda: None), (lambda: False)  # type: ignore[assignment]
+        saved = policy_csr._jit, policy_csr._numba_installed
+        policy_csr._jit, policy_csr._numba_installed = (lambda: None), (lambda: False)  # type: ignore[assignment]
         try:
             return fn()
         finally:
-            bl._jit, bl._numba_installed = saved  # type: ignore[method-assign]
+            policy_csr._jit, policy_csr._numba_installed = saved  # type: ignore[method-assign]
 
     return run
 
@@ -139,14 +141,14 @@ def main() -> None:
     dp.enable_features("contrib", "honest-but-curious", "idealized-numerics")
 
     start = time.perf_counter()
-    compiled = bl._jit() is not None  # imports Numba; compiling (or loading the disk cache) is in the warm-up
+    compiled = policy_csr._jit() is not None  # imports Numba; compiling (or loading the disk cache) is in the warm-up
     import_time = time.perf_counter() - start
 
     space = wgm.user_items_space()
     m = bl.make_policy_gaussian_from_budget(*space, max_contributions=MAX_CONTRIBUTIONS, **BUDGET)
     calibration = wgm.calibrate_wgm(max_contributions=MAX_CONTRIBUTIONS, **BUDGET)
     scale, threshold = calibration.scale, calibration.threshold
-    cap = bl._cap_on_lattice(threshold + ALPHA * scale)
+    cap = policy_weights._cap_on_lattice(threshold + ALPHA * scale)
 
     print(f"load average at start: {load()}; cores: {os.cpu_count()}; ε = 1, δ = 1e-5, Δ0 = {MAX_CONTRIBUTIONS}; "
           f"median of {args.runs} interleaved runs")
@@ -191,9 +193,11 @@ def main() -> None:
         loops: dict[str, list[float]] = {"numpy": [], "numba": []}
         for _ in range(args.runs):
             begin = time.perf_counter()
-            data = bl._csr(frame, own, max_contributions=MAX_CONTRIBUTIONS, key_order=False, priority_order=False)
+            data = policy_csr._csr(
+                frame, own, max_contributions=MAX_CONTRIBUTIONS, key_order=False, priority_order=False
+            )
             build.append(time.perf_counter() - begin)
-            loop = functools.partial(bl._policy_weights, data, cap, "l2")
+            loop = functools.partial(policy_weights._policy_weights, data, cap, "l2")
             loops["numpy"].append(timed(without_numba(loop)))
             if compiled:
                 loops["numba"].append(timed(loop))

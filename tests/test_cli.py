@@ -327,11 +327,11 @@ def test_two_stage_commands_calibrate_once(
 ) -> None:
     """The summary's calibration is the measurement's: one calibration per command (was two: the command
     calibrated for its summary, then the ``_from_budget`` constructor calibrated again)."""
-    from opendp_wgm.privacy import calibrate
+    from opendp_wgm.privacy import two_stage_calibration
 
     calls: list[int] = []
-    original = calibrate._stage_1
-    monkeypatch.setattr(calibrate, "_stage_1", lambda *a, **o: calls.append(1) or original(*a, **o))
+    original = two_stage_calibration._stage_1
+    monkeypatch.setattr(two_stage_calibration, "_stage_1", lambda *a, **o: calls.append(1) or original(*a, **o))
     code, _out, err = _run_command(capsys, *argv, "--demo-users", 300, "--seed", 0)
     assert code == 0, err
     assert len(calls) == 1

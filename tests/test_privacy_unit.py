@@ -17,8 +17,8 @@ import pytest
 import opendp_wgm as wgm
 from opendp_wgm._spaces import _resolve_space, _user_of_metric
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
+from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
 from opendp_wgm.measurements.baselines import key_release
-from opendp_wgm.measurements.baselines import policy as bl
 from opendp_wgm.measurements.hitting_set import make_user_peeling
 from opendp_wgm.privacy.threshold import lattice_weights
 
@@ -80,7 +80,7 @@ def test_household_counts_and_wgm_release() -> None:
 
 def test_household_in_the_baselines_and_two_stage() -> None:
     space = _resolve_space(*context_space())
-    data = bl._csr(household_frame(), space, max_contributions=2, key_order=False, priority_order=False)
+    data = policy_csr._csr(household_frame(), space, max_contributions=2, key_order=False, priority_order=False)
     assert sorted(int(n) for n in data.offsets[1:] - data.offsets[:-1]) == [1, 2]  # two users: 2 and 1 items
 
     _, lf = key_release._key_release_input(household_frame(), space, "user", "item")
@@ -149,7 +149,7 @@ def test_categorical_kept_subset_does_not_depend_on_other_users(path: str, monke
             rows = wgm.make_bound_user_items(*wgm.user_items_space(), max_contributions=3)(frame).collect()
             return set(rows.filter(pl.col("user") == "u0")["item"].cast(pl.String))
         space = _resolve_space(*wgm.user_items_space())
-        data = bl._csr(frame, space, max_contributions=3, key_order=False, priority_order=False)
+        data = policy_csr._csr(frame, space, max_contributions=3, key_order=False, priority_order=False)
         users = [set(data.decode(data.codes[a:b]).cast(pl.String)) for a, b in zip(data.offsets[:-1], data.offsets[1:], strict=False)]
         (subset,) = [u for u in users if u <= set(mine)]
         return subset
@@ -179,7 +179,7 @@ def test_composite_categorical_kept_subset_does_not_depend_on_other_users(path: 
             rows = wgm.make_bound_user_items(*space, max_contributions=3)(frame).collect()
             rows = rows.filter(pl.col("user") == "u0").select(pl.col("country", "query").cast(pl.String))
             return set(rows.iter_rows())
-        data = bl._csr(frame, _resolve_space(*space), max_contributions=3, key_order=False, priority_order=False)
+        data = policy_csr._csr(frame, _resolve_space(*space), max_contributions=3, key_order=False, priority_order=False)
         offsets = zip(data.offsets[:-1], data.offsets[1:], strict=True)
         decoded = [data.decode(data.codes[a:b]).struct.unnest().select(pl.all().cast(pl.String)) for a, b in offsets]
         (subset,) = [set(rows.iter_rows()) for rows in decoded if set(rows.iter_rows()) <= set(mine)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from opendp_wgm.cli._errors import CLIError
+from opendp_wgm.cli._errors import CLIError, _Parser
 
 if TYPE_CHECKING:
     import polars as pl
@@ -99,6 +99,15 @@ def _schema(text: str) -> dict[str, type[pl.DataType]]:
             raise argparse.ArgumentTypeError(f"column {column!r} is given twice")
         schema[column] = dtypes[name.lower()]
     return schema
+
+
+def _add_release_parser(
+    subparsers: argparse._SubParsersAction[_Parser], name: str, help: str, description: str, epilog: str
+) -> _Parser:
+    """A release command's parser (``discover``, ``top-k``, ``hitting-set``): description and epilog as written."""
+    return subparsers.add_parser(
+        name, help=help, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from opendp_wgm.cli._args import (
     _add_data_arguments,
     _add_execution_arguments,
     _add_output_arguments,
+    _add_release_parser,
     _add_sips_arguments,
     _budget,
     _execution,
@@ -69,12 +70,12 @@ examples:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = subparsers.add_parser(
+    parser = _add_release_parser(
+        subparsers,
         "discover",
-        help="release frequent items with the Weighted Gaussian Mechanism (DP set union)",
-        description=_DISCOVER_DESCRIPTION,
-        epilog=_DISCOVER_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "release frequent items with the Weighted Gaussian Mechanism (DP set union)",
+        _DISCOVER_DESCRIPTION,
+        _DISCOVER_EPILOG,
     )
     _add_data_arguments(parser)
     _add_mechanism_arguments(parser)

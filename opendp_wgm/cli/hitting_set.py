@@ -12,6 +12,7 @@ from opendp_wgm.cli._args import (
     _add_execution_arguments,
     _add_k_argument,
     _add_output_arguments,
+    _add_release_parser,
     _add_split_argument,
     _add_stage_1_arguments,
     _budget,
@@ -60,12 +61,12 @@ examples:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = subparsers.add_parser(
+    parser = _add_release_parser(
+        subparsers,
         "hitting-set",
-        help="release K items that together cover many users (WGM, then user peeling)",
-        description=_HITTING_SET_DESCRIPTION,
-        epilog=_HITTING_SET_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "release K items that together cover many users (WGM, then user peeling)",
+        _HITTING_SET_DESCRIPTION,
+        _HITTING_SET_EPILOG,
     )
     _add_data_arguments(parser)
     group = parser.add_argument_group("hitting set")
@@ -81,18 +82,9 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
     from opendp_wgm import metrics
-    from opendp_wgm.cli._report import (
-        _not_private,
-        _Plan,
-        _print_ranked,
-        _release_and_report,
-        _two_stage_lines,
-    )
+    from opendp_wgm.cli._report import _not_private, _Plan, _print_ranked, _release_and_report, _two_stage_lines
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import (
-        calibrate_wgm_hitting_set,
-        greedy_hitting_set,
-    )
+    from opendp_wgm.measurements import calibrate_wgm_hitting_set, greedy_hitting_set
     from opendp_wgm.measurements.hitting_set import wgm_hitting_set_of_calibration
 
     budget = _budget(args)

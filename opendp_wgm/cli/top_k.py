@@ -13,6 +13,7 @@ from opendp_wgm.cli._args import (
     _add_execution_arguments,
     _add_k_argument,
     _add_output_arguments,
+    _add_release_parser,
     _add_split_argument,
     _add_stage_1_arguments,
     _budget,
@@ -68,12 +69,12 @@ _WGM_ONLY = "; --mechanism wgm only"
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = subparsers.add_parser(
+    parser = _add_release_parser(
+        subparsers,
         "top-k",
-        help="release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
-        description=_TOP_K_DESCRIPTION,
-        epilog=_TOP_K_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
+        _TOP_K_DESCRIPTION,
+        _TOP_K_EPILOG,
     )
     _add_data_arguments(parser)
     group = parser.add_argument_group("top-k")
@@ -103,19 +104,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     import opendp.prelude as dp
 
     from opendp_wgm import metrics
-    from opendp_wgm.cli._report import (
-        _not_private,
-        _Plan,
-        _print_ranked,
-        _release_and_report,
-        _two_stage_lines,
-    )
+    from opendp_wgm.cli._report import _not_private, _Plan, _print_ranked, _release_and_report, _two_stage_lines
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import (
-        make_dp_sips,
-        make_limited_domain_top_k,
-        make_wgm,
-    )
+    from opendp_wgm.measurements import make_dp_sips, make_limited_domain_top_k, make_wgm
     from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration

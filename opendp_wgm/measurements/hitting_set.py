@@ -21,9 +21,7 @@ plus ``k`` exact noisy-max draws.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -37,17 +35,17 @@ from opendp_wgm._spaces import (
     _check_candidates_for,
     _released,
     _resolve_space,
-    _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
-from opendp_wgm.engines.polars import Prepared, candidate_csr, cast_candidates, peel_jit, prepared_input
-from opendp_wgm.measurements._user_items import UserItemCSR, csr_of_offsets
+from opendp_wgm.engines.polars import prepared_input
+from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
+
+# re-exported: the Spark engine, the benchmarks and the tests reach the rounds through this module
+from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
+from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
 from opendp_wgm.measurements.two_stage import (
     Stage2Release,
-    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
-    ranked_frame,
-    two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
@@ -59,8 +57,7 @@ from opendp_wgm.privacy.calibrate import (
     calibrate_wgm_hitting_set,
 )
 from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
-from opendp_wgm.samplers import NoiseMethod, csprng, noisy_max
-from opendp_wgm.samplers.selection import em_float_bounds, em_winner_on_words
+from opendp_wgm.samplers import NoiseMethod
 
 __all__ = [
     "HittingSetCalibration",
@@ -75,146 +72,6 @@ __all__ = [
     "then_wgm_hitting_set",
     "then_wgm_hitting_set_from_budget",
 ]
-
-
-# --------------------------------------------------------------------------------------------------------
-# the coverage state: CSR arrays and incremental counts
-# --------------------------------------------------------------------------------------------------------
-def _slices(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Concatenated positions ``ptr[r]:ptr[r+1]`` of every ``r`` in ``rows`` (vectorised, no Python loop)."""
-    starts = ptr[rows]
-    lengths = ptr[rows + 1] - starts
-    ends = np.cumsum(lengths)
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(ends[-1] if ends.size else 0)
-
-
-class _Coverage:
-    """Uncovered-user counts of ``n_items`` items while items are picked one at a time.
-
-    ``csr`` holds the distinct (user, item) pairs (:func:`~opendp_wgm.measurements._user_items.csr_of_offsets`
-    with ``item_index=True``): user → items and item → holders, built once in O(pairs). Picking item ``j`` marks its
-    not-yet-covered holders as covered and subtracts, in one ``bincount``, one from every item those users
-    hold: afterwards ``counts[x]`` is the number of *uncovered* users holding ``x`` (the reference's
-    ``remove_users_with_item`` of the paper's reference code, without its set copies). Each user is covered once, so
-    all picks together cost O(pairs + picks · n_items).
-    """
-
-    def __init__(self, csr: UserItemCSR) -> None:
-        if csr.item_offsets is None or csr.item_users is None:
-            msg = "`csr` must be built with item_index=True (found no item -> users index)"
-            raise ValueError(msg)
-        self.n_items = csr.n_items
-        self.user_items, self.user_ptr = csr.items, csr.offsets  # user -> items
-        self.item_users, self.item_ptr = csr.item_users, csr.item_offsets  # item -> holders
-        self.counts = np.diff(csr.item_offsets)  # uncovered holders per item
-        self.covered = np.zeros(csr.n_users, dtype=bool)
-
-    def pick(self, j: int) -> int:
-        """Cover the holders of item ``j``; return how many were newly covered."""
-        holders = self.item_users[self.item_ptr[j] : self.item_ptr[j + 1]]
-        new = holders[~self.covered[holders]]
-        if new.size:
-            self.covered[new] = True
-            self.counts -= np.bincount(self.user_items[_slices(self.user_ptr, new)], minlength=self.n_items)
-        return int(new.size)
-
-
-def coverage(
-    data: pl.LazyFrame | Prepared, space: _Space, candidates: pl.Series | None
-) -> tuple[_Coverage, pl.Series]:
-    """The coverage state of ``data`` (a prepared plan, or the release's :class:`~opendp_wgm.engines.polars.Prepared`)
-    over ``candidates`` (or over all its items, sorted, when ``None``).
-
-    Returns the state and the items in code order (a Series of the data's item dtype). Pairs whose item is
-    not a candidate are dropped (they can never be picked), then (user, item) duplicates; users are coded
-    densely and each user's pairs are contiguous (:func:`opendp_wgm.engines.polars.candidate_csr`). The
-    layout carries nothing: every count the rounds read is a function of the set of pairs.
-    """
-    item, lf = space.item, data.lf if isinstance(data, Prepared) else data
-    item_dtype = lf.collect_schema()[item]
-    if candidates is None:
-        items = lf.select(item).unique().sort(item).collect().get_column(item)
-    else:
-        # cast the public list to the data's dtype (never the data to the list's), exactly, before any noise
-        items = cast_candidates(candidates, item_dtype).rename(item)
-    if items.len() == 0:
-        return _Coverage(csr_of_offsets(np.zeros(1, np.int64), np.zeros(0, np.int64), 0, item_index=True)), items
-    offsets, codes = candidate_csr(data, space, items)
-    return _Coverage(csr_of_offsets(offsets, codes, items.len(), item_index=True)), items
-
-
-def _compiled_rounds(
-    kernels: ModuleType,
-    state: _Coverage,
-    alive: np.ndarray,
-    chosen: np.ndarray,
-    scale: float,
-    source: np.random.Generator,
-) -> None:
-    """:func:`peel`'s rounds by the compiled step (:func:`opendp_wgm.engines._peel_jit.em_rounds`), in place.
-
-    Round ``r`` races the ``m = n - r`` remaining candidates on ``m`` words of ``source`` (none when ``m = 1``),
-    as :func:`opendp_wgm.samplers.noisy_max` does, with the same float64 bounds; the words of every round are
-    drawn at once, consecutive words of the same stream. A round whose float pass certifies no winner (near-ties
-    within ~2^-35: rare) is settled here exactly on the same words
-    (:func:`~opendp_wgm.samplers.selection.em_winner_on_words`: interval arithmetic, fresh words for the
-    refinement), then the compiled rounds go on. Each round is therefore an exact EM draw
-    among the remaining candidates, as in :func:`peel`'s loop."""
-    n, rounds, raw = alive.size, chosen.size, source.bit_generator
-    words = np.asarray(raw.random_raw(sum(m for m in range(n - rounds + 1, n + 1) if m > 1)), dtype=np.uint64)
-    r, cursor, forced = 0, 0, -1
-    arrays = (state.counts, alive, chosen, state.covered, state.user_items, state.user_ptr, state.item_users)
-    margin, clamp = em_float_bounds()
-    while r < rounds:
-        r, cursor = kernels.em_rounds(r, rounds, *arrays, state.item_ptr, words, cursor, forced, scale, margin, clamp)
-        if r < rounds:  # round r left open by the floats: settle it exactly on its words
-            m = n - r
-            forced = em_winner_on_words(state.counts[alive[:m]], scale, raw, words[cursor : cursor + m])
-            cursor += m
-
-
-def peel(
-    lf: pl.LazyFrame | Prepared,
-    space: _Space,
-    candidates: pl.Series | None,
-    k: int,
-    scale: float,
-    timings: dict[str, float] | None = None,
-) -> pl.DataFrame:
-    r"""User peeling (the paper's reference code): ``min(k, |candidates|)`` exponential-mechanism rounds.
-
-    Round ``r`` draws candidate ``x`` among those not chosen yet with probability
-    :math:`\propto \exp(c_r(x)/\text{scale})`, :math:`c_r(x)` = users holding ``x`` that no earlier pick covers
-    (exact sampler: :func:`opendp_wgm.samplers.noisy_max`, Gumbel/EM form). The number of rounds is
-    ``min(k, |candidates|)`` whatever the data: once everyone is covered, rounds go on choosing uniformly
-    among the remaining candidates (stopping early would make the output length depend on the data).
-    ``timings`` (benchmarks only) receives the seconds spent building the arrays and in the rounds.
-    """
-    start = time.perf_counter()
-    state, items = coverage(lf, space, candidates)
-    built = time.perf_counter()
-    n = state.n_items
-    rounds = min(k, n)
-    alive = np.arange(n, dtype=np.int64)  # alive[:n - r]: candidates not chosen in rounds < r
-    chosen = np.empty(rounds, dtype=np.int64)
-    source = csprng()  # keyed once for all the rounds: keying per round cost about as much as a draw
-    compiled = peel_jit()
-    if compiled is not None:  # the same rounds, compiled (same draws: same picks)
-        _compiled_rounds(compiled, state, alive, chosen, scale, source)
-    else:
-        for r in range(rounds):  # inherently sequential: round r's scores depend on the picks of rounds < r
-            m = n - r
-            # exact EM draw (Gumbel form: one item per key, the sampler's bounds, exact fallback)
-            position = noisy_max(state.counts[alive[:m]], scale, measure="zcdp", method="fast", generator=source)
-            j = alive[position]
-            alive[position] = alive[m - 1]  # swap-remove: O(1), order of the alive list carries nothing
-            alive[m - 1] = j
-            chosen[r] = j
-            state.pick(j)
-    if timings is not None:
-        timings.update(build=built - start, rounds=time.perf_counter() - built, n_rounds=rounds, n_candidates=n)
-    return ranked_frame(items, chosen, items.name)
-
 
 # --------------------------------------------------------------------------------------------------------
 # user peeling on a public candidate list
@@ -260,8 +117,7 @@ def make_user_peeling(
         guarantee is converted to (ε, δ), as the paper's reference code does; 0 gives basic
         composition.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------
@@ -442,8 +298,7 @@ def make_wgm_hitting_set(
     noise
         The WGM's sampler, ``"lattice"`` (default) or ``"opendp"``.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
@@ -484,21 +339,9 @@ def make_wgm_hitting_set(
     """
     _assert_features()
     return make_wgm_then_peeling(
-        input_domain,
-        input_metric,
-        k=k,
-        max_contributions=max_contributions,
-        wgm_scale=wgm_scale,
-        wgm_threshold=wgm_threshold,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        wgm_epsilon=wgm_epsilon,
-        peel_delta=peel_delta,
-        noise=noise,
-        item=item,
-        passes=passes,
-        engine=engine,
-        peeling=_user_peeling_release,
+        input_domain, input_metric, k=k, max_contributions=max_contributions, wgm_scale=wgm_scale,
+        wgm_threshold=wgm_threshold, peel_scale=peel_scale, output_measure=output_measure, wgm_epsilon=wgm_epsilon,
+        peel_delta=peel_delta, noise=noise, item=item, passes=passes, engine=engine, peeling=_user_peeling_release,
         accounting=USER_PEELING,
     )
 
@@ -539,11 +382,9 @@ def make_wgm_hitting_set_from_budget(
         The budget and its split, as for :func:`calibrate_wgm_hitting_set`.
     noise, item, passes, engine
         As for :func:`make_wgm_hitting_set` (``noise``, ``passes`` and ``engine`` apply to every DP-SIPS round).
-    stage_1 : {'wgm', 'dp-sips'}
-        Stage 1's mechanism: the WGM (default, the paper's) or DP-SIPS.
-    rounds, ratio
-        ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (both None: the adaptive
-        schedule of :func:`opendp_wgm.make_dp_sips_from_budget`, ``docs/dp_sips.md``).
+    stage_1, rounds, ratio
+        Stage 1's mechanism (``'wgm'``, the default, or ``'dp-sips'``) and DP-SIPS's schedule, as for
+        :func:`opendp_wgm.make_wgm_top_k_from_budget`.
 
     Examples
     --------
@@ -557,16 +398,8 @@ def make_wgm_hitting_set_from_budget(
     """
     _assert_features()
     cal = calibrate_wgm_hitting_set(
-        k=k,
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        split=split,
-        noise_delta_fraction=noise_delta_fraction,
-        stage_1=stage_1,
-        rounds=rounds,
-        ratio=ratio,
+        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
+        noise_delta_fraction=noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
     return wgm_hitting_set_of_calibration(
         input_domain, input_metric, cal, noise=noise, item=item, passes=passes, engine=engine
@@ -585,18 +418,10 @@ def wgm_hitting_set_of_calibration(
 ) -> dp.Measurement:
     """:func:`make_wgm_hitting_set_from_budget`'s measurement for its calibration ``cal``: the CLI, which prints
     the calibration, builds from it without calibrating again."""
-    if cal.sips is not None:
-        return make_dp_sips_then_peeling(
-            input_domain,
-            input_metric,
-            **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
-            peeling=_user_peeling_release,
-            accounting=USER_PEELING,
-        )
-    return make_wgm_hitting_set(
-        input_domain,
-        input_metric,
-        **two_stage_arguments(cal, noise=noise, item=item, passes=passes, engine=engine),
+    return two_stage_of_calibration(
+        input_domain, input_metric, cal, make_wgm_then=make_wgm_hitting_set, accounting=USER_PEELING,
+        sips_peeling=lambda: _user_peeling_release, wgm_options={}, noise=noise, item=item, passes=passes,
+        engine=engine,
     )
 
 

@@ -40,12 +40,11 @@ from opendp_wgm._validation import (
     _check_positive,
 )
 from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
+from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements.two_stage import (
     Stage2Release,
-    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     ranked_frame,
-    two_stage_arguments,
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
@@ -153,8 +152,7 @@ def make_peeling_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact sampler (:func:`opendp_wgm.samplers.noisy_top_k`); all draw the same distribution.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------
@@ -277,8 +275,7 @@ def make_wgm_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact selection sampler.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
     passes
         Stage 1 processes the users in this many disjoint hash buckets, one lazy plan each (``passes`` of
         :func:`opendp_wgm.make_wgm`: the same release, peak memory about 1/``passes``; ``docs/engines.md``).
@@ -427,18 +424,10 @@ def wgm_top_k_of_calibration(
 ) -> dp.Measurement:
     """:func:`make_wgm_top_k_from_budget`'s measurement for its ``calibration``: the CLI, which prints the
     calibration, builds from it without calibrating again."""
-    if calibration.sips is not None:
-        return make_dp_sips_then_peeling(
-            input_domain,
-            input_metric,
-            **two_stage_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
-            peeling=functools.partial(_peeling_top_k_release, method=check_method(method)),
-            accounting=TOP_K,
-        )
-    return make_wgm_top_k(
-        input_domain,
-        input_metric,
-        **two_stage_arguments(calibration, noise=noise, method=method, item=item, passes=passes, engine=engine),
+    return two_stage_of_calibration(
+        input_domain, input_metric, calibration, make_wgm_then=make_wgm_top_k, accounting=TOP_K,
+        sips_peeling=lambda: functools.partial(_peeling_top_k_release, method=check_method(method)),
+        wgm_options={"method": method}, noise=noise, item=item, passes=passes, engine=engine,
     )
 
 

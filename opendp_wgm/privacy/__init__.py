@@ -7,7 +7,8 @@
 - :mod:`~opendp_wgm.privacy.peeling`: the maps of peeling and limited-domain top-k;
 - :mod:`~opendp_wgm.privacy.sips`: DP-SIPS's schedule and the composed map of its rounds;
 - :mod:`~opendp_wgm.privacy.partition`: partition selection's release probabilities and map;
-- :mod:`~opendp_wgm.privacy.calibrate`: every calibration, on one search.
+- :mod:`~opendp_wgm.privacy.calibrate`: every calibration, on one search (:mod:`~opendp_wgm.privacy.search`),
+  gathered from ``wgm_calibration``, ``sips_calibration``, ``two_stage_calibration`` and ``baseline_calibration``.
 
 Derivations: ``docs/privacy.md``, ``docs/top_k.md``, ``docs/hitting_set.md``.
 """

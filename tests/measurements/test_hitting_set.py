@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import opendp_wgm as wgm
-from opendp_wgm.measurements import hitting_set as hitting_set_module
+from opendp_wgm.measurements import _peeling_rounds as peeling_rounds_module
+from opendp_wgm.measurements._peeling_rounds import _Coverage
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.baselines import greedy_hitting_set, user_peeling_on_true_domain
 from opendp_wgm.measurements.hitting_set import (
-    _Coverage,
     calibrate_user_peeling,
     calibrate_wgm_hitting_set,
     make_user_peeling,
@@ -227,7 +227,7 @@ def test_two_rounds_follow_uncovered_counts(monkeypatch, path: str) -> None:
     if path != "numpy":
         pytest.importorskip("numba")
     for name, value in ROUNDS_PATHS[path].items():
-        monkeypatch.setattr(hitting_set_module, name, value)
+        monkeypatch.setattr(peeling_rounds_module, name, value)
     # a: users {0, 1, 2}; b: {0, 1}; c: {3}
     data = frame([["a", "b"], ["a", "b"], ["a"], ["c"]])
     holders = {"a": {0, 1, 2}, "b": {0, 1}, "c": {3}}
@@ -280,8 +280,8 @@ def test_compiled_rounds_pick_what_the_loop_picks_on_the_same_words(monkeypatch,
     for patches in ({}, {"peel_jit": lambda: None}):
         with monkeypatch.context() as patched:
             for name, value in patches.items():
-                patched.setattr(hitting_set_module, name, value)
-            patched.setattr(hitting_set_module, "csprng", lambda: np.random.Generator(AESCounter(key=seed)))
+                patched.setattr(peeling_rounds_module, name, value)
+            patched.setattr(peeling_rounds_module, "csprng", lambda: np.random.Generator(AESCounter(key=seed)))
             m = make_user_peeling(*space(), candidates=candidates, k=40, scale=3.0)
             releases.append(m(frame(users)))
     assert releases[0].height == 40

@@ -15,6 +15,7 @@ from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.kernel import histogram as kernel_histogram
 from opendp_wgm.kernel import plans as kernel_plans
+from opendp_wgm.measurements import _peeling_rounds as peeling_rounds
 from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
 from opendp_wgm.measurements.hitting_set import coverage, make_wgm_hitting_set, make_wgm_hitting_set_from_budget
@@ -119,8 +120,8 @@ def fixed_randomness(monkeypatch):
     monkeypatch.setattr(wgm_module, "release_above_threshold", release_in_item_order)
     monkeypatch.setattr(dp_sips, "release_above_threshold", release_in_item_order)
     monkeypatch.setattr(top_k, "noisy_top_k", best_k)
-    monkeypatch.setattr(hitting_set, "noisy_max", best)
-    monkeypatch.setattr(hitting_set, "peel_jit", lambda: None)  # the rounds' loop, which calls noisy_max
+    monkeypatch.setattr(peeling_rounds, "noisy_max", best)
+    monkeypatch.setattr(peeling_rounds, "peel_jit", lambda: None)  # the rounds' loop, which calls noisy_max
     return reset
 
 
@@ -401,7 +402,7 @@ def test_two_stage_releases_are_those_of_the_frozen_pairs(fixed_randomness, monk
 
     for pairs, csr in ((kernel.candidate_pairs, kernel.candidate_csr), (_frozen_candidate_pairs, frozen_csr)):
         monkeypatch.setattr(kernel, "candidate_pairs", pairs)
-        monkeypatch.setattr(hitting_set, "candidate_csr", csr)
+        monkeypatch.setattr(peeling_rounds, "candidate_csr", csr)
         fixed_randomness()
         releases.append(make(*wgm.user_items_space(), **options)(frame))
     assert releases[0].height == 5
@@ -413,7 +414,7 @@ def test_user_peeling_keys_one_generator_per_release(monkeypatch) -> None:
     from opendp_wgm.samplers import selection
 
     keyed: list[int] = []
-    for module in (selection, hitting_set):
+    for module in (selection, peeling_rounds):
         if hasattr(module, "csprng"):
             original = module.csprng
             monkeypatch.setattr(module, "csprng", lambda original=original: keyed.append(1) or original())

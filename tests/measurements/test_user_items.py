@@ -14,7 +14,7 @@ import opendp_wgm.engines.polars as engine
 from opendp_wgm._spaces import _Space
 from opendp_wgm.measurements import hitting_set
 from opendp_wgm.measurements._user_items import user_item_csr
-from opendp_wgm.measurements.baselines import policy
+from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
 
 SPACE = _Space("user", "item", None, lazyframe_domain=False)
 SEEDS = (11, 22, 33, 44)
@@ -52,7 +52,7 @@ def _layouts() -> dict[str, object]:
             "priority": {"max_contributions": None, "key_order": False, "priority_order": True},
         }
         for name, kw in options.items():
-            d = policy._csr(df, SPACE, **kw)
+            d = policy_csr._csr(df, SPACE, **kw)
             segments = [d.decode(d.codes[a:b]).to_list() for a, b in zip(d.offsets[:-1], d.offsets[1:], strict=False)]
             # the item order within a user is defined only for the key-ordered and the priority layouts
             segments = segments if name in ("key_order", "priority") else [sorted(s) for s in segments]
@@ -81,7 +81,7 @@ def _layouts() -> dict[str, object]:
 
 def test_policy_csr_and_coverage_layouts_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(policy, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     text = json.dumps(_layouts(), default=int)
     assert hashlib.sha256(text.encode()).hexdigest() == GOLDEN
 

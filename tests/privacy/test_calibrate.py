@@ -11,12 +11,13 @@ from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.calibrate import (
     calibrate_wgm,
     calibrate_wgm_top_k,
+    smallest_fitting,
     smallest_passing,
 )
 from opendp_wgm.privacy.gaussian import (
     wgm_privacy_loss,
 )
-from opendp_wgm.privacy.peeling import peeling_approx_epsilon, peeling_epsilon
+from opendp_wgm.privacy.peeling import USER_PEELING, peeling_approx_epsilon, peeling_epsilon, peeling_loss, peeling_rho
 
 # --- the issue's calibration oracles (ε = 1, δ = 1e-5: δ/2 to noise, δ/2 to threshold) -----------------
 
@@ -137,6 +138,24 @@ def test_smallest_passing_refuses_a_predicate_that_never_passes() -> None:
     )
     with pytest.raises(ValueError, match=match):
         smallest_passing(lambda x: False, lower=0.0, parameter="peel_scale", budget=budget)
+
+
+@pytest.mark.parametrize("kind", ["approx_zcdp", "approx_dp"])
+def test_smallest_fitting_searches_the_maps_own_parameter(kind: str) -> None:
+    """The smallest ``scale`` of a map (its other arguments fixed) whose loss at one user fits the bound: the map
+    passes there, not one ulp below; a pair's first part (ε or ρ) is what is bounded; its errors name ``name``."""
+    budget = Budget.of(rho=0.5, delta=1e-6)
+    delta = 1e-6 if kind == "approx_dp" else 0.0
+    fixed = {"k": 10, "kind": kind, "accounting": USER_PEELING, "delta": delta}
+    found = smallest_fitting(peeling_loss, 0.5, parameter="scale", budget=budget, **fixed)
+    first = lambda s: peeling_loss(1, scale=s, **fixed)[0]  # type: ignore[index]  # noqa: E731
+    assert first(found) <= 0.5 < first(math.nextafter(found, 0.0))
+    if kind == "approx_zcdp":  # k/(8 s²) <= ρ: s = sqrt(k / (8ρ)) up to rounding
+        assert found == pytest.approx(math.sqrt(10 / 4.0), rel=1e-12)
+        bare = smallest_fitting(peeling_rho, 0.5, parameter="scale", budget=budget, k=10)  # a scalar loss
+        assert peeling_rho(1, k=10, scale=bare) <= 0.5 < peeling_rho(1, k=10, scale=math.nextafter(bare, 0.0))
+    with pytest.raises(ValueError, match="no finite `peel_scale` satisfies"):
+        smallest_fitting(peeling_rho, -1.0, parameter="scale", name="peel_scale", budget=budget, k=10)
 
 
 def test_top_k_peel_scale_is_the_smallest_that_fits() -> None:

@@ -4,7 +4,7 @@ r"""Compiled (Numba) parts of Policy Gaussian; imported only if Numba is install
   arrays (Δ0-bounded users in their random order) from per-row hashes, in linear time on average (a counting sort
   of each user's keys, :func:`_smallest_sorted`), in threads over ranges of users; String items compared exactly
   by their Arrow views, what the views cannot vouch for checked against the values by the caller
-  (:func:`opendp_wgm.measurements.baselines.policy._bounded_arrays`, :func:`~.policy._hashed_csr`);
+  (:func:`opendp_wgm.measurements.baselines._policy_csr._bounded_arrays`, :func:`~._policy_csr._hashed_csr`);
 - :func:`first_appearance_codes`: dense integer codes of 64-bit values through a hash table (no sort).
 - :func:`l2_policy_run`: the per-user loop of the ℓ2 descent.
 
@@ -12,7 +12,7 @@ The rest of this docstring is about the loop.
 
 The loop over users is sequential by nature; in NumPy each user costs a dozen array calls (~20 µs), here a few
 hundred nanoseconds. The result must be **identical** to the NumPy step of
-:func:`opendp_wgm.measurements.baselines.policy._l2_candidates`, which computes :math:`z^2 = \sum_x d_x^2` with
+:func:`opendp_wgm.measurements.baselines._policy_weights._l2_candidates`, which computes :math:`z^2 = \sum_x d_x^2` with
 ``gap @ gap`` — a BLAS dot product whose summation order is the library's (and the CPU's) business. Every other
 operation (``sqrt``, ``/``, ``*``, ``floor``, integer arithmetic) is correctly rounded or exact, and monotone in
 :math:`z^2`. So, per user:

@@ -12,7 +12,7 @@ import polars as pl
 
 from opendp_wgm._spaces import _prepare_frame, _Space
 from opendp_wgm._validation import _check_int
-from opendp_wgm.measurements.hitting_set import coverage, peel
+from opendp_wgm.measurements._peeling_rounds import coverage, peel
 from opendp_wgm.measurements.two_stage import ranked_frame
 from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.calibrate import calibrate_peeling_for

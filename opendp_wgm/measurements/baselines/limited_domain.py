@@ -82,8 +82,7 @@ def make_limited_domain_top_k(
     method : {'auto', 'opendp', 'fast'}
         The exact selection sampler.
     item
-        Item column, when the input domain is OpenDP's and holds more than one other column; a list of
-        columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
+        The item column or columns, as for :func:`opendp_wgm.make_wgm`.
 
     Returns
     -------

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 import opendp_wgm as wgm
 from opendp_wgm._spaces import _Space
+from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
+from opendp_wgm.measurements.baselines import _policy_weights as policy_weights
 from opendp_wgm.measurements.baselines import policy as bl
 from opendp_wgm.privacy.threshold import lattice_weights
 
@@ -44,11 +46,11 @@ def step(rule, weights, cap) -> np.ndarray:
     return (h + rule(h, round(cap * U))) / U
 
 
-def csr(users: list[list[int]]) -> bl._UserItems:
+def csr(users: list[list[int]]) -> policy_csr._UserItems:
     """Users in the given order, item code = item (for the get_policy_hist oracles)."""
     codes = np.array([x for u in users for x in u], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum([len(u) for u in users]))).astype(np.int64)
-    return bl._UserItems(codes, offsets, int(codes.max()) + 1, lambda c: pl.Series("item", c))
+    return policy_csr._UserItems(codes, offsets, int(codes.max()) + 1, lambda c: pl.Series("item", c))
 
 
 
@@ -57,7 +59,7 @@ def _l2_increment(weights: np.ndarray, cap: int) -> np.ndarray:
     increment = np.zeros(weights.shape[0], dtype=np.int64)
     candidates = weights < cap
     if candidates.any():
-        increment[candidates] = bl._l2_candidates(weights[candidates], cap)
+        increment[candidates] = policy_weights._l2_candidates(weights[candidates], cap)
     return increment
 
 # ------------------------------------------------------------------------------------------------------
@@ -76,14 +78,14 @@ def test_l2_step_oracles() -> None:
 
 def test_l2_policy_histogram_oracle() -> None:
     """get_policy_hist(L2) on [[1,2],[1,3]] with Γ = 2."""
-    weights = bl._policy_weights(csr([[1, 2], [1, 3]]), 2 * U, "l2") / U
+    weights = policy_weights._policy_weights(csr([[1, 2], [1, 3]]), 2 * U, "l2") / U
     z = (2 - 1 / math.sqrt(2)) ** 2 + 4
     expected = {1: 1 / math.sqrt(2) + (2 - 1 / math.sqrt(2)) / math.sqrt(z), 2: 1 / math.sqrt(2), 3: 2 / math.sqrt(z)}
     assert {x: weights[x] for x in expected} == pytest.approx(expected, abs=TOL)
 
 
 def test_reference_l1_step_oracles() -> None:
-    rule = bl._reference_l1_increment
+    rule = policy_weights._reference_l1_increment
     assert step(rule, [0.75, 0.85, 0.5, 0.5], 0.75)[:2] == pytest.approx([0.75, 0.85], abs=TOL)
     assert step(rule, [0.5] * 4, 0.75) == pytest.approx([0.75] * 4, abs=TOL)
     assert step(rule, [0.75, 0.5, 0.5, 0.5], 1) == pytest.approx([1.0] * 4, abs=TOL)
@@ -93,7 +95,7 @@ def test_reference_l1_step_oracles() -> None:
 
 
 def test_reference_l1_policy_histogram_oracle() -> None:
-    weights = bl._policy_weights(csr([[1, 2], [1, 3]]), 2 * U, "reference_l1") / U
+    weights = policy_weights._policy_weights(csr([[1, 2], [1, 3]]), 2 * U, "reference_l1") / U
     expected = {1: 2 / math.sqrt(2), 2: 1 / math.sqrt(2), 3: 1 / math.sqrt(2)}
     assert {x: weights[x] for x in expected} == pytest.approx(expected, abs=TOL)
 
@@ -105,7 +107,7 @@ def greedy_step(weights: list[float], items: list[int], cap: float) -> np.ndarra
     h = lat(weights)
     idx = np.array([x - 1 for x in order])
     out = h.copy()
-    out[idx] += bl._greedy_increment(h[idx], round(cap * U))
+    out[idx] += policy_weights._greedy_increment(h[idx], round(cap * U))
     return out / U
 
 
@@ -120,7 +122,7 @@ def test_greedy_step_oracles() -> None:
 
 def test_greedy_policy_histogram_oracle_leaves_zero_weights() -> None:
     """get_policy_hist(greedy, Γ = 2, [[1,2],[1,3],[1,2]]) → 1: 2, 2: 1, 3: 0 (and 3 is never stored as a key)."""
-    weights = bl._policy_weights(csr([[1, 2], [1, 3], [1, 2]]), 2 * U, "greedy")
+    weights = policy_weights._policy_weights(csr([[1, 2], [1, 3], [1, 2]]), 2 * U, "greedy")
     assert weights[1:4].tolist() == [2 * U, U, 0]
 
 
@@ -138,7 +140,7 @@ def test_policy_steps_stay_in_the_unit_ball_and_treat_fresh_items_alike(weights,
     """Increments are >= 0, only on candidates, ℓ2 <= 1 exactly; the t fresh items get equal weight <= w(t)."""
     h = np.concatenate((lat(weights), np.zeros(fresh, dtype=np.int64)))
     cap_lat = round(cap * U)
-    increment = (_l2_increment if rule == "l2" else bl._reference_l1_increment)(h, cap_lat)
+    increment = (_l2_increment if rule == "l2" else policy_weights._reference_l1_increment)(h, cap_lat)
     assert (increment >= 0).all()
     assert (increment[h >= cap_lat] == 0).all()
     assert int(increment @ increment) <= U * U
@@ -153,15 +155,15 @@ def test_policy_steps_stay_in_the_unit_ball_and_treat_fresh_items_alike(weights,
 def test_greedy_step_spends_at_most_one_and_reaches_one_fresh_item(weights, cap) -> None:
     h = lat(weights)
     h[::3] = 0  # some fresh items
-    increment = bl._greedy_increment(h, round(cap * U))
+    increment = policy_weights._greedy_increment(h, round(cap * U))
     assert (increment >= 0).all() and int(increment.sum()) <= U
     assert np.count_nonzero(increment[h == 0]) <= 1  # the cap >= 1 stops the walk at the first fresh item
 
 
 def test_reference_l1_rule_is_not_contractive() -> None:
     """docs/baselines.md §2.4: Γ = 1, H = (0.30, 0.90) → (1, 1) but H' = (0.25, 0.90) → (0.957, 1.607)."""
-    a = step(bl._reference_l1_increment, [0.30, 0.90], 1.0)
-    b = step(bl._reference_l1_increment, [0.25, 0.90], 1.0)
+    a = step(policy_weights._reference_l1_increment, [0.30, 0.90], 1.0)
+    b = step(policy_weights._reference_l1_increment, [0.25, 0.90], 1.0)
     assert a == pytest.approx([1.0, 1.0], abs=TOL)
     assert b == pytest.approx([0.25 + 1 / math.sqrt(2), 0.90 + 1 / math.sqrt(2)], abs=TOL)
     assert np.linalg.norm(a - b) > 12 * 0.05  # the inputs differ by 0.05 in ℓ2
@@ -295,7 +297,7 @@ def test_csr_orders_users_randomly_and_keeps_them_contiguous() -> None:
     data = frame([[u * 10 + j for j in range(u % 4 + 1)] for u in range(200)])
     orders = set()
     for _ in range(3):
-        got = bl._csr(data, SPACE, max_contributions=2, key_order=True, priority_order=False)
+        got = policy_csr._csr(data, SPACE, max_contributions=2, key_order=True, priority_order=False)
         sizes = np.diff(got.offsets)
         assert sizes.size == 200 and sizes.max() <= 2
         items = got.decode(got.codes).to_numpy()
@@ -308,9 +310,9 @@ def test_csr_orders_users_randomly_and_keeps_them_contiguous() -> None:
 
 def test_csr_key_order_of_strings_and_greedy_priority() -> None:
     data = pl.DataFrame({"user": [0] * 7, "item": ["pear", "fig", "apple", "fig", "kiwi", "kiwi", "fig"]})
-    keyed = bl._csr(data, SPACE, max_contributions=10, key_order=True, priority_order=False)
+    keyed = policy_csr._csr(data, SPACE, max_contributions=10, key_order=True, priority_order=False)
     assert keyed.decode(keyed.codes).to_list() == ["apple", "fig", "kiwi", "pear"]
-    greedy = bl._csr(data, SPACE, max_contributions=None, key_order=False, priority_order=True)
+    greedy = policy_csr._csr(data, SPACE, max_contributions=None, key_order=False, priority_order=True)
     assert greedy.decode(greedy.codes).to_list() == ["fig", "kiwi", "pear", "apple"]
 
 

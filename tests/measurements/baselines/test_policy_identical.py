@@ -21,6 +21,8 @@ import opendp_wgm as wgm
 import opendp_wgm.engines.polars as engine
 from opendp_wgm._spaces import _prepare_frame, _Space, _value_key
 from opendp_wgm.measurements._user_items import user_item_csr
+from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
+from opendp_wgm.measurements.baselines import _policy_weights as policy_weights
 from opendp_wgm.measurements.baselines import policy as bl
 
 U = 2**20
@@ -78,7 +80,7 @@ def _frozen_histogram(frame: pl.DataFrame, max_contributions: int, cap: int) -> 
     return table.join(dictionary, on="_x").select(pl.col("_value").alias("item"), "weight_lat").sort("item")
 
 
-def _frozen_bounded_csr(frame: pl.DataFrame, max_contributions: int) -> bl._UserItems:
+def _frozen_bounded_csr(frame: pl.DataFrame, max_contributions: int) -> policy_csr._UserItems:
     """The list-level ``_bounded_csr`` before the hashed (Numba) preparation: lists sorted by the user's hash."""
     lf = _prepare_frame(frame, SPACE)
     lists = engine.bounded_lists_plan(lf, SPACE, max_contributions, SEEDS)
@@ -86,13 +88,13 @@ def _frozen_bounded_csr(frame: pl.DataFrame, max_contributions: int) -> bl._User
     column = lists.sort(order, "user").select("item").collect()["item"]
     offsets = np.concatenate(([0], np.cumsum(column.list.len().to_numpy()))).astype(np.int64)
     values = column.explode()
-    codes = bl._dense_codes(values) if values.dtype.is_integer() and values.len() else None
+    codes = policy_csr._dense_codes(values) if values.dtype.is_integer() and values.len() else None
     if codes is None:
-        codes = values.to_frame().select(bl._item_codes("item", values.dtype)[0])["item"].to_numpy()
+        codes = values.to_frame().select(policy_csr._item_codes("item", values.dtype)[0])["item"].to_numpy()
     codes = codes.astype(np.int64, copy=False)
     row_of = np.zeros(int(codes.max()) + 1 if codes.size else 1, dtype=np.int64)
     row_of[codes] = np.arange(codes.size)
-    return bl._coded(codes, offsets, values, row_of)
+    return policy_csr._coded(codes, offsets, values, row_of)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -117,10 +119,10 @@ def _hard_users(n_codes: int) -> tuple[np.ndarray, np.ndarray]:
 def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "numba":
         pytest.importorskip("numba")
-        assert bl._l2_kernel() is not None
-        monkeypatch.setattr(bl, "_JIT_MIN_USERS", 0)  # the compiled loop even for these few users
+        assert policy_weights._l2_kernel() is not None
+        monkeypatch.setattr(policy_weights, "_JIT_MIN_USERS", 0)  # the compiled loop even for these few users
     else:
-        monkeypatch.setattr(bl, "_l2_kernel", lambda: None)
+        monkeypatch.setattr(policy_weights, "_l2_kernel", lambda: None)
     return str(request.param)
 
 
@@ -132,8 +134,8 @@ def test_l2_weights_identical_to_the_frozen_loop(kernel: str, cap_real: float, n
     hard_codes, hard_offsets = _hard_users(n_codes)
     codes = np.concatenate((hard_codes, codes))
     offsets = np.concatenate((hard_offsets, offsets[1:] + hard_offsets[-1]))
-    data = bl._UserItems(codes, offsets, n_codes, lambda c: pl.Series("item", c))
-    got = bl._policy_weights(data, cap, "l2")
+    data = policy_csr._UserItems(codes, offsets, n_codes, lambda c: pl.Series("item", c))
+    got = policy_weights._policy_weights(data, cap, "l2")
     expected = _frozen_l2_weights(codes, offsets, n_codes, cap)
     assert np.array_equal(got, expected)
     if n_codes == 40 and cap_real < 100:
@@ -142,7 +144,7 @@ def test_l2_weights_identical_to_the_frozen_loop(kernel: str, cap_real: float, n
 
 def test_compiled_loop_hands_undecidable_users_to_numpy() -> None:
     pytest.importorskip("numba")
-    kernel = bl._l2_kernel()
+    kernel = policy_weights._l2_kernel()
     assert kernel is not None
     codes, offsets = _hard_users(100)
     weights = np.zeros(100, dtype=np.int64)
@@ -173,7 +175,7 @@ def _histograms(frame: pl.DataFrame, monkeypatch: pytest.MonkeyPatch) -> tuple[p
     """The histogram that reaches the noise in a release of ``frame`` (Δ0 = 20, seeds :data:`SEEDS`), sorted by
     item, and the frozen code's."""
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     seen: list[pl.DataFrame] = []
 
     def capture(histogram: pl.DataFrame, item: str, **_: object) -> pl.DataFrame:
@@ -184,7 +186,7 @@ def _histograms(frame: pl.DataFrame, monkeypatch: pytest.MonkeyPatch) -> tuple[p
     scale, threshold = 3.884141, 20.78976
     m = bl.make_policy_gaussian(*wgm.user_items_space(), max_contributions=20, scale=scale, threshold=threshold)
     m(frame)
-    return seen[0].sort("item"), _frozen_histogram(frame, 20, bl._cap_on_lattice(threshold + 3 * scale))
+    return seen[0].sort("item"), _frozen_histogram(frame, 20, policy_weights._cap_on_lattice(threshold + 3 * scale))
 
 
 @pytest.mark.parametrize("items_as", ["int", "wide int", "str"])
@@ -223,7 +225,7 @@ def _users_frame(shape: str) -> pl.DataFrame:
     return df
 
 
-def _segments(data: bl._UserItems) -> list[list[object]]:
+def _segments(data: policy_csr._UserItems) -> list[list[object]]:
     return [data.decode(data.codes[a:b]).to_list() for a, b in itertools.pairwise(data.offsets.tolist())]
 
 
@@ -232,14 +234,14 @@ def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """The preparation paths: the compiled one (most users above Δ0), Polars lists coded by the compiled hash
     table, and everything without Numba. The first two run on these small frames only with the threshold at 0."""
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     if request.param == "no numba":
-        monkeypatch.setattr(bl, "_jit", lambda: None)
-        monkeypatch.setattr(bl, "_numba_installed", lambda: False)
+        monkeypatch.setattr(policy_csr, "_jit", lambda: None)
+        monkeypatch.setattr(policy_csr, "_numba_installed", lambda: False)
         return str(request.param)
     pytest.importorskip("numba")
-    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
-    monkeypatch.setattr(bl, "mostly_above", lambda *_: request.param == "hashed")
+    monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(policy_csr, "mostly_above", lambda *_: request.param == "hashed")
     return str(request.param)
 
 
@@ -250,9 +252,9 @@ def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
     frame = _users_frame(shape)
     built: list[bool] = []  # whether the compiled preparation ran, and vouched for its arrays
-    hashed = bl._hashed_csr
-    monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
-    got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+    hashed = policy_csr._hashed_csr
+    monkeypatch.setattr(policy_csr, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
+    got = policy_csr._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
     expected = _frozen_bounded_csr(frame, 20)
     assert built == ([True] if preparation == "hashed" else [])
     assert np.array_equal(got.offsets, expected.offsets)  # same users, same order, same list lengths
@@ -263,9 +265,9 @@ def test_preparation_identical_to_the_frozen_lists(preparation: str, shape: str,
         keyed = engine.bounded_lists_plan(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, plan="keyed").collect()
         order = _value_key("user", keyed.schema["user"]).hash(*SEEDS)
         assert got_segments == keyed.sort(order)["item"].to_list()
-    cap = bl._cap_on_lattice(32.44)
-    weights = bl._positive_histogram(got, bl._policy_weights(got, cap, "l2"), "item")
-    assert weights.equals(bl._positive_histogram(expected, bl._policy_weights(expected, cap, "l2"), "item"))
+    cap = policy_weights._cap_on_lattice(32.44)
+    weights = policy_weights._positive_histogram(got, policy_weights._policy_weights(got, cap, "l2"), "item")
+    assert weights.equals(policy_weights._positive_histogram(expected, policy_weights._policy_weights(expected, cap, "l2"), "item"))
 
 
 @pytest.mark.slow
@@ -281,19 +283,19 @@ def test_hashed_preparation_identical_in_threads(threads: int, shape: str, monke
     sharing a length and 4-byte prefix compared whole)."""
     pytest.importorskip("numba")
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
-    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
-    monkeypatch.setattr(bl, "kernel_threads", lambda *_: threads)
+    monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(policy_csr, "mostly_above", lambda *_: True)
+    monkeypatch.setattr(policy_csr, "kernel_threads", lambda *_: threads)
     frame = _users_frame(shape)
     if shape.endswith("chunked str"):
         assert frame["item"].n_chunks() == 3
         if shape == "chunked str":  # a user's run across each boundary: its views joined from two chunks
             assert frame["user"][300] == frame["user"][301] and frame["user"][1299] == frame["user"][1300]
     built: list[bool] = []
-    hashed = bl._hashed_csr
-    monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
-    got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+    hashed = policy_csr._hashed_csr
+    monkeypatch.setattr(policy_csr, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
+    got = policy_csr._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
     assert built == [True]
     keyed = engine.bounded_lists_plan(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, plan="keyed").collect()
     lists = keyed.sort(_value_key("user", keyed.schema["user"]).hash(*SEEDS))["item"]
@@ -316,7 +318,7 @@ def _first_row(values: pl.Series) -> np.ndarray:
 
 def test_preparation_of_an_empty_frame(preparation: str) -> None:
     for frame in (_users_frame("int").head(0), _users_frame("str").head(0)):
-        got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+        got = policy_csr._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
         assert got.offsets.tolist() == [0] and got.codes.size == 0 and got.n_codes == 0
 
 
@@ -329,15 +331,15 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(shape: str, monk
     dtypes by comparing every kept row."""
     pytest.importorskip("numba")
     monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "fresh_seeds", lambda: SEEDS)
-    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
-    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
-    kernel = bl._bounded_kernel()
+    monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
+    monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(policy_csr, "mostly_above", lambda *_: True)
+    kernel = policy_csr._bounded_kernel()
     assert kernel is not None
     frame = _users_frame(shape)
     expected = _frozen_bounded_csr(frame, 20)
     order = _value_key("user", frame.schema["user"]).hash(*SEEDS)
-    assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, order) is not None
+    assert policy_csr._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, order) is not None
     for corrupt in ("user", "item"):
 
         def wrong(run_start, run_hash, key, words, *rest, corrupt: str = corrupt):  # type: ignore[no-untyped-def]
@@ -346,22 +348,22 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(shape: str, monk
             data = kernel(run_start, run_hash, key, words, *rest)
             return replace(data, same_user=np.zeros_like(data.same_user))  # every run taken as the first user
 
-        monkeypatch.setattr(bl, "_bounded_kernel", lambda wrong=wrong: wrong)
-        assert bl._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, order) is None
-        got = bl._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
+        monkeypatch.setattr(policy_csr, "_bounded_kernel", lambda wrong=wrong: wrong)
+        assert policy_csr._hashed_csr(_prepare_frame(frame, SPACE), SPACE, 20, SEEDS, order) is None
+        got = policy_csr._csr(frame, SPACE, max_contributions=20, key_order=False, priority_order=False)
         assert np.array_equal(got.offsets, expected.offsets)
         assert [sorted(s) for s in _segments(got)] == [sorted(s) for s in _segments(expected)]
 
 
 def test_hash_coding_falls_back_on_a_collision(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("numba")
-    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
     values = pl.Series("item", ["b", "a", "b", "c", "a"])
-    codes, row_of = bl._value_codes(values, "item")
+    codes, row_of = policy_csr._value_codes(values, "item")
     assert values.gather(row_of[codes]).equals(values) and codes.max() == 2
     # a hash under which "a" and "c" collide: the check against the values sends it to Polars' coding
     monkeypatch.setattr(pl.Series, "hash", lambda self, *_: (self == "b").cast(pl.UInt64))
-    codes, row_of = bl._value_codes(values, "item")
+    codes, row_of = policy_csr._value_codes(values, "item")
     assert values.gather(row_of[codes]).equals(values) and codes.max() == 2
 
 
@@ -369,8 +371,8 @@ def test_histogram_rows_in_item_order_not_code_order() -> None:
     """The noise is drawn row by row: the rows that reach it are in item order, so which item gets which draw
     does not depend on the codes (a relabelling: first appearance, a string dictionary, a hash table)."""
     values = pl.Series("item", ["w", "b", "k", "a"])
-    data = bl._UserItems(np.array([0, 1, 2, 3]), np.array([0, 2, 4]), 4, values.gather)
-    histogram = bl._positive_histogram(data, np.array([5, 0, 7, 9]), "item")
+    data = policy_csr._UserItems(np.array([0, 1, 2, 3]), np.array([0, 2, 4]), 4, values.gather)
+    histogram = policy_weights._positive_histogram(data, np.array([5, 0, 7, 9]), "item")
     assert histogram["item"].to_list() == ["a", "k", "w"]
     assert histogram["weight_lat"].to_list() == [9, 7, 5]
 
@@ -407,11 +409,11 @@ def test_compiled_preparation_releases_what_the_straightforward_code_releases(
     """For fixed seeds, the histogram that reaches the noise (hence the release, for the same noise) is the
     row-level code's, when the compiled preparation builds the arrays."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(bl, "_JIT_MIN_ROWS", 0)
-    monkeypatch.setattr(bl, "mostly_above", lambda *_: True)
+    monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(policy_csr, "mostly_above", lambda *_: True)
     built: list[bool] = []
-    hashed = bl._hashed_csr
-    monkeypatch.setattr(bl, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
+    hashed = policy_csr._hashed_csr
+    monkeypatch.setattr(policy_csr, "_hashed_csr", lambda *a: built.append(hashed(*a) is not None) or hashed(*a))
     frame = _shape_frame(shape)
     got, expected = _histograms(frame, monkeypatch)
     assert built == [True]
