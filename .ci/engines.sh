@@ -49,7 +49,8 @@ if grep -q "^SKIPPED" /tmp/engines-pytest.log; then
     echo "engines.sh: engine tests were skipped in the engines venv" >&2
     exit 1
 fi
-"$ENGINES_VENV/bin/python" -m pytest tests/test_docs.py -k "04_engines" -p no:cacheprovider -q
+# the tutorial and the docs' Spark and Tumult blocks (marked `needs spark` / `needs tumult`: skipped in the main suite)
+"$ENGINES_VENV/bin/python" -m pytest tests/test_docs.py -k "04_engines or engines.md" -p no:cacheprovider -q
 t2=$(seconds)
 echo "engines venv: tests in $((t2 - t1)) s"
 
