@@ -297,8 +297,7 @@ def make_candidate_counts(
     Parameters
     ----------
     input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or OpenDP's ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        As for :func:`make_bound_user_items`.
     candidates
         The public candidate items (distinct, no nulls), e.g. the items released by a WGM. They are cast to
         the item column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else when the

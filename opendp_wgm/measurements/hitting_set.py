@@ -21,7 +21,7 @@ plus ``k`` exact noisy-max draws.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -44,11 +44,14 @@ from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
 from opendp_wgm.measurements.two_stage import (
-    Stage2Release,
+    StageParts,
     make_wgm_then_peeling,
+    measurement_of,
+    peeling_parts,
+    release_of,
 )
 from opendp_wgm.measurements.wgm import Engine
-from opendp_wgm.privacy.budget import Budget, check_peeling_measure, measure_of
+from opendp_wgm.privacy.budget import Budget, check_peeling_measure
 from opendp_wgm.privacy.calibrate import (
     HittingSetCalibration,
     Stage1Mechanism,
@@ -56,7 +59,7 @@ from opendp_wgm.privacy.calibrate import (
     calibrate_user_peeling,
     calibrate_wgm_hitting_set,
 )
-from opendp_wgm.privacy.peeling import USER_PEELING, peeling_loss
+from opendp_wgm.privacy.peeling import USER_PEELING
 from opendp_wgm.samplers import NoiseMethod
 
 __all__ = [
@@ -167,26 +170,18 @@ def make_user_peeling(
     >>> m.map(1)  # 2 rounds: 2 / (8 * 4^2)
     (0.015625, 0.0)
     """
-    release, privacy_map = _user_peeling(
+    parts = _user_peeling(
         input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
         delta=delta, item=item,
     )
-    return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
-
-
-def _user_peeling_release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
-    """:func:`make_user_peeling`'s checks and release function, without its measurement: WGM-then-user-peeling's
-    stage 2 at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges
-    the peeling's ``k`` rounds itself)."""
-    release, _ = _user_peeling(input_domain, input_metric, **options)
-    return release
+    return measurement_of(input_domain, input_metric, parts)
 
 
 def _user_peeling(
     input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: Sequence[Any] | pl.Series | np.ndarray, k: int,
     scale: float, output_measure: dp.Measure | None = None, delta: float | None = None,
     item: str | Sequence[str] | None = None,
-) -> tuple[Stage2Release, Callable[[int], Any]]:
+) -> StageParts:
     """:func:`make_user_peeling`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()
     series = _check_candidates(candidates)
@@ -200,10 +195,11 @@ def _user_peeling(
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         return _released(peel(prepared_input(frame, space), space, series, k, scale), space)
 
-    def privacy_map(d_in: int) -> Any:
-        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=USER_PEELING, delta=delta)
+    return peeling_parts(function, kind=kind, rounds=rounds, scale=scale, accounting=USER_PEELING, delta=delta)
 
-    return Stage2Release(measure_of(kind), function), privacy_map
+
+#: :func:`make_user_peeling` without its measurement: WGM-then-user-peeling's stage 2 at every release.
+_user_peeling_release = release_of(_user_peeling)
 
 
 def make_user_peeling_from_budget(

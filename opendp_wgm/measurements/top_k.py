@@ -18,7 +18,7 @@ Every release is a ``pl.DataFrame`` with the item column (the input's name and d
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -42,17 +42,17 @@ from opendp_wgm._validation import (
 from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements.two_stage import (
-    Stage2Release,
+    StageParts,
     make_wgm_then_peeling,
+    measurement_of,
+    peeling_parts,
     ranked_frame,
+    release_of,
 )
 from opendp_wgm.measurements.wgm import Engine
-from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure, measure_of
+from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure
 from opendp_wgm.privacy.calibrate import Stage1Mechanism, WGMTopKCalibration, calibrate_wgm_top_k
-from opendp_wgm.privacy.peeling import (
-    TOP_K,
-    peeling_loss,
-)
+from opendp_wgm.privacy.peeling import TOP_K
 from opendp_wgm.samplers import SELECTION_METHODS, NoiseMethod, SelectionMethod, noisy_top_k
 
 __all__ = [
@@ -182,26 +182,18 @@ def make_peeling_top_k(
     >>> m.map(1)
     (0.06250000000000006, 0.0)
     """
-    release, privacy_map = _peeling_top_k(
+    parts = _peeling_top_k(
         input_domain, input_metric, candidates=candidates, k=k, scale=scale, output_measure=output_measure,
         delta=delta, method=method, item=item,
     )
-    return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
-
-
-def _peeling_top_k_release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
-    """:func:`make_peeling_top_k`'s checks and release function, without its measurement: WGM-then-top-k's stage 2
-    at every release (:class:`~opendp_wgm.measurements.two_stage.Stage2Release`; the two-stage map charges the
-    peeling's ``k`` rounds itself)."""
-    release, _ = _peeling_top_k(input_domain, input_metric, **options)
-    return release
+    return measurement_of(input_domain, input_metric, parts)
 
 
 def _peeling_top_k(
     input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: Sequence[Any] | pl.Series | np.ndarray, k: int,
     scale: float, output_measure: dp.Measure | None = None, delta: float | None = None,
     method: SelectionMethod = "auto", item: str | Sequence[str] | None = None,
-) -> tuple[Stage2Release, Callable[[int], Any]]:
+) -> StageParts:
     """:func:`make_peeling_top_k`'s parts, checked: the output measure and release function, and the map."""
     _assert_features()
     k = _check_int("k", k, minimum=1)
@@ -218,10 +210,11 @@ def _peeling_top_k(
         released = _peel_candidates(prepared_input(frame, space), space, series, k, scale, sampler, method)
         return _released(released, space)
 
-    def privacy_map(d_in: int) -> Any:
-        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=TOP_K, delta=delta_value)
+    return peeling_parts(function, kind=kind, rounds=rounds, scale=scale, accounting=TOP_K, delta=delta_value)
 
-    return Stage2Release(measure_of(kind), function), privacy_map
+
+#: :func:`make_peeling_top_k` without its measurement: WGM-then-top-k's stage 2 at every release.
+_peeling_top_k_release = release_of(_peeling_top_k)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -62,6 +62,41 @@ class Stage2Release:
         return self.function(data)
 
 
+#: A known-domain peeling's checked parts: its :class:`Stage2Release` and its privacy map (``_peeling_top_k``,
+#: ``_user_peeling``).
+StageParts = tuple[Stage2Release, Callable[[int], Any]]
+
+
+def peeling_parts(
+    function: Callable[[Any], pl.DataFrame], *, kind: MeasureKind, rounds: int, scale: float, accounting: Accounting,
+    delta: float,
+) -> StageParts:
+    """A peeling's parts: its release ``function`` at the measure of ``kind``, and its map, ``rounds`` rounds at
+    ``scale`` (the number of rounds the candidate list allows: public, as the list is)."""
+
+    def privacy_map(d_in: int) -> Any:
+        return peeling_loss(d_in, k=rounds, scale=scale, kind=kind, accounting=accounting, delta=delta)
+
+    return Stage2Release(measure_of(kind), function), privacy_map
+
+
+def measurement_of(input_domain: dp.Domain, input_metric: dp.Metric, parts: StageParts) -> dp.Measurement:
+    """A peeling's ``parts`` as its own measurement (:func:`opendp_wgm.make_peeling_top_k`,
+    :func:`opendp_wgm.make_user_peeling`)."""
+    release, privacy_map = parts
+    return dp.m.make_user_measurement(input_domain, input_metric, release.output_measure, release.function, privacy_map)
+
+
+def release_of(parts: Callable[..., StageParts]) -> Callable[..., Stage2Release]:
+    """A peeling's checks and release function, without its measurement (``parts`` without the map): the stage 2 of
+    a two-stage release at every release (the two-stage map charges the peeling's ``k`` rounds itself)."""
+
+    def release(input_domain: dp.Domain, input_metric: dp.Metric, **options: Any) -> Stage2Release:
+        return parts(input_domain, input_metric, **options)[0]
+
+    return release
+
+
 #: Stage 2: ``(input_domain, input_metric, candidates) -> Measurement``, a known-domain measurement on the
 #: candidates stage 1 released (or its :class:`Stage2Release`).
 Stage2 = Callable[[dp.Domain, dp.Metric, pl.Series], dp.Measurement | Stage2Release]

@@ -91,6 +91,20 @@ def wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]
     }
 
 
+def of_wgm_budget(
+    make: Callable[..., dp.Measurement], input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int,
+    delta: float, epsilon: float | None, rho: float | None, noise_delta_fraction: float, **options: Any,
+) -> dp.Measurement:
+    """``make`` (:func:`make_wgm`, or a constructor on the WGM's σ and T: :func:`opendp_wgm.make_policy_gaussian`)
+    with :func:`opendp_wgm.calibrate_wgm`'s parameters for the budget and ``options``: the one calibration of
+    :func:`make_wgm_from_budget` and :func:`opendp_wgm.make_policy_gaussian_from_budget`."""
+    calibration = calibrate_wgm(
+        max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho,
+        noise_delta_fraction=noise_delta_fraction,
+    )
+    return make(input_domain, input_metric, **wgm_arguments(calibration, **options))
+
+
 def _check_scale(scale: float, name: str = "scale") -> float:
     scale = _check_positive(name, scale)
     if scale > MAX_SCALE:  # the sampler's range in lattice units is (0, 2^40]
@@ -356,17 +370,9 @@ def make_wgm_from_budget(
     True
     """
     _assert_features()
-    calibration = calibrate_wgm(
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        noise_delta_fraction=noise_delta_fraction,
-    )
-    return make_wgm(
-        input_domain,
-        input_metric,
-        **wgm_arguments(calibration, noise=noise, item=item, passes=passes, engine=engine),
+    return of_wgm_budget(
+        make_wgm, input_domain, input_metric, max_contributions=max_contributions, delta=delta, epsilon=epsilon,
+        rho=rho, noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes, engine=engine,
     )
 
 

@@ -6,9 +6,15 @@ from typing import Any
 
 import polars as pl
 
-from opendp_wgm.metrics.truth import _COUNT, Data, Items, _mark_released, _released_series, _summarise
+from opendp_wgm.metrics.truth import _COUNT, Data, Items, Truth, _mark_released, _released_series, _summarise
 
 __all__ = ["captured_mass", "cardinality", "linf_missing_mass", "missing_mass"]
+
+
+def _marked(data: Data, released: Any, user: str, item: Items) -> tuple[Truth, pl.DataFrame]:
+    """The data's summary (its :class:`Truth`) and its items marked ``in_s`` when released, with their counts."""
+    summary = _summarise(data, user, item)
+    return summary, _mark_released(summary, _released_series(released, item), summary.column)
 
 
 def captured_mass(data: Data, released: Any, *, user: str = "user", item: Items = "item") -> float:
@@ -31,7 +37,7 @@ def captured_mass(data: Data, released: Any, *, user: str = "user", item: Items 
     Raises
     ------
     ValueError
-        On a missing column, nulls in ``user``/``item``, or empty data.
+        As for :func:`missing_mass`.
 
     See Also
     --------
@@ -44,8 +50,7 @@ def captured_mass(data: Data, released: Any, *, user: str = "user", item: Items 
     >>> captured_mass(df, ["a"])
     0.6
     """
-    summary = _summarise(data, user, item)
-    marked = _mark_released(summary, _released_series(released, item), summary.column)
+    summary, marked = _marked(data, released, user, item)
     captured = marked.filter("in_s").get_column(_COUNT).sum()
     return captured / summary.total_mass
 
@@ -91,8 +96,7 @@ def missing_mass(data: Data, released: Any, *, user: str = "user", item: Items =
     >>> missing_mass(df, ["a", "zzz"])
     0.4
     """
-    summary = _summarise(data, user, item)
-    marked = _mark_released(summary, _released_series(released, item), summary.column)
+    summary, marked = _marked(data, released, user, item)
     missed = marked.filter(~pl.col("in_s")).get_column(_COUNT).sum()
     return missed / summary.total_mass
 
@@ -125,7 +129,7 @@ def linf_missing_mass(
     Raises
     ------
     ValueError
-        On a missing column, nulls in ``user``/``item``, or empty data.
+        As for :func:`missing_mass`.
 
     Examples
     --------
@@ -136,8 +140,7 @@ def linf_missing_mass(
     >>> linf_missing_mass(df, ["a"], normalize=True)
     0.3333333333333333
     """
-    summary = _summarise(data, user, item)
-    marked = _mark_released(summary, _released_series(released, item), summary.column)
+    summary, marked = _marked(data, released, user, item)
     worst = float(marked.filter(~pl.col("in_s")).select(pl.col(_COUNT).max().fill_null(0)).item())
     return worst / summary.n_users if normalize else worst
 

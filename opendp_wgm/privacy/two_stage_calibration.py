@@ -69,6 +69,22 @@ def _stage_1(
         raise _restated(error, budget, split, context) from None
 
 
+def _checked_stage_1(
+    k: int, max_contributions: int, epsilon: float | None, rho: float | None, delta: float, split: float,
+    noise_delta_fraction: float, stage_1: Stage1Mechanism, rounds: int | None, ratio: float | None,
+) -> tuple[int, Budget, float, WGMCalibration | DPSIPSCalibration]:
+    """What both two-stage calibrations check first, in this order (``k``, Δ0, the budget, ``split``, ``stage_1``
+    and its schedule), and stage 1 calibrated at ``split`` of the budget: ``(k, budget, split, stage 1's
+    calibration)``; the calibration's ``max_contributions`` is the checked Δ0."""
+    k = _check_int("k", k, minimum=1)
+    max_contributions = check_max_contributions(max_contributions)
+    total = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    split = _check_probability("split", split)
+    stage_1 = check_stage_1(stage_1, rounds, ratio)
+    first = _stage_1(total, split, max_contributions, noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio)
+    return k, total, split, first
+
+
 def _split_stage_1(
     calibration: WGMCalibration | DPSIPSCalibration,
 ) -> tuple[WGMCalibration | None, DPSIPSCalibration | None]:
@@ -190,12 +206,10 @@ def calibrate_wgm_top_k(
         ``stage_1="dp-sips"`` only: a geometric schedule for DP-SIPS (both None: the adaptive schedule, as in
         :func:`opendp_wgm.make_dp_sips_from_budget`).
     """
-    k = _check_int("k", k, minimum=1)
-    max_contributions = check_max_contributions(max_contributions)
-    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
-    split = _check_probability("split", split)
-    stage_1 = check_stage_1(stage_1, rounds, ratio)
-    first = _stage_1(budget, split, max_contributions, stage_1=stage_1, rounds=rounds, ratio=ratio)
+    k, budget, split, first = _checked_stage_1(
+        k, max_contributions, epsilon, rho, delta, split, 0.5, stage_1, rounds, ratio
+    )
+    max_contributions = first.max_contributions
     wgm, sips = _split_stage_1(first)
     _, rest = budget.split(split)
     if budget.epsilon is not None:
@@ -345,13 +359,8 @@ def calibrate_wgm_hitting_set(
     >>> round(cal.wgm.scale, 3), round(cal.peel_round_epsilon, 5)  # σ at (ε/2, δ/2); em_epsilon_cdp(ε/2, δ/2, k)
     (7.661, 0.02004)
     """
-    k = _check_int("k", k, minimum=1)
-    max_contributions = check_max_contributions(max_contributions)
-    split = _check_probability("split", split)
-    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
-    stage_1 = check_stage_1(stage_1, rounds, ratio)
-    first = _stage_1(
-        budget, split, max_contributions, noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio
+    k, budget, split, first = _checked_stage_1(
+        k, max_contributions, epsilon, rho, delta, split, noise_delta_fraction, stage_1, rounds, ratio
     )
     wgm, sips = _split_stage_1(first)
     wgm_loss = _stage_1_loss(first)

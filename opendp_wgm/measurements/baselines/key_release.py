@@ -112,8 +112,7 @@ def make_opendp_key_release(
     Parameters
     ----------
     input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        As for :func:`opendp_wgm.make_wgm`.
     max_contributions
         Δ0 ≥ 1, items kept per user.
     delta

@@ -41,9 +41,9 @@ from opendp_wgm.measurements.baselines._policy_weights import (
     _policy_weights,
     _positive_histogram,
 )
-from opendp_wgm.measurements.wgm import check_noise, wgm_arguments, wgm_privacy_map
+from opendp_wgm.measurements.wgm import check_noise, of_wgm_budget, wgm_privacy_map
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
-from opendp_wgm.privacy.calibrate import calibrate_policy_greedy, calibrate_wgm
+from opendp_wgm.privacy.calibrate import calibrate_policy_greedy
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
 
@@ -232,17 +232,10 @@ def make_policy_gaussian_from_budget(
     True
     """
     assert_idealized()
-    calibration = calibrate_wgm(
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        noise_delta_fraction=noise_delta_fraction,
-    )
-    return make_policy_gaussian(
-        input_domain,
-        input_metric,
-        **wgm_arguments(calibration, alpha=alpha, descent=descent, noise=noise, item=item),
+    return of_wgm_budget(
+        make_policy_gaussian, input_domain, input_metric, max_contributions=max_contributions, delta=delta,
+        epsilon=epsilon, rho=rho, noise_delta_fraction=noise_delta_fraction, alpha=alpha, descent=descent, noise=noise,
+        item=item,
     )
 
 
