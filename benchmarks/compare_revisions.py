@@ -12,9 +12,9 @@ script itself is the revision's own copy (its imports match its package). A rela
 the script's arguments is made absolute first.
 
 Every markdown table row the script prints (``| label | 1.23 | 4.5× | ...``) is read; each numeric cell, keyed
-by (table header, row label — the row's leading text cells —, column), gets its median over the rounds per revision, and one table per
-benchmark table is printed with the revisions side by side and the last revision's ratio to the first
-(below 1: faster or smaller). Non-numeric cells are left out. Quote ``uptime`` with the result (printed at the
+by (table header, row label — the row's leading text cells —, column), gets its median over the rounds per
+revision, and one table per benchmark table is printed with the revisions side by side and the last revision's
+ratio to the first (below 1: faster or smaller). Non-numeric cells are left out. Quote ``uptime`` with the result (printed at the
 start and the end): the machine is shared.
 
 This is a script, not a test: nothing here runs under pytest.
@@ -101,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                     own = tree / script if (tree / script).exists() else Path(script).resolve()
                     print(f"round {round_} · {rev} · load {_load()}", file=sys.stderr, flush=True)
                     out = subprocess.run(
-                        [sys.executable, str(own), *script_args], cwd=tree, env=env, capture_output=True, text=True
+                        [sys.executable, str(own), *script_args],
+                        cwd=tree,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                        check=False,
                     )
                     if out.returncode != 0:
                         print(out.stdout + out.stderr, file=sys.stderr)
@@ -128,7 +133,8 @@ def _report(revs: list[str], results: dict[str, list[dict[Key, float]]], rounds:
     for header, label, column in keys:
         if header != table:
             table = header
-            lines += ["", f"table: {header}", "", "| row | column | " + " | ".join(revs) + f" | {revs[-1]} / {revs[0]} |"]
+            title = "| row | column | " + " | ".join(revs) + f" | {revs[-1]} / {revs[0]} |"
+            lines += ["", f"table: {header}", "", title]
             lines.append("|---|---|" + "---|" * len(revs) + "---|")
         values = [medians[rev].get((header, label, column)) for rev in revs]
         shown = ["—" if v is None else f"{v:.4g}" for v in values]
