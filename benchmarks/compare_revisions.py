@@ -14,8 +14,8 @@ the script's arguments is made absolute first.
 Every markdown table row the script prints (``| label | 1.23 | 4.5× | ...``) is read; each numeric cell, keyed
 by (table header, row label — the row's leading text cells —, column), gets its median over the rounds per
 revision, and one table per benchmark table is printed with the revisions side by side and the last revision's
-ratio to the first (below 1: faster or smaller). Non-numeric cells are left out. Quote ``uptime`` with the result (printed at the
-start and the end): the machine is shared.
+ratio to the first (below 1: faster or smaller). Non-numeric cells are left out. Quote ``uptime`` with the
+result (printed at the start and the end): the machine is shared.
 
 This is a script, not a test: nothing here runs under pytest.
 """
