@@ -47,8 +47,8 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         progress=False,
     )
     rows = result.rows
-    # 7 methods x 2 settings x 2 trials + Policy Greedy (Δ0-free) x 2 trials
-    assert rows.height == 30
+    # 7 methods x 2 settings x 2 trials + Policy Greedy and partition selection (Δ0-free) x 2 trials
+    assert rows.height == 32
     assert set(rows["variant"]) == set(METHODS["set-union"]) >= {
         "wgm", "opendp_key_release", "dp_sips", "dp_sips_r2", "dp_sips_default"
     }
@@ -57,6 +57,7 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         assert sips.height == 4 and sorted(sips["x"].to_list()) == [1, 1, 5, 5]
         assert sips["missing_mass"].is_between(0, 1).all()
     assert rows.filter(pl.col("variant") == "policy_greedy")["x"].null_count() == 2
+    assert rows.filter(pl.col("variant") == "partition_selection")["x"].null_count() == 2
     assert rows["missing_mass"].is_between(0, 1).all() and (rows["runtime_s"] > 0).all()
     assert (rows["missing_mass"] + rows["captured_mass"] - 1).abs().max() < 1e-12
     text = result.summary_md.read_text(encoding="utf-8")
@@ -69,7 +70,7 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         "set-union_runtime.png",
     }
     assert all(p.stat().st_size > 1000 for p in result.plots)
-    assert pl.read_csv(result.summary_csv).height == 15  # 7 methods x 2 + greedy
+    assert pl.read_csv(result.summary_csv).height == 16  # 7 methods x 2 + greedy + partition selection
 
 
 @pytest.mark.skipif(not HAS_TOP_K, reason="top_k module not available")
@@ -165,6 +166,52 @@ def test_bad_input_fails_before_any_work(data_dir, tmp_path, no_loading, kwargs,
     experiment = params.pop("experiment")
     with pytest.raises(error, match=match):
         reproduce(experiment, **params, progress=False)
+    assert not (tmp_path / "set-union").exists()
+
+
+HAS_PIPELINE_DP = importlib.util.find_spec("pipeline_dp") is not None
+
+
+@pytest.mark.skipif(not HAS_PIPELINE_DP, reason="pipeline_dp (extra [peers]) not installed")
+def test_pipeline_dp_peer_runs_on_request_only(data_dir: Path, tmp_path: Path) -> None:
+    result = reproduce(
+        "set-union",
+        data_dir=data_dir,
+        out_dir=tmp_path,
+        datasets=["movielens_100k"],
+        methods="wgm,pipeline_dp",
+        trials=2,
+        l0=(1, 5),
+        progress=False,
+    )
+    peer = result.rows.filter(pl.col("variant") == "pipeline_dp")
+    assert peer.height == 4 and sorted(peer["x"].to_list()) == [1, 1, 5, 5]
+    assert peer["missing_mass"].is_between(0, 1).all()
+    # truncated geometric at ε = 1, δ = 1e-5 on 300 Zipf users: the head items are released, not nothing
+    assert (peer["cardinality"] > 0).all() and (peer["missing_mass"] < 0.9).all()
+    assert "PipelineDP select_partitions" in result.summary_md.read_text(encoding="utf-8")
+    assert "pipeline_dp" not in METHODS["set-union"]  # optional: never in a default run
+
+
+def test_pipeline_dp_peer_releases_items_of_the_input_dtype() -> None:
+    pytest.importorskip("pipeline_dp")
+    from opendp_wgm.experiments._peers import pipeline_dp_selection
+
+    frame = pl.DataFrame({"user": [f"u{i}" for i in range(3000)], "item": ["a"] * 2000 + ["b"] * 1000})
+    released = pipeline_dp_selection(1, epsilon=1.0, delta=1e-5)(frame)
+    assert released.schema == pl.Schema({"item": pl.String})
+    assert sorted(released["item"].to_list()) == ["a", "b"]  # 1000 users each: released with probability ≈ 1
+
+
+def test_a_missing_peer_package_fails_before_any_work(data_dir, tmp_path, no_loading, monkeypatch) -> None:
+    from opendp_wgm.experiments import _config
+
+    monkeypatch.setitem(_config._NEEDS, "pipeline_dp", ("no_such_package_xyz", "peers"))
+    with pytest.raises(ModuleNotFoundError, match=r'method .pipeline_dp. needs .* pip install -e "\.\[peers\]"'):
+        reproduce(
+            "set-union", data_dir=data_dir, out_dir=tmp_path, datasets=["movielens_100k"], methods="pipeline_dp",
+            progress=False,
+        )
     assert not (tmp_path / "set-union").exists()
 
 

@@ -43,7 +43,8 @@ std over trials) and one PNG per metric are written.
 
   set-union    missing mass, ℓ∞ missing mass, cardinality, run time vs Δ0 (--l0): WGM, Policy Gaussian
                (ℓ2 descent and the reference's "L1"), Policy Greedy (fixed), OpenDP's built-in key release,
-               DP-SIPS with R = 3, r = 0.3, with two rounds at (0.1, 0.9) and its default (adaptive)
+               DP-SIPS with R = 3, r = 0.3, with two rounds at (0.1, 0.9) and its default (adaptive), and
+               partition selection (the optimal one-item-per-user selection, Δ0 = 1 at every x)
   top-k        top-k missing mass, top-k ℓ1 loss, run time vs k (--k): WGM-then-top-k (Δ0 =
                --max-contributions) and limited domain with k̄ = m·k for m in --k-bar-multipliers
   hitting-set  missed users, run time vs k (--k): WGM-then-hitting-set, non-private greedy, user peeling on
@@ -51,7 +52,8 @@ std over trials) and one PNG per metric are written.
 """
 REPRODUCE_EPILOG = f"""\
 methods: set-union {', '.join(METHODS['set-union'])}; top-k {', '.join(METHODS['top-k'])};
-hitting-set {', '.join(METHODS['hitting-set'])}.
+hitting-set {', '.join(METHODS['hitting-set'])}. Optional (not run by default; extra [peers]): set-union
+pipeline_dp (PipelineDP's select_partitions, truncated geometric).
 
 This command enables OpenDP's "contrib", "honest-but-curious" and "idealized-numerics" features in its own
 process: the policy baselines' maps are the published ones, which assume exact arithmetic or leave a gap

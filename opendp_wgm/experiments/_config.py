@@ -27,10 +27,16 @@ METHODS: dict[str, tuple[str, ...]] = {
         "dp_sips",
         "dp_sips_r2",
         "dp_sips_default",
+        "partition_selection",
     ),
     "top-k": ("wgm_top_k", "limited_domain"),
     "hitting-set": ("wgm_hitting_set", "greedy", "peeling_true_domain"),
 }
+
+#: Optional methods of each experiment: peers accepted by ``methods`` but not run by default, each with the
+#: package it imports and the extra that installs it (``opendp_wgm.experiments._peers``).
+OPTIONAL_METHODS: dict[str, tuple[str, ...]] = {"set-union": ("pipeline_dp",), "top-k": (), "hitting-set": ()}
+_NEEDS = {"pipeline_dp": ("pipeline_dp", "peers")}
 
 #: The data sets of the paper's experiments that the shared data folder holds (imdb and fimi: set union only).
 DEFAULT_DATASETS: dict[str, tuple[str, ...]] = {
@@ -89,6 +95,18 @@ def _names(name: str, value: Any) -> tuple[str, ...]:
         msg = f"`{name}` has duplicates: {list(names)}"
         raise ValueError(msg)
     return names
+
+
+def _check_installed(methods: tuple[str, ...]) -> None:
+    """Raise before any data is read if an optional method's package is missing."""
+    import importlib.util
+
+    for method in methods:
+        if method in _NEEDS:
+            package, extra = _NEEDS[method]
+            if importlib.util.find_spec(package) is None:
+                msg = f'method {method!r} needs the package {package!r}: pip install -e ".[{extra}]"'
+                raise ModuleNotFoundError(msg)
 
 
 def parse_grid(name: str, value: Any, *, minimum: int = 1) -> tuple[int, ...]:
@@ -179,10 +197,12 @@ def make_config(
         msg = f"data set folder(s) {missing} not found in {str(data_path)!r}"
         raise FileNotFoundError(msg)
     chosen = METHODS[experiment] if methods is None else _names("methods", methods)
-    bad = [m for m in chosen if m not in METHODS[experiment]]
+    known = METHODS[experiment] + OPTIONAL_METHODS[experiment]
+    bad = [m for m in chosen if m not in known]
     if bad:
-        msg = f"unknown method(s) {bad} for {experiment!r}; choose among {list(METHODS[experiment])}"
+        msg = f"unknown method(s) {bad} for {experiment!r}; choose among {list(known)}"
         raise ValueError(msg)
+    _check_installed(chosen)
     trials = _check_int("trials", trials, minimum=1)
     epsilon = _check_positive("epsilon", epsilon)
     delta = _check_probability("delta", delta)

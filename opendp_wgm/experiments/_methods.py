@@ -50,6 +50,8 @@ LABELS = {
     "dp_sips": "DP-SIPS",
     "dp_sips_r2": "DP-SIPS R=2 (0.1, 0.9)",
     "dp_sips_default": "DP-SIPS default (adaptive)",
+    "partition_selection": "Partition selection (optimal at Δ0 = 1)",
+    "pipeline_dp": "PipelineDP select_partitions (truncated geometric)",
     "wgm_top_k": "WGM-then-top-k",
     "limited_domain": "Limited domain",
     "wgm_hitting_set": "WGM-then-hitting-set",
@@ -92,6 +94,7 @@ def variants(config: Config) -> list[Variant]:
 def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
     from opendp_wgm.measurements import baselines
     from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget
+    from opendp_wgm.measurements.partition_selection import make_partition_selection
     from opendp_wgm.measurements.wgm import make_wgm_from_budget
 
     budget = _Budget(epsilon=eps, delta=delta)
@@ -106,6 +109,17 @@ def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
             LABELS[method],
             lambda d0: make_dp_sips_from_budget(*user_items_space(), max_contributions=d0, **schedule, **budget),
         )
+    if method == "partition_selection":  # one item per user whatever the grid's Δ0
+        return Variant(
+            method,
+            LABELS[method],
+            lambda _d0: make_partition_selection(*user_items_space(), **budget),
+            x_independent=True,
+        )
+    if method == "pipeline_dp":
+        from opendp_wgm.experiments._peers import pipeline_dp_selection
+
+        return Variant(method, LABELS[method], lambda d0: pipeline_dp_selection(d0, **budget))
     if method in ("policy_gaussian_l2", "policy_gaussian_reference_l1"):
         descent: Literal["l2", "reference_l1"] = "l2" if method.endswith("l2") else "reference_l1"
         return Variant(

@@ -231,7 +231,8 @@ def reproduce(
         folder (set union: steam_200k, amazon_magazine_subscriptions, imdb_50k, fimi_retail,
         movielens_100k; the others: steam_200k, amazon_magazine_subscriptions, movielens_100k).
     methods
-        A subset of the experiment's methods (default: all).
+        A subset of the experiment's methods (default: all), or an optional peer (``"pipeline_dp"``:
+        PipelineDP's partition selection, set union only, extra ``[peers]``).
     trials
         Trials per method and setting (the paper: 5).
     epsilon, delta

@@ -1,0 +1,47 @@
+"""``benchmarks/compare_revisions.py`` reads the benchmarks' markdown tables (a script: only its parser runs here)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def compare() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_revisions.py"
+    spec = importlib.util.spec_from_file_location("compare_revisions", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tables_are_read_cell_by_cell(compare: ModuleType) -> None:
+    text = """load: 1.0
+| data set | input | pairs | WGM | top-k |
+|---|---|---|---|---|
+| steam | frame | 1,024 | 0.108 (1.00×) · cpu 1.00× | n/a |
+| steam | parquet | 1,024 | 2.5e-01 s | 0.3× |
+
+| k | s |
+|---|---|
+| 5 | 7 |
+"""
+    cells = compare.parse_tables(text)
+    header = "data set | input | pairs | WGM | top-k"
+    assert cells[(header, "steam · frame", "pairs")] == 1024
+    assert cells[(header, "steam · frame", "WGM")] == pytest.approx(0.108)
+    assert (header, "steam · frame", "top-k") not in cells  # not a number
+    assert cells[(header, "steam · parquet", "WGM")] == pytest.approx(0.25)
+    assert cells[(header, "steam · parquet", "top-k")] == pytest.approx(0.3)
+    assert cells[("k | s", "5", "s")] == 7  # a numeric first cell still names its row
+    assert len(cells) == 6
+
+
+def test_the_report_puts_revisions_side_by_side(compare: ModuleType) -> None:
+    key = ("a | b", "row", "b")
+    report = compare._report(["old", "new"], {"old": [{key: 2.0}, {key: 4.0}], "new": [{key: 1.0}, {key: 2.0}]}, 2)
+    assert "| row | b | 3 | 1.5 | 0.50 |" in report
