@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from opendp_wgm._validation import _Engine
 from opendp_wgm.engines import polars as engine_polars
-from opendp_wgm.engines.polars import BoundedLists, codes_dtype
+from opendp_wgm.engines.polars import BoundedLists, codes_dtype, run_starts
 
 __all__ = ["Plan", "histogram", "plan_for", "refusal"]
 
@@ -157,7 +157,7 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine) -> _Choice:
         plan = Plan.POLARS_KEYED if keyed else Plan.POLARS_SPLIT
         return _Choice(plan, "2^31 rows or more: the compiled step indexes rows with int32")
     if keyed or rows >= _LARGE_ROWS:
-        start = engine_polars._run_starts(frame.get_column(space.user))
+        start = run_starts(frame.get_column(space.user))
         if start is not None:
             plan, why = (Plan.COMPILED_RUNS_KEYED, "most of the first rows above Δ0") if keyed else (
                 Plan.COMPILED_RUNS, "2^21 rows or more")
@@ -218,7 +218,7 @@ def _run(
         return _polars(lists, max_contributions, engine, exact)
     if plan is Plan.COMPILED_CODED:
         return engine_polars.coded_histogram(lists, frame, max_contributions, jit).lazy()
-    start = engine_polars._run_starts(frame.get_column(space.user)) if facts.start is None else facts.start
+    start = run_starts(frame.get_column(space.user)) if facts.start is None else facts.start
     if start is not None:
         keyed = plan is Plan.COMPILED_RUNS_KEYED
         found = engine_polars.runs_histogram(lists, frame, start, max_contributions, jit, keyed=keyed)
