@@ -4,6 +4,8 @@ in-memory pass), with the same releases for fixed randomness and the same maps; 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
@@ -13,7 +15,7 @@ import opendp_wgm as wgm
 from opendp_wgm import transformations
 from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
-from opendp_wgm.engines.polars import _candidates, _compiled_steps, _prepared
+from opendp_wgm.engines.polars import _candidates, _compiled_steps, _prepared, without_numba
 from opendp_wgm.kernel import histogram as kernel_histogram
 from opendp_wgm.kernel import plans as kernel_plans
 from opendp_wgm.measurements import _peeling_rounds as peeling_rounds
@@ -466,10 +468,10 @@ def test_dp_sips_on_coded_pairs_gives_each_rounds_histogram(fixed_randomness, mo
             monkeypatch.setattr(dp_sips, "coded_pairs", lambda *args, **kwargs: None)
         if path == "no numba":
             monkeypatch.setattr(dp_sips, "coded_pairs", coded_pairs)
-            patch_engine(monkeypatch, "kernel_jit", lambda: None)
         seen.clear()
         fixed_randomness()
-        released = wgm.make_dp_sips(*wgm.user_items_space(), **options)(frame)
+        with without_numba() if path == "no numba" else contextlib.nullcontext():
+            released = wgm.make_dp_sips(*wgm.user_items_space(), **options)(frame)
         runs[path] = (list(seen), released)
     coded, expected = runs["coded"]
     assert all(was_coded for was_coded, _ in coded) and len(coded) >= 2
@@ -502,22 +504,24 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
 
 def _paths() -> dict[str, dict[str, object]]:
     """Stage 2's paths: on the WGM's compiled coding of the rows (the compiled stage-2 step), and the Polars
-    plans, without the coding or without Numba (monkeypatched onto ``kernel``)."""
+    plans, without the coding (monkeypatched) or without Numba (:func:`without_numba`)."""
     return {
         "stage 1's codes": {},
         "polars, no shared codes": {"_shared_codes": lambda lf: None},
-        "polars, no numba": {"kernel_jit": lambda: None},
+        "polars, no numba": {"numba": "absent"},
     }
 
 
 def _releases_on_paths(fixed_randomness, monkeypatch, frame: pl.DataFrame, make, options: dict, paths: dict) -> list:
-    """A two-stage release of ``frame`` on each of ``paths`` (attributes of ``kernel`` patched), for fixed
-    randomness."""
+    """A two-stage release of ``frame`` on each of ``paths`` (functions of the engine patched, or ``"numba":
+    "absent"``: within :func:`without_numba`), for fixed randomness."""
     releases = []
     for patches in paths.values():
-        with monkeypatch.context() as patched:
+        absent = patches.get("numba") == "absent"
+        with monkeypatch.context() as patched, without_numba() if absent else contextlib.nullcontext():
             for name, value in patches.items():
-                patch_engine(patched, name, value)
+                if name != "numba":
+                    patch_engine(patched, name, value)
             fixed_randomness()
             m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
             releases.append(m(frame))
@@ -898,7 +902,7 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
         "the keyed route's runs": {},
         "in three threads": {"kernel_threads": lambda rows, jit: 3},
         "polars, no shared runs": {"_shared_runs": lambda lf: None},
-        "polars, no numba": {"kernel_jit": lambda: None},
+        "polars, no numba": {"numba": "absent"},
     }
     releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, paths)
     if options["wgm_threshold"] < 1e9:
@@ -939,7 +943,7 @@ def test_item_index_of_offsets_is_the_polars_group_by(monkeypatch, n_users: int)
     compiled = csr_of_offsets(offsets, items, 30, item_index=True)
     users = np.repeat(np.arange(n_users, dtype=np.int64), lengths)
     old_users, old_offsets = kernel.kernel_jit().items_by_user(items, users, 30)
-    patch_engine(monkeypatch, "kernel_jit", lambda: None)
-    polars = csr_of_offsets(offsets, items, 30, item_index=True)
+    with without_numba():
+        polars = csr_of_offsets(offsets, items, 30, item_index=True)
     for other_users, other_offsets in ((polars.item_users, polars.item_offsets), (old_users, old_offsets)):
         assert np.array_equal(compiled.item_users, other_users) and np.array_equal(compiled.item_offsets, other_offsets)

@@ -12,6 +12,7 @@ import pytest
 
 import opendp_wgm.engines.polars as engine
 from opendp_wgm._spaces import _Space
+from opendp_wgm.engines.polars import without_numba
 from opendp_wgm.measurements import hitting_set
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
@@ -97,8 +98,8 @@ def test_compiled_item_index_is_the_group_by_one(monkeypatch: pytest.MonkeyPatch
     users = np.sort(rng.integers(0, 300, 2000))
     items = rng.integers(0, 50, 2000)
     compiled = user_item_csr(users, items, 60, item_index=True)
-    patch_engine(monkeypatch, "kernel_jit", lambda: None)
-    plans = user_item_csr(users, items, 60, item_index=True)
+    with without_numba():
+        plans = user_item_csr(users, items, 60, item_index=True)
     for name in ("items", "offsets", "item_offsets", "item_users"):
         assert np.array_equal(getattr(compiled, name), getattr(plans, name)), name
     empty = user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 3, item_index=True)

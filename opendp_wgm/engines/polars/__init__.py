@@ -48,14 +48,17 @@ from opendp_wgm.engines.polars._compiled_histogram import (
     runs_histogram,
 )
 from opendp_wgm.engines.polars._compiled_steps import (
+    Numba,
     codes_dtype,
     in_threads,
     kernel_jit,
     kernel_threads,
     no_cold_compiled_import,
+    numba_state,
     peel_jit,
     run_starts,
     user_ranges,
+    without_numba,
 )
 from opendp_wgm.engines.polars._plans import (
     WEIGHT_LAT,
@@ -87,6 +90,7 @@ __all__ = [
     "BoundedLists",
     "CodedPairs",
     "ListsOf",
+    "Numba",
     "Prepared",
     "bound_key",
     "bound_plan",
@@ -112,6 +116,7 @@ __all__ = [
     "mostly_above",
     "no_cold_compiled_import",
     "noisy_above_threshold",
+    "numba_state",
     "peel_jit",
     "prepared_input",
     "release_above_threshold",
@@ -122,4 +127,5 @@ __all__ = [
     "string_views",
     "user_ranges",
     "weights_frame",
+    "without_numba",
 ]

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from functools import lru_cache
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -24,14 +25,17 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "Numba",
     "codes_dtype",
     "in_threads",
     "kernel_jit",
     "kernel_threads",
     "no_cold_compiled_import",
+    "numba_state",
     "peel_jit",
     "run_starts",
     "user_ranges",
+    "without_numba",
 ]
 
 
@@ -54,10 +58,52 @@ def no_cold_compiled_import() -> Iterator[None]:
         _cold_import_deferred = before
 
 
+class Numba(Enum):
+    """Whether the compiled steps run in this process (:func:`numba_state`): an explicit input of
+    :func:`opendp_wgm.kernel.plan_for`, so that a caller (a test, a benchmark) chooses the plans of each state
+    without replacing any function."""
+
+    #: Numba is installed and the compiled steps are (or will be, on first use) imported: they may run
+    READY = "ready"
+    #: inside :func:`no_cold_compiled_import`, the compiled steps not imported yet: the Polars plans run
+    DEFERRED = "deferred"
+    #: Numba is not installed (``opendp-wgm[fast]``), or :func:`without_numba` says so: the Polars plans run
+    ABSENT = "absent"
+
+
+#: Inside :func:`without_numba`: every compiled step declines, as without Numba.
+_numba_withheld = False
+
+
+@contextmanager
+def without_numba() -> Iterator[None]:
+    """Within this block, every compiled step declines as if Numba were not installed (:data:`Numba.ABSENT`): the
+    Polars plans and paths run, the same release bit for bit. For tests and benchmarks that compare the paths
+    of one process; :func:`opendp_wgm.kernel.plan_for` takes the state as an argument too."""
+    global _numba_withheld  # noqa: PLW0603 - one process-wide switch, restored on exit
+    before, _numba_withheld = _numba_withheld, True
+    try:
+        yield
+    finally:
+        _numba_withheld = before
+
+
+def numba_state() -> Numba:
+    """The :class:`Numba` state of this process now (importing the compiled step when it is :data:`Numba.READY`)."""
+    if _numba_withheld:
+        return Numba.ABSENT
+    name = "opendp_wgm.engines._kernel_jit"
+    if _cold_import_deferred and name not in sys.modules:
+        return Numba.DEFERRED
+    return Numba.ABSENT if _import_compiled(name) is None else Numba.READY
+
+
 def _compiled(module: str) -> ModuleType | None:
     """The compiled module ``opendp_wgm.engines.<module>``, or ``None`` when Numba is not installed (or, inside
-    :func:`no_cold_compiled_import`, when the module is not imported yet). Imported on first use (importing
-    Numba takes a few tenths of a second)."""
+    :func:`no_cold_compiled_import`, when the module is not imported yet; inside :func:`without_numba`, always).
+    Imported on first use (importing Numba takes a few tenths of a second)."""
+    if _numba_withheld:
+        return None
     name = f"opendp_wgm.engines.{module}"
     if _cold_import_deferred and name not in sys.modules:
         return None
