@@ -309,3 +309,46 @@ def test_the_kept_subsets_are_uniform() -> None:
         expected = users / len(list(combinations(range(size), bound)))
         chi2 = sum((subsets.get(s, 0) - expected) ** 2 / expected for s in combinations(range(size), bound))
         assert chi2 < 54.6, (how, chi2)
+
+
+_DOCS = Path(__file__).resolve().parents[2] / "docs" / "engines.md"
+
+
+def _table_rows() -> list[tuple[str, str]]:
+    """The rows of docs/engines.md's plan table: (when, plan column)."""
+    text = _DOCS.read_text(encoding="utf-8")
+    section = text[text.index("### Which plan computes the histogram") :]
+    section = section[: section.index("\n### ")]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    return [(cells[1], cells[2]) for cells in rows]
+
+
+def test_the_docs_table_names_every_plan() -> None:
+    named = {name for _, plans in _table_rows() for name in re.findall(r"`([a-z-]+)`", plans)}
+    assert named == {plan.value for plan in Plan}
+
+
+def _lists(frame: pl.DataFrame, bound: int) -> BoundedLists:
+    return BoundedLists(_prepare_frame(frame, SPACE), SPACE, bound, SEEDS)
+
+
+def test_plan_for_follows_the_docs_table() -> None:
+    """The rules of the table that small frames reach, in its order, through plan_for's explicit inputs (rules 4,
+    6 and 8 need 2^21 rows or more: ``tests/engines/test_polars_kernel.py``)."""
+    pytest.importorskip("numba")
+    runs = pl.DataFrame({"user": [1, 1, 1, 2, 2, 2], "item": [1, 2, 3, 1, 2, 3]})  # each user one run, above Δ0 = 2
+    shuffled = runs.sort("item")  # users not runs
+    below = pl.DataFrame({"user": [1, 2, 1, 3], "item": [1, 1, 2, 3]})  # nobody above Δ0 = 2
+    struct = below.with_columns(item=pl.struct("item"))
+    ready = Numba.READY
+    assert plan_for(_lists(below, 2), passes=3, numba=ready) is Plan.POLARS_PASSES  # 1
+    assert plan_for(_lists(below, 2), engine="streaming", numba=ready) is Plan.POLARS_SPLIT  # 2
+    assert plan_for(_lists(runs, 2), numba=Numba.ABSENT) is Plan.POLARS_KEYED  # 2
+    assert plan_for(_lists(below, 2), numba=Numba.DEFERRED) is Plan.POLARS_SPLIT  # 2
+    assert plan_for(_lists(struct, 2), numba=ready) is Plan.POLARS_SPLIT  # 2
+    lf = _prepare_frame(below, SPACE)
+    coded = BoundedLists(lf, SPACE, 2, SEEDS, coded=coded_pairs(lf, SPACE, passes=1, engine="auto"))
+    assert plan_for(coded, numba=ready) is Plan.CODED_PAIRS  # 3
+    assert plan_for(_lists(runs, 2), numba=ready) is Plan.COMPILED_RUNS_KEYED  # 5
+    assert plan_for(_lists(shuffled, 2), numba=ready) is Plan.POLARS_KEYED  # 7
+    assert plan_for(_lists(below, 2), numba=ready) is Plan.COMPILED_CODED  # 9
