@@ -61,7 +61,14 @@ import opendp_wgm._spaces as spaces
 # Private plan pieces of the library, imported so that the stage breakdown times exactly the code m(df) runs.
 from opendp_wgm._spaces import _prepare_frame, _Space, _value_key
 from opendp_wgm.engines import polars as kernel
-from opendp_wgm.engines.polars import bounded_lists_plan, fresh_seeds, lattice_histogram_plan, release_above_threshold
+from opendp_wgm.engines.polars import (
+    _compiled_histogram,
+    _compiled_steps,
+    bounded_lists_plan,
+    fresh_seeds,
+    lattice_histogram_plan,
+    release_above_threshold,
+)
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 from opendp_wgm.samplers import sample_discrete_gaussian
 
@@ -183,12 +190,13 @@ def compiled_floor(df: pl.DataFrame, user: str, item: str) -> Callable[[], Any] 
     jit = kernel.kernel_jit()
     if jit is None:
         return None
-    coded = df.select(kernel._code_expr(user, df.schema[user]), kernel._code_expr(item, df.schema[item]))
+    code_expr = _compiled_steps._code_expr
+    coded = df.select(code_expr(user, df.schema[user]), code_expr(item, df.schema[item]))
     threads = kernel.kernel_threads(df.height, jit)
-    users = kernel._coding(coded.get_column(user), df.schema[user], jit, threads, compact=False)
-    items = kernel._coding(coded.get_column(item), df.schema[item], jit, threads)
+    users = _compiled_steps._coding(coded.get_column(user), df.schema[user], jit, threads, compact=False)
+    items = _compiled_steps._coding(coded.get_column(item), df.schema[item], jit, threads)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    return lambda: kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
+    return lambda: _compiled_histogram._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
 
 
 def median_time(fn: Callable[[], T], repeats: int, *, warmup: bool = False) -> tuple[float, T]:

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from opendp_wgm.cli import main
+from tests.engine_modules import patch_engine
 
 N_USERS = 300
 
@@ -391,7 +392,7 @@ def test_passes_on_a_parquet_file(
         plans.append(1)
         return bounded_lists_plan(*args, **options)
 
-    monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
+    patch_engine(monkeypatch, "bounded_lists_plan", counted)
     source = tmp_path / "ranked.parquet"
     pl.read_csv(ranked_csv).write_parquet(source)
     code, out, err = _run_command(capsys, command, source, "--user", "uid", "--item", "thing", *options)

@@ -15,10 +15,10 @@ import polars as pl
 
 from opendp_wgm._spaces import _prepare_frame, _resolve_space
 from opendp_wgm._validation import _check_execution, _check_int, _Engine
-from opendp_wgm.engines.polars import BoundedLists, fresh_seeds
+from opendp_wgm.engines.polars import BoundedLists, Numba, fresh_seeds
 from opendp_wgm.kernel.plans import Plan, _choose, histogram, plan_for, refusal
 
-__all__ = ["Explanation", "Plan", "explain", "histogram", "plan_for", "refusal"]
+__all__ = ["Explanation", "Numba", "Plan", "explain", "histogram", "plan_for", "refusal"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ def explain(
     *,
     passes: int = 1,
     engine: _Engine = "auto",
+    numba: Numba | None = None,
 ) -> Explanation:
     """The plan a release of ``frame``'s weighted histogram runs (``plan="auto"``), and its reason.
 
@@ -49,6 +50,8 @@ def explain(
         Δ0 ≥ 1.
     passes, engine
         As :func:`opendp_wgm.make_weighted_histogram`'s.
+    numba
+        The :class:`Numba` state to plan for (``None``: this process's).
 
     Returns
     -------
@@ -60,5 +63,5 @@ def explain(
     passes, engine = _check_execution(passes, engine)
     resolved = _resolve_space(*space)
     lists = BoundedLists(_prepare_frame(frame, resolved), resolved, max_contributions, fresh_seeds())
-    choice = _choose(lists, passes=passes, engine=engine)
+    choice = _choose(lists, passes=passes, engine=engine, numba=numba)
     return Explanation(choice.plan, choice.reason)

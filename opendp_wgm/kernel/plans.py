@@ -25,9 +25,9 @@ from numpy.typing import NDArray
 
 from opendp_wgm._validation import _Engine
 from opendp_wgm.engines import polars as engine_polars
-from opendp_wgm.engines.polars import BoundedLists, codes_dtype
+from opendp_wgm.engines.polars import BoundedLists, Numba, codes_dtype, numba_state, run_starts
 
-__all__ = ["Plan", "histogram", "plan_for", "refusal"]
+__all__ = ["Numba", "Plan", "histogram", "plan_for", "refusal"]
 
 _LOG = logging.getLogger("opendp_wgm.kernel")
 
@@ -102,16 +102,25 @@ class _Choice:
     facts: _Facts = _Facts()
 
 
-def refusal(plan: Plan, *, passes: int, engine: _Engine, dtypes: tuple[pl.DataType, pl.DataType] | None) -> str | None:
+def refusal(
+    plan: Plan,
+    *,
+    passes: int,
+    engine: _Engine,
+    dtypes: tuple[pl.DataType, pl.DataType] | None,
+    numba: Numba | None = None,
+) -> str | None:
     """Why ``plan`` cannot run on an input, from public information only (``None``: it can).
 
     ``dtypes``: the user and item columns' dtypes of the prepared frame (``None``: not known yet, checked when
-    the histogram runs)."""
+    the histogram runs). ``numba``: the :class:`~opendp_wgm.engines.polars.Numba` state to plan for (``None``:
+    this process's, :func:`~opendp_wgm.engines.polars.numba_state`); a compiled plan needs it ready, and Numba
+    importable whatever the state given."""
     if not plan.compiled:
         if passes != 1 and plan is not Plan.POLARS_PASSES:
             return f"{plan.value!r} computes the histogram in one pass; with passes={passes} use 'polars-passes'"
         return None
-    if engine_polars.kernel_jit() is None:
+    if (numba_state() if numba is None else numba) is not Numba.READY or engine_polars.kernel_jit() is None:
         return f"{plan.value!r} needs Numba (pip install 'opendp-wgm[fast]')"
     if passes != 1 or engine == "streaming":
         return f"{plan.value!r} holds the whole frame in memory: it runs with one pass and an in-memory engine"
@@ -136,14 +145,17 @@ def _polars_choice(lists: BoundedLists, why: str) -> _Choice:
     return _Choice(plan, f"{why}; {'most' if keyed else 'few'} of the first rows belong to users above Δ0")
 
 
-def _choose(lists: BoundedLists, *, passes: int, engine: _Engine) -> _Choice:
+def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba | None = None) -> _Choice:
     """The plan :func:`plan_for` chooses, its reason, and what it read of the rows."""
     if passes != 1:
         return _Choice(Plan.POLARS_PASSES, f"passes={passes}")
     if engine == "streaming":
         return _polars_choice(lists, "the streaming engine")
     user_dtype, item_dtype = _dtypes(lists)
-    if engine_polars.kernel_jit() is None:
+    numba = numba_state() if numba is None else numba
+    if numba is Numba.DEFERRED:
+        return _polars_choice(lists, "the compiled steps are not imported (no_cold_compiled_import: a small input)")
+    if numba is not Numba.READY or engine_polars.kernel_jit() is None:
         return _polars_choice(lists, "Numba is not installed")
     if not (codes_dtype(user_dtype) and codes_dtype(item_dtype)):
         return _polars_choice(lists, f"the compiled step does not code user {user_dtype} or item {item_dtype}")
@@ -157,7 +169,7 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine) -> _Choice:
         plan = Plan.POLARS_KEYED if keyed else Plan.POLARS_SPLIT
         return _Choice(plan, "2^31 rows or more: the compiled step indexes rows with int32")
     if keyed or rows >= _LARGE_ROWS:
-        start = engine_polars._run_starts(frame.get_column(space.user))
+        start = run_starts(frame.get_column(space.user))
         if start is not None:
             plan, why = (Plan.COMPILED_RUNS_KEYED, "most of the first rows above Δ0") if keyed else (
                 Plan.COMPILED_RUNS, "2^21 rows or more")
@@ -169,16 +181,17 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine) -> _Choice:
     return _Choice(Plan.COMPILED_CODED, "Numba, one in-memory pass, coded dtypes", _Facts(frame))
 
 
-def plan_for(lists: BoundedLists, *, passes: int = 1, engine: _Engine = "auto") -> Plan:
+def plan_for(lists: BoundedLists, *, passes: int = 1, engine: _Engine = "auto", numba: Numba | None = None) -> Plan:
     """The plan that computes the histogram of ``lists`` (:func:`histogram` with ``plan="auto"``).
 
-    The ONE place the choice is made: from Numba being importable, ``passes``, ``engine``, the prepared frame's
+    The ONE place the choice is made: from ``numba`` (a :class:`~opendp_wgm.engines.polars.Numba` state; ``None``:
+    this process's, :func:`~opendp_wgm.engines.polars.numba_state`), ``passes``, ``engine``, the prepared frame's
     dtypes, and probes of its rows (whether most of the first 65,536 rows belong to users above Δ0, the row
     count against 2^21 and 2^31, whether each user's rows form one run). A speed choice only: every plan gives
     the same histogram, so the choice changes no release. The choice (and its reason, which names the thresholds
     crossed, never a count) depends on the data: it is for the data's curator, not part of any release.
     """
-    return _choose(lists, passes=passes, engine=engine).plan
+    return _choose(lists, passes=passes, engine=engine, numba=numba).plan
 
 
 _How = Literal["split", "keyed"]
@@ -218,7 +231,7 @@ def _run(
         return _polars(lists, max_contributions, engine, exact)
     if plan is Plan.COMPILED_CODED:
         return engine_polars.coded_histogram(lists, frame, max_contributions, jit).lazy()
-    start = engine_polars._run_starts(frame.get_column(space.user)) if facts.start is None else facts.start
+    start = run_starts(frame.get_column(space.user)) if facts.start is None else facts.start
     if start is not None:
         keyed = plan is Plan.COMPILED_RUNS_KEYED
         found = engine_polars.runs_histogram(lists, frame, start, max_contributions, jit, keyed=keyed)
@@ -239,12 +252,17 @@ def checked_plan(plan: Plan | str) -> Plan | Literal["auto"]:
 
 
 def refuse(
-    plan: Plan | Literal["auto"], *, passes: int, engine: _Engine, dtypes: tuple[pl.DataType, pl.DataType] | None
+    plan: Plan | Literal["auto"],
+    *,
+    passes: int,
+    engine: _Engine,
+    dtypes: tuple[pl.DataType, pl.DataType] | None,
+    numba: Numba | None = None,
 ) -> None:
     """Raise where :func:`refusal` refuses ``plan`` (nothing for ``"auto"``)."""
     if plan == "auto":
         return
-    why = refusal(plan, passes=passes, engine=engine, dtypes=dtypes)
+    why = refusal(plan, passes=passes, engine=engine, dtypes=dtypes, numba=numba)
     if why is not None:
         msg = f"`plan` must be a plan that runs on this input: {why} (found {plan.value!r})"
         raise ValueError(msg)
@@ -257,8 +275,10 @@ def histogram(
     *,
     passes: int = 1,
     engine: _Engine = "auto",
+    numba: Numba | None = None,
 ) -> pl.LazyFrame:
-    """The lattice histogram (item, ``weight_lat``) of ``lists`` by ``plan`` (``"auto"``: :func:`plan_for`'s).
+    """The lattice histogram (item, ``weight_lat``) of ``lists`` by ``plan`` (``"auto"``: :func:`plan_for`'s, for
+    the :class:`~opendp_wgm.engines.polars.Numba` state ``numba``; ``None``: this process's).
 
     Every plan gives the same histogram, bit for bit, for the same seeds. A plan that cannot run on the input
     (:func:`refusal`: Numba, ``passes``, engine, dtypes) raises a ``ValueError``; none falls back to another.
@@ -266,9 +286,9 @@ def histogram(
     """
     chosen = checked_plan(plan)
     if chosen == "auto":
-        choice = _choose(lists, passes=passes, engine=engine)
+        choice = _choose(lists, passes=passes, engine=engine, numba=numba)
     else:
-        refuse(chosen, passes=passes, engine=engine, dtypes=_dtypes(lists))
+        refuse(chosen, passes=passes, engine=engine, dtypes=_dtypes(lists), numba=numba)
         choice = _Choice(chosen, "forced")
     _LOG.debug("weighted histogram by plan %s: %s", choice.plan.value, choice.reason)
     return _run(choice.plan, lists, max_contributions, passes, engine, choice.facts)

@@ -11,7 +11,9 @@ import pytest
 
 from opendp_wgm._spaces import _Space
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.engines.polars import _plans
 from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
+from tests.engine_modules import patch_engine
 
 SPACE = _Space("user", "item", None, False)
 SEEDS = (1, 2, 3, 4)
@@ -69,7 +71,7 @@ def test_passes_keep_only_the_running_sum(engine: str, monkeypatch: pytest.Monke
             parts.append(weakref.ref(part))
             return part
 
-    monkeypatch.setattr(kernel, "lattice_histogram_plan", lambda *args: SpiedPlan(plan_of(*args)))
+    patch_engine(monkeypatch, "lattice_histogram_plan", lambda *args: SpiedPlan(plan_of(*args)))
 
     def lists_of(users):
         lf = frame() if users is None else frame().filter(users)
@@ -77,7 +79,7 @@ def test_passes_keep_only_the_running_sum(engine: str, monkeypatch: pytest.Monke
 
     histogram = kernel.lattice_histogram(lists_of, SPACE, 5, passes=6, engine=engine).collect().sort("item")
     assert alive == [0, 1, 0, 0, 0, 0]
-    monkeypatch.setattr(kernel, "lattice_histogram_plan", plan_of)
+    patch_engine(monkeypatch, "lattice_histogram_plan", plan_of)
     assert histogram.equals(kernel.lattice_histogram(lists_of, SPACE, 5).collect().sort("item"))
 
 
@@ -86,7 +88,7 @@ def test_adding_histograms_is_exact() -> None:
     big = 2**62 - 1
     first = pl.DataFrame({"item": ["a", "b"], kernel.WEIGHT_LAT: [big - 5, 3]})
     second = pl.DataFrame({"item": ["c", "a"], kernel.WEIGHT_LAT: [7, 5]})
-    total = kernel._add_histograms(first, second, "item").sort("item")
+    total = _plans._add_histograms(first, second, "item").sort("item")
     assert total.rows() == [("a", big), ("b", 3), ("c", 7)] and total[kernel.WEIGHT_LAT].dtype == pl.Int64
 
 

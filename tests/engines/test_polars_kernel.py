@@ -21,8 +21,10 @@ import pytest
 from opendp_wgm import _spaces as spaces
 from opendp_wgm._spaces import _flag_sorted_users, _prepare_frame, _Space, _value_key
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.engines.polars import _compiled_histogram, _compiled_steps
 from opendp_wgm.kernel import Plan, histogram, plan_for, plans, refusal
 from opendp_wgm.privacy.threshold import lattice_weights
+from tests.engine_modules import patch_engine
 
 SPACE = _Space("user", "item", None, False)
 SEEDS = (11, 22, 33, 44)
@@ -170,7 +172,7 @@ def jit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Plan
     if plan.compiled:
         pytest.importorskip("numba")
     if threads is not None:  # the same histogram, bit for bit, in any number of threads
-        monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
+        patch_engine(monkeypatch, "kernel_threads", lambda rows, jit: threads)
     return plan
 
 
@@ -261,10 +263,10 @@ def test_route_on_runs_gives_the_frozen_histogram(items: str, bound: int, keyed:
     expected = dict(rows.group_by("item").agg(pl.col("w").sum()).iter_rows())
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
     frame = lf.collect()
-    start = kernel._run_starts(frame.get_column("user"))
+    start = kernel.run_starts(frame.get_column("user"))
     assert start is not None
     for threads in (1, 3):
-        monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit, threads=threads: threads)
+        patch_engine(monkeypatch, "kernel_threads", lambda rows, jit, threads=threads: threads)
         histogram = kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, kernel.kernel_jit(), keyed=keyed)
         assert histogram is not None
         assert histogram.schema == pl.Schema({"item": lf.collect_schema()["item"], kernel.WEIGHT_LAT: pl.Int64})
@@ -282,16 +284,16 @@ def test_route_on_runs_leaves_items_sharing_a_key_to_the_polars_plan(keyed: bool
     lists = kernel.BoundedLists(lf, SPACE, MAX_CONTRIBUTIONS, SEEDS)
     plan = Plan.COMPILED_RUNS_KEYED if keyed else Plan.COMPILED_RUNS
     frame = lf.collect()
-    start = kernel._run_starts(frame.get_column("user"))
+    start = kernel.run_starts(frame.get_column("user"))
     assert start is not None
     jit = kernel.kernel_jit()
     assert kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is not None
     if keyed:
         key = kernel.bound_key
-        monkeypatch.setattr(kernel, "bound_key", lambda *args: key(*args) % 4096)
+        patch_engine(monkeypatch, "bound_key", lambda *args: key(*args) % 4096)
     else:
-        item_keys = kernel._item_keys
-        monkeypatch.setattr(kernel, "_item_keys", lambda items: (item_keys(items)[0] % 64, True))
+        item_keys = _compiled_histogram._item_keys
+        patch_engine(monkeypatch, "_item_keys", lambda items: (item_keys(items)[0] % 64, True))
     assert kernel.runs_histogram(lists, frame, start, MAX_CONTRIBUTIONS, jit, keyed=keyed) is None
     found = dict(histogram(plan, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
     assert found == dict(histogram(Plan.POLARS_SPLIT, lists, MAX_CONTRIBUTIONS).collect().iter_rows())
@@ -329,7 +331,7 @@ def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> 
     """``numba`` not importable: :func:`kernel.kernel_jit` is ``None`` and the histogram is the same, from Polars."""
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
     monkeypatch.delitem(sys.modules, "opendp_wgm.engines._kernel_jit", raising=False)
-    kernel._import_compiled.cache_clear()
+    _compiled_steps._import_compiled.cache_clear()
     try:
         assert kernel.kernel_jit() is None
         lf = _prepare_frame(_variant(_shape("mixed"), "string"), SPACE)
@@ -343,7 +345,7 @@ def test_without_numba_the_polars_plans_run(monkeypatch: pytest.MonkeyPatch) -> 
         expected = _frozen_histogram(_frozen_lists(lf, MAX_CONTRIBUTIONS, SEEDS), MAX_CONTRIBUTIONS)
         assert dict(found.iter_rows()) == expected
     finally:
-        kernel._import_compiled.cache_clear()
+        _compiled_steps._import_compiled.cache_clear()
 
 
 def test_lazy_scan_and_streaming_give_the_frozen_histogram(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -468,8 +470,8 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
         assert kernel.coded_pairs(lf, SPACE, passes=passes, engine=engine) is None  # type: ignore[arg-type]
     for items in (pl.struct("item", (pl.col("item") % 3).alias("part")), pl.col("item").cast(pl.Float64) / 2):
         assert kernel.coded_pairs(_prepare_frame(frame.with_columns(item=items), SPACE), SPACE, passes=1, engine="auto") is None
-    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
-    assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
+    with kernel.without_numba():
+        assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
 
 
 class _MergingJit:
@@ -484,7 +486,7 @@ class _MergingJit:
 @pytest.mark.parametrize("order", ["runs", "shuffled"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """:func:`kernel._text_codes` (users by their runs, else by a hash) gives text dense codes in order of first
+    """:func:`_compiled_steps._text_codes` (users by their runs, else by a hash) gives text dense codes in order of first
     appearance (what a fresh category map numbers) and decodes them back; where two values share a hash its check
     fails (``None``), and :func:`kernel.coded_pairs` then casts: the same histograms either way. (The reference
     is computed here, not read off a category cast: Polars was seen to give two category maps created at once one
@@ -495,7 +497,7 @@ def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: 
     everything = np.arange(frame.height, dtype=np.int64)
     for column, runs in (("user", True), ("user", False), ("item", False)):
         values = frame.get_column(column)
-        coded = kernel._text_codes(values, jit, runs=runs)
+        coded = _compiled_steps._text_codes(values, jit, runs=runs)
         assert coded is not None
         codes, size, decode = coded
         _, first, inverse = np.unique(values.to_numpy(), return_index=True, return_inverse=True)
@@ -504,11 +506,11 @@ def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: 
         assert (np.asarray(codes) == rank[inverse]).all() and size == values.n_unique()
         assert decode(everything[:size]).equals(values.gather(np.sort(first)))
         assert decode(np.asarray(codes, dtype=np.int64)).equals(values)
-        assert kernel._text_codes(values, _MergingJit(), runs=False) is None  # the check finds the merged values
+        assert _compiled_steps._text_codes(values, _MergingJit(), runs=False) is None  # the check finds the merged values
     lf = _prepare_frame(frame, SPACE)
     hashed = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
-    text_codes = kernel._text_codes
-    monkeypatch.setattr(kernel, "_text_codes", lambda column, _, **options: text_codes(column, _MergingJit()))
+    text_codes = _compiled_steps._text_codes
+    patch_engine(monkeypatch, "_text_codes", lambda column, _, **options: text_codes(column, _MergingJit()))
     cast = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
     assert hashed is not None and cast is not None
     for bound, seeds in ((MAX_CONTRIBUTIONS, SEEDS), (3, (5, 6, 7, 8))):
@@ -537,16 +539,16 @@ def test_compiled_codes_are_exact_in_any_number_of_threads(variant: str) -> None
     frame = _variant(_shape("mixed"), variant)
     for column in ("user", "item"):
         dtype = frame.schema[column]
-        values = frame.select(kernel._code_expr(column, dtype)).to_series()
-        codes, size, decode = kernel._codes(values, dtype, jit)
+        values = frame.select(_compiled_steps._code_expr(column, dtype)).to_series()
+        codes, size, decode = _compiled_steps._codes(values, dtype, jit)
         assert codes.min() >= 0 and codes.max() < size
         assert np.unique(codes).size == frame.get_column(column).n_unique()
         assert decode(codes.astype(np.int64)).equals(frame.get_column(column))
         if variant == "sparse":  # 3x - 7 and 5x - 3: no more codes than values, or the offsets
             assert size == frame.get_column(column).n_unique()
-            offsets, span, _ = kernel._codes(values, dtype, jit, compact=False)
+            offsets, span, _ = _compiled_steps._codes(values, dtype, jit, compact=False)
             assert np.array_equal(offsets, values.to_numpy() - values.min()) and span == values.max() - values.min() + 1
-        threaded, threaded_size, _ = kernel._codes(values, dtype, jit, 3)
+        threaded, threaded_size, _ = _compiled_steps._codes(values, dtype, jit, 3)
         assert np.array_equal(threaded, codes) and threaded_size == size
 
 
@@ -556,12 +558,12 @@ def test_compiled_passes_in_threads_give_the_same_histogram_and_rows(shape: str)
     same rows above Δ0, in the same order, as in one thread (so the keyed selection sees the same input)."""
     jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
     frame = _variant(_shape(shape), "sparse")
-    users = kernel._coding(frame.get_column("user"), pl.Int64, jit, compact=False)
-    items = kernel._coding(frame.get_column("item"), pl.Int64, jit)
+    users = _compiled_steps._coding(frame.get_column("user"), pl.Int64, jit, compact=False)
+    items = _compiled_steps._coding(frame.get_column("item"), pl.Int64, jit)
     weights = lattice_weights(MAX_CONTRIBUTIONS)
-    one = kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights)
+    one = _compiled_histogram._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights)
     for threads in (2, 3, 7):
-        several = kernel._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
+        several = _compiled_histogram._histogram_below(jit, users, items, MAX_CONTRIBUTIONS, weights, threads)
         assert all(np.array_equal(a, b) for a, b in zip(one, several, strict=True))
     assert (one[1].size > 0) == (shape != "below")
 
@@ -569,9 +571,9 @@ def test_compiled_passes_in_threads_give_the_same_histogram_and_rows(shape: str)
 def test_kernel_threads_follow_the_rows_and_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """One thread below ``_THREAD_ROWS`` rows; else Polars' pool size, at most ``NUMBA_NUM_THREADS``."""
     jit = pytest.importorskip("opendp_wgm.engines._kernel_jit")
-    assert kernel.kernel_threads(kernel._THREAD_ROWS - 1, jit) == 1
+    assert kernel.kernel_threads(_compiled_steps._THREAD_ROWS - 1, jit) == 1
     monkeypatch.setattr(pl, "thread_pool_size", lambda: 6)
     monkeypatch.setattr(jit, "max_threads", lambda: 4)
-    assert kernel.kernel_threads(kernel._THREAD_ROWS, jit) == 4
+    assert kernel.kernel_threads(_compiled_steps._THREAD_ROWS, jit) == 4
     monkeypatch.setattr(jit, "max_threads", lambda: 16)
-    assert kernel.kernel_threads(kernel._THREAD_ROWS, jit) == 6
+    assert kernel.kernel_threads(_compiled_steps._THREAD_ROWS, jit) == 6

@@ -19,6 +19,7 @@ from opendp_wgm._spaces import _prepare_frame, _resolve_space
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
 from opendp_wgm.measurements import hitting_set, top_k
+from tests.engine_modules import patch_engine
 
 MAX_CONTRIBUTIONS = 12
 
@@ -147,7 +148,7 @@ def stage_1_plans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         plans.append(1)
         return bounded_lists_plan(*args, **options)
 
-    monkeypatch.setattr(kernel, "bounded_lists_plan", counted)
+    patch_engine(monkeypatch, "bounded_lists_plan", counted)
     return plans
 
 

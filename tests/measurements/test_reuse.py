@@ -4,6 +4,8 @@ in-memory pass), with the same releases for fixed randomness and the same maps; 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import opendp.prelude as dp
 import polars as pl
@@ -13,6 +15,7 @@ import opendp_wgm as wgm
 from opendp_wgm import transformations
 from opendp_wgm._spaces import _prepare_frame, _resolve_space, _Space
 from opendp_wgm.engines import polars as kernel
+from opendp_wgm.engines.polars import _candidates, _compiled_steps, _prepared, without_numba
 from opendp_wgm.kernel import histogram as kernel_histogram
 from opendp_wgm.kernel import plans as kernel_plans
 from opendp_wgm.measurements import _peeling_rounds as peeling_rounds
@@ -20,6 +23,8 @@ from opendp_wgm.measurements import dp_sips, hitting_set, top_k
 from opendp_wgm.measurements import wgm as wgm_module
 from opendp_wgm.measurements.hitting_set import coverage, make_wgm_hitting_set, make_wgm_hitting_set_from_budget
 from opendp_wgm.measurements.top_k import make_wgm_top_k, make_wgm_top_k_from_budget
+from opendp_wgm.privacy.threshold import LATTICE_BITS
+from tests.engine_modules import MODULES, patch_engine
 
 TWO_STAGE = dict(k=3, max_contributions=3, wgm_scale=0.5, wgm_threshold=2.0, peel_scale=0.5)
 SIPS = dict(max_contributions=3, scales=[0.5, 0.5, 0.5], thresholds=[4.0, 2.0, 1.0])
@@ -116,7 +121,7 @@ def fixed_randomness(monkeypatch):
 
     monkeypatch.setattr(transformations, "fresh_seeds", seeds)
     monkeypatch.setattr(dp_sips, "fresh_seeds", seeds)
-    monkeypatch.setattr(kernel, "sample_discrete_gaussian", noise)
+    patch_engine(monkeypatch, "sample_discrete_gaussian", noise)
     monkeypatch.setattr(wgm_module, "release_above_threshold", release_in_item_order)
     monkeypatch.setattr(dp_sips, "release_above_threshold", release_in_item_order)
     monkeypatch.setattr(top_k, "noisy_top_k", best_k)
@@ -248,7 +253,7 @@ def _straightforward_dp_sips(frame: pl.DataFrame, options: dict) -> pl.DataFrame
         released = dp_sips.release_above_threshold(histogram, "item", scale=scale, threshold=threshold, noise="lattice")
         rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias("round")))
         if number == 1 and "statistic_scale" in options:
-            bins = _straightforward_user_bins(prepared, released) << kernel.LATTICE_BITS
+            bins = _straightforward_user_bins(prepared, released) << LATTICE_BITS
             noisy, _ = kernel.noisy_above_threshold(bins, scale=options["statistic_scale"], threshold=0.0)
             if dp_sips.dense_branch(float(noisy[0]), float(noisy[1])):
                 plan = plan[:1] + list(zip(options["branch_scales"], options["branch_thresholds"], strict=True))
@@ -380,7 +385,7 @@ def test_adjacent_users_are_coded_by_runs_without_hashing(monkeypatch) -> None:
     def no_hash(*_args):
         raise AssertionError("the user key was hashed")
 
-    monkeypatch.setattr(kernel, "_dense_user_code", no_hash)
+    patch_engine(monkeypatch, "_dense_user_code", no_hash)
     frame = shapes()["adjacent string users"]
     space = _resolve_space(*wgm.user_items_space())
     counts = kernel.candidate_counts(_prepare_frame(frame, space), space, pl.Series("item", ["i1", "i2"]))
@@ -401,7 +406,7 @@ def test_two_stage_releases_are_those_of_the_frozen_pairs(fixed_randomness, monk
         return kernel.run_offsets(users), positions
 
     for pairs, csr in ((kernel.candidate_pairs, kernel.candidate_csr), (_frozen_candidate_pairs, frozen_csr)):
-        monkeypatch.setattr(kernel, "candidate_pairs", pairs)
+        patch_engine(monkeypatch, "candidate_pairs", pairs)
         monkeypatch.setattr(peeling_rounds, "candidate_csr", csr)
         fixed_randomness()
         releases.append(make(*wgm.user_items_space(), **options)(frame))
@@ -463,10 +468,10 @@ def test_dp_sips_on_coded_pairs_gives_each_rounds_histogram(fixed_randomness, mo
             monkeypatch.setattr(dp_sips, "coded_pairs", lambda *args, **kwargs: None)
         if path == "no numba":
             monkeypatch.setattr(dp_sips, "coded_pairs", coded_pairs)
-            monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
         seen.clear()
         fixed_randomness()
-        released = wgm.make_dp_sips(*wgm.user_items_space(), **options)(frame)
+        with without_numba() if path == "no numba" else contextlib.nullcontext():
+            released = wgm.make_dp_sips(*wgm.user_items_space(), **options)(frame)
         runs[path] = (list(seen), released)
     coded, expected = runs["coded"]
     assert all(was_coded for was_coded, _ in coded) and len(coded) >= 2
@@ -487,11 +492,11 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
     no round runs the per-round compiled dispatch (which executed the round's plan and coded it again)."""
     pytest.importorskip("numba")
     coded: list[int] = []
-    codes, text_codes, compiled = kernel._codes, kernel._text_codes, kernel.coded_histogram
+    codes, text_codes, compiled = _compiled_steps._codes, _compiled_steps._text_codes, kernel.coded_histogram
     # a column is coded by _codes, or by _text_codes when it holds text (falling back to _codes if its check fails)
-    monkeypatch.setattr(kernel, "_codes", lambda *args, **options: coded.append(1) or codes(*args, **options))
-    monkeypatch.setattr(kernel, "_text_codes", lambda *args, **options: coded.append(1) or text_codes(*args, **options))
-    monkeypatch.setattr(kernel, "coded_histogram", lambda *args: coded.append(100) or compiled(*args))
+    patch_engine(monkeypatch, "_codes", lambda *args, **options: coded.append(1) or codes(*args, **options))
+    patch_engine(monkeypatch, "_text_codes", lambda *args, **options: coded.append(1) or text_codes(*args, **options))
+    patch_engine(monkeypatch, "coded_histogram", lambda *args: coded.append(100) or compiled(*args))
     released = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(data())
     assert released["round"].n_unique() == 3  # three rounds ran
     assert coded == [1, 1]  # was six codings and three dispatches: two columns coded in each of three rounds
@@ -499,22 +504,24 @@ def test_dp_sips_codes_its_pairs_once_per_call(monkeypatch) -> None:
 
 def _paths() -> dict[str, dict[str, object]]:
     """Stage 2's paths: on the WGM's compiled coding of the rows (the compiled stage-2 step), and the Polars
-    plans, without the coding or without Numba (monkeypatched onto ``kernel``)."""
+    plans, without the coding (monkeypatched) or without Numba (:func:`without_numba`)."""
     return {
         "stage 1's codes": {},
         "polars, no shared codes": {"_shared_codes": lambda lf: None},
-        "polars, no numba": {"kernel_jit": lambda: None},
+        "polars, no numba": {"numba": "absent"},
     }
 
 
 def _releases_on_paths(fixed_randomness, monkeypatch, frame: pl.DataFrame, make, options: dict, paths: dict) -> list:
-    """A two-stage release of ``frame`` on each of ``paths`` (attributes of ``kernel`` patched), for fixed
-    randomness."""
+    """A two-stage release of ``frame`` on each of ``paths`` (functions of the engine patched, or ``"numba":
+    "absent"``: within :func:`without_numba`), for fixed randomness."""
     releases = []
     for patches in paths.values():
-        with monkeypatch.context() as patched:
+        absent = patches.get("numba") == "absent"
+        with monkeypatch.context() as patched, without_numba() if absent else contextlib.nullcontext():
             for name, value in patches.items():
-                patched.setattr(kernel, name, value)
+                if name != "numba":
+                    patch_engine(patched, name, value)
             fixed_randomness()
             m = make(*wgm.user_items_space(), max_contributions=6, wgm_scale=0.5, peel_scale=0.5, **options)
             releases.append(m(frame))
@@ -541,14 +548,14 @@ def test_stage_2_on_stage_1s_codes_releases_what_the_straightforward_path_releas
     pytest.importorskip("numba")
     frame = shapes()[shape]
     shared: list[bool] = []
-    original = kernel._shared_codes
+    original = _prepared._shared_codes
 
     def recorded(lf: pl.LazyFrame):
         codes = original(lf)
         shared.append(codes is not None)
         return codes
 
-    monkeypatch.setattr(kernel, "_shared_codes", recorded)
+    patch_engine(monkeypatch, "_shared_codes", recorded)
     releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, _paths())
     compiled_histogram = shape != "float users"  # floats are left to the Polars plans
     if options["wgm_threshold"] < 1e9:
@@ -565,16 +572,17 @@ def test_both_stages_read_one_prepared_value_passed_to_them(monkeypatch, make) -
     kernel keeps no module-level registry of frames (was: ``id()``-keyed dicts that no signature showed)."""
     pytest.importorskip("numba")
     seen: list[object] = []
-    pairs = kernel._candidate_pairs
-    monkeypatch.setattr(kernel, "_candidate_pairs", lambda data, *a, **o: seen.append(data) or pairs(data, *a, **o))
+    pairs = _candidates._candidate_pairs
+    patch_engine(monkeypatch, "_candidate_pairs", lambda data, *a, **o: seen.append(data) or pairs(data, *a, **o))
     m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     frame = shapes()["shuffled string users"]
     assert m(frame).height == m(frame).height == 5
     assert len(seen) == 2 and seen[0] is not seen[1]  # one value per release
     for data in seen:
-        assert isinstance(data, kernel.Prepared) and data.in_memory and isinstance(data.coding, kernel._CodedRows)
-    mutable = [name for name, value in vars(kernel).items() if isinstance(value, (dict, list, set))]
-    assert sorted(mutable) == ["__all__", "__builtins__"]
+        assert isinstance(data, kernel.Prepared) and data.in_memory and isinstance(data.coding, _prepared._CodedRows)
+    for module in MODULES:  # the package and each of its modules
+        mutable = [name for name, value in vars(module).items() if isinstance(value, (dict, list, set))]
+        assert [name for name in mutable if not name.startswith("__")] == [], module.__name__
 
 
 @pytest.mark.parametrize("make", [make_wgm_top_k, make_wgm_hitting_set])
@@ -586,7 +594,7 @@ def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatc
     def no_read(*_args):
         raise AssertionError("stage 2 read the rows again")
 
-    monkeypatch.setattr(kernel, "_candidate_rows", no_read)
+    patch_engine(monkeypatch, "_candidate_rows", no_read)
     frame = shapes()["shuffled string users"]
     m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     assert m(frame).height == 5
@@ -597,14 +605,14 @@ def test_stage_2_does_not_read_the_rows_again_after_the_compiled_step(monkeypatc
 # per row on a collected frame, each run's repeats dropped by the compiled marker pass
 
 
-def _coded_rows(frame: pl.DataFrame) -> kernel._CodedRows:
+def _coded_rows(frame: pl.DataFrame) -> _prepared._CodedRows:
     """The compiled step's coding of ``frame``'s rows, as :func:`kernel.coded_histogram` keeps it."""
     jit = kernel.kernel_jit()
     user_dtype, item_dtype = frame.schema["user"], frame.schema["item"]
-    coded = frame.select(kernel._code_expr("user", user_dtype), kernel._code_expr("item", item_dtype))
-    users, n_users, _ = kernel._codes(coded.get_column("user"), user_dtype, jit, compact=False)
-    items, n_items, decode = kernel._codes(coded.get_column("item"), item_dtype, jit)
-    return kernel._CodedRows(users, n_users, items, n_items, decode)
+    coded = frame.select(_compiled_steps._code_expr("user", user_dtype), _compiled_steps._code_expr("item", item_dtype))
+    users, n_users, _ = _compiled_steps._codes(coded.get_column("user"), user_dtype, jit, compact=False)
+    items, n_items, decode = _compiled_steps._codes(coded.get_column("item"), item_dtype, jit)
+    return _prepared._CodedRows(users, n_users, items, n_items, decode)
 
 
 ITEMS = {
@@ -683,10 +691,10 @@ def test_candidate_rows_of_a_collected_frame_are_those_of_the_filter(shape: str)
     if dtype == pl.String or dtype.is_integer():  # a candidate no row holds
         items = pl.concat([items, pl.Series("item", ["i100000" if dtype == pl.String else 10**6], dtype=dtype)])
     items = kernel.cast_candidates(items, dtype)
-    once, filtered = kernel._candidate_rows(collected, space, items), kernel._candidate_rows(kernel.Prepared(lf), space, items)
+    once, filtered = _candidates._candidate_rows(collected, space, items), _candidates._candidate_rows(kernel.Prepared(lf), space, items)
     assert once.height == filtered.height > 0
     assert once.get_column("user").equals(filtered.get_column("user"))
-    assert once.get_column(kernel._POSITION).cast(pl.Int64).equals(filtered.get_column(kernel._POSITION).cast(pl.Int64))
+    assert once.get_column(_candidates._POSITION).cast(pl.Int64).equals(filtered.get_column(_candidates._POSITION).cast(pl.Int64))
 
 
 @pytest.mark.parametrize("item_dtype", [pl.String, pl.Int64])
@@ -700,10 +708,10 @@ def test_collected_frames_rows_are_looked_up_without_a_filter(monkeypatch, item_
     plans: list[str] = []
     collect = pl.LazyFrame.collect
     monkeypatch.setattr(pl.LazyFrame, "collect", lambda self, *a, **k: plans.append(self.explain()) or collect(self, *a, **k))
-    kernel._candidate_rows(kernel.collect_once(lf, passes=1, engine="auto"), space, items)
+    _candidates._candidate_rows(kernel.collect_once(lf, passes=1, engine="auto"), space, items)
     once = "\n".join(plans)
     plans.clear()
-    kernel._candidate_rows(kernel.Prepared(lf), space, items)
+    _candidates._candidate_rows(kernel.Prepared(lf), space, items)
     assert "is_in" not in once and "is_in" in "\n".join(plans)
 
 
@@ -759,22 +767,22 @@ def test_candidate_pairs_on_the_keyed_routes_runs_are_the_distinct_pairs(monkeyp
     pairs (CSR, and the counts) are the frozen path's, in one thread or in three (user ranges); where the route
     found no runs, or the candidates are not looked up once per row, the other paths run."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route on every shape
-    monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
+    patch_engine(monkeypatch, "mostly_above", lambda *args: True)  # the keyed route on every shape
+    patch_engine(monkeypatch, "kernel_threads", lambda rows, jit: threads)
     frame = shapes()[shape]
     space = _resolve_space(*wgm.user_items_space())
     shared = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
     lf = shared.lf
     kernel_histogram("auto", kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
-    assert (kernel._shared_runs(shared) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
+    assert (_prepared._shared_runs(shared) is not None) == (shape in KEYED_RUNS or shape == "categorical items")
     items = frame.get_column("item").unique().sort().gather_every(2)
     dtype = lf.collect_schema()["item"]
     if dtype == pl.String or dtype.is_integer():  # a candidate no row holds
         items = pl.concat([items, pl.Series("item", ["i100000" if dtype == pl.String else 10**6], dtype=dtype)])
     items = kernel.cast_candidates(items, dtype)
     runs: list[object] = []
-    path = kernel._run_candidate_pairs
-    monkeypatch.setattr(kernel, "_run_candidate_pairs", lambda *a: runs.append(path(*a)) or runs[-1])
+    path = _candidates._run_candidate_pairs
+    patch_engine(monkeypatch, "_run_candidate_pairs", lambda *a: runs.append(path(*a)) or runs[-1])
     offsets, positions = kernel.candidate_csr(shared, space, items)
     assert (runs[-1] is not None) == (shape in KEYED_RUNS)
     users = np.repeat(np.arange(offsets.size - 1), np.diff(offsets))
@@ -805,7 +813,7 @@ def test_text_items_are_looked_up_exactly_by_their_views(threads: int) -> None:
     space = _Space("user", "item", None, lazyframe_domain=False)
     for chosen in (words[::2], words[1::3], ["abcdefghijklm", "abcdefghijklmnopqrstuvwxyz"], ["zzz"]):
         items = kernel.cast_candidates(pl.Series("item", list(dict.fromkeys(chosen))), pl.String)
-        looked_up = kernel._view_positions(frame.lazy(), space, items, threads, peel)
+        looked_up = _candidates._view_positions(frame.lazy(), space, items, threads, peel)
         assert looked_up is not None and looked_up.dtype == np.int32
         cast = frame.get_column("item").cast(pl.Enum(items), strict=False).to_physical()
         assert looked_up.tolist() == cast.cast(pl.Int32).fill_null(-1).to_list()
@@ -843,10 +851,10 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     joined into one int32 array: the CSR is the frozen path's with users holding no candidate at the ends of the
     slices and a user holding most rows (a slice of no user), candidates in a range's first and last user."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)  # the keyed route
-    monkeypatch.setattr(kernel, "kernel_threads", lambda rows, jit: threads)
+    patch_engine(monkeypatch, "mostly_above", lambda *args: True)  # the keyed route
+    patch_engine(monkeypatch, "kernel_threads", lambda rows, jit: threads)
     if not views:  # the Enum cast, in slices (no pyarrow)
-        monkeypatch.setattr(kernel, "string_views", lambda column: None)
+        patch_engine(monkeypatch, "string_views", lambda column: None)
     base = data(n_users=120, seed=4)
     big = pl.DataFrame({"user": ["big"] * 2000, "item": [f"i{x % 70}" for x in range(2000)]})
     number = pl.col("user").str.slice(1).cast(pl.Int64)
@@ -855,10 +863,10 @@ def test_keyed_routes_runs_with_users_holding_no_candidate(monkeypatch, threads:
     shared = kernel.collect_once(_prepare_frame(frame, space), passes=1, engine="auto")
     lf = shared.lf
     kernel_histogram("auto", kernel.BoundedLists(lf, space, 6, (1, 2, 3, 4), shared=shared), 6)
-    assert kernel._shared_runs(shared) is not None
+    assert _prepared._shared_runs(shared) is not None
     for names in (["i3", "i5", "absent"], ["i1", "i2", "i69"], ["absent"]):
         items = kernel.cast_candidates(pl.Series("item", names), pl.String)
-        pairs = kernel._run_candidate_pairs(shared, space, items)
+        pairs = _candidates._run_candidate_pairs(shared, space, items)
         assert pairs is not None and pairs.positions.dtype == np.int32
         offsets, positions = pairs.user_offsets(), pairs.positions
         assert offsets[0] == 0 and offsets[-1] == positions.size and np.all(np.diff(offsets) > 0)
@@ -884,17 +892,17 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
     bound's key, imdb_50k's; or by their items, a large Zipf frame's) releases what the Polars plans release
     (without the runs, and without Numba), in one thread or in three."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(kernel, "mostly_above", lambda *args: keyed)
+    patch_engine(monkeypatch, "mostly_above", lambda *args: keyed)
     monkeypatch.setattr(kernel_plans, "_LARGE_ROWS", 0)  # the route on runs on every frame whose users are runs
     frame = shapes()[shape]
     read: list[bool] = []
-    original = kernel._shared_runs
-    monkeypatch.setattr(kernel, "_shared_runs", lambda lf: read.append(original(lf) is not None) or original(lf))
+    original = _prepared._shared_runs
+    patch_engine(monkeypatch, "_shared_runs", lambda lf: read.append(original(lf) is not None) or original(lf))
     paths = {
         "the keyed route's runs": {},
         "in three threads": {"kernel_threads": lambda rows, jit: 3},
         "polars, no shared runs": {"_shared_runs": lambda lf: None},
-        "polars, no numba": {"kernel_jit": lambda: None},
+        "polars, no numba": {"numba": "absent"},
     }
     releases = _releases_on_paths(fixed_randomness, monkeypatch, frame, make, options, paths)
     if options["wgm_threshold"] < 1e9:
@@ -908,14 +916,14 @@ def test_stage_2_on_the_keyed_routes_runs_releases_what_the_polars_path_releases
 def test_stage_2_reads_the_keyed_routes_runs_not_the_users_again(monkeypatch, make) -> None:
     """Where the WGM's keyed route found each user's rows in one run (imdb_50k), stage 2 reads those runs: the
     candidates' rows (user column included) are not filtered out of the frame and their users not run again
-    (they were: :func:`kernel._candidate_rows`, then :func:`kernel._user_runs` on them)."""
+    (they were: :func:`_candidates._candidate_rows`, then :func:`_compiled_steps._user_runs` on them)."""
     pytest.importorskip("numba")
 
     def no_read(*_args):
         raise AssertionError("stage 2 read the users' rows again")
 
-    monkeypatch.setattr(kernel, "mostly_above", lambda *args: True)
-    monkeypatch.setattr(kernel, "_candidate_rows", no_read)
+    patch_engine(monkeypatch, "mostly_above", lambda *args: True)
+    patch_engine(monkeypatch, "_candidate_rows", no_read)
     frame = shapes()["adjacent string users"]
     m = make(*wgm.user_items_space(), k=5, max_contributions=6, wgm_scale=0.5, wgm_threshold=1.0, peel_scale=0.5)
     assert m(frame).height == 5
@@ -935,7 +943,7 @@ def test_item_index_of_offsets_is_the_polars_group_by(monkeypatch, n_users: int)
     compiled = csr_of_offsets(offsets, items, 30, item_index=True)
     users = np.repeat(np.arange(n_users, dtype=np.int64), lengths)
     old_users, old_offsets = kernel.kernel_jit().items_by_user(items, users, 30)
-    monkeypatch.setattr(kernel, "kernel_jit", lambda: None)
-    polars = csr_of_offsets(offsets, items, 30, item_index=True)
+    with without_numba():
+        polars = csr_of_offsets(offsets, items, 30, item_index=True)
     for other_users, other_offsets in ((polars.item_users, polars.item_offsets), (old_users, old_offsets)):
         assert np.array_equal(compiled.item_users, other_users) and np.array_equal(compiled.item_offsets, other_offsets)

@@ -12,9 +12,11 @@ import pytest
 
 import opendp_wgm.engines.polars as engine
 from opendp_wgm._spaces import _Space
+from opendp_wgm.engines.polars import without_numba
 from opendp_wgm.measurements import hitting_set
 from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
+from tests.engine_modules import patch_engine
 
 SPACE = _Space("user", "item", None, lazyframe_domain=False)
 SEEDS = (11, 22, 33, 44)
@@ -80,7 +82,7 @@ def _layouts() -> dict[str, object]:
 
 
 def test_policy_csr_and_coverage_layouts_are_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    patch_engine(monkeypatch, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     text = json.dumps(_layouts(), default=int)
     assert hashlib.sha256(text.encode()).hexdigest() == GOLDEN
@@ -91,14 +93,13 @@ def test_compiled_item_index_is_the_group_by_one(monkeypatch: pytest.MonkeyPatch
     """The item → users index by the compiled counting sort equals the Polars group-by's, array for array
     (holders in increasing user position; empty users and items without holders included)."""
     pytest.importorskip("numba")
-    from opendp_wgm.measurements import _user_items
 
     rng = np.random.default_rng(seed)  # test data only
     users = np.sort(rng.integers(0, 300, 2000))
     items = rng.integers(0, 50, 2000)
     compiled = user_item_csr(users, items, 60, item_index=True)
-    monkeypatch.setattr(_user_items.engine, "kernel_jit", lambda: None)
-    plans = user_item_csr(users, items, 60, item_index=True)
+    with without_numba():
+        plans = user_item_csr(users, items, 60, item_index=True)
     for name in ("items", "offsets", "item_offsets", "item_users"):
         assert np.array_equal(getattr(compiled, name), getattr(plans, name)), name
     empty = user_item_csr(np.zeros(0, np.int64), np.zeros(0, np.int64), 3, item_index=True)
@@ -119,7 +120,7 @@ def test_threaded_item_index_is_the_stable_sort_by_item(monkeypatch: pytest.Monk
     sizes[200:260] = 0  # three threads: one range of users may hold no pair
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     items = rng.integers(0, 40, int(offsets[-1])).astype(dtype)  # items 40 .. 44 held by nobody
-    monkeypatch.setattr(engine, "kernel_threads", lambda rows, kernels: threads)
+    patch_engine(monkeypatch, "kernel_threads", lambda rows, kernels: threads)
     index = engine.holders_by_item(items, offsets, 45)
     assert index is not None
     holders, start = index

@@ -91,8 +91,18 @@ def _dense_codes(values: pl.Series) -> np.ndarray | None:
     return (values.cast(wide) - pl.Series([low], dtype=wide)).cast(pl.Int64).to_numpy()
 
 
-def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key_order: bool) -> _UserItems:
+def _bounded_csr(
+    lf: pl.LazyFrame,
+    space: _Space,
+    max_contributions: int,
+    *,
+    key_order: bool,
+    seeds: tuple[int, ...] | None = None,
+) -> _UserItems:
     """The CSR arrays of Policy Gaussian: Δ0-bounded lists (one row per user), ordered by the user's keyed hash.
+
+    ``seeds``: the bound's secret seed (``None``: fresh, as every release draws it; a test gives one, to compare
+    the kept subsets with the kernel's, :mod:`opendp_wgm.kernel.reference`).
 
     When most users hold more than Δ0 items (the keyed plan's case), without ``key_order``, with Numba and at
     least :data:`_JIT_MIN_ROWS` rows: :func:`_hashed_csr`. Otherwise (and whenever that cannot vouch for its
@@ -101,7 +111,7 @@ def _bounded_csr(lf: pl.LazyFrame, space: _Space, max_contributions: int, *, key
     lists' lengths. Both keep the same items for the same seeds, in the same user order.
     """
     user, item = space.user, space.item
-    bound_seeds, order_seeds = fresh_seeds(), fresh_seeds()
+    bound_seeds, order_seeds = fresh_seeds() if seeds is None else seeds, fresh_seeds()
     order = _value_key(user, lf.collect_schema()[user]).hash(*order_seeds)
     above = mostly_above(lf, user, max_contributions)  # read once: it also chooses the lists' plan
     if above and not key_order and _numba_installed():

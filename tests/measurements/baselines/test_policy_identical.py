@@ -24,6 +24,7 @@ from opendp_wgm.measurements._user_items import user_item_csr
 from opendp_wgm.measurements.baselines import _policy_csr as policy_csr
 from opendp_wgm.measurements.baselines import _policy_weights as policy_weights
 from opendp_wgm.measurements.baselines import policy as bl
+from tests.engine_modules import patch_engine
 
 U = 2**20
 SEEDS = (5, 6, 7, 8)
@@ -174,7 +175,7 @@ def _zipf_frame(items_as: str) -> pl.DataFrame:
 def _histograms(frame: pl.DataFrame, monkeypatch: pytest.MonkeyPatch) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The histogram that reaches the noise in a release of ``frame`` (Δ0 = 20, seeds :data:`SEEDS`), sorted by
     item, and the frozen code's."""
-    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    patch_engine(monkeypatch, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     seen: list[pl.DataFrame] = []
 
@@ -233,7 +234,7 @@ def _segments(data: policy_csr._UserItems) -> list[list[object]]:
 def preparation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The preparation paths: the compiled one (most users above Δ0), Polars lists coded by the compiled hash
     table, and everything without Numba. The first two run on these small frames only with the threshold at 0."""
-    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    patch_engine(monkeypatch, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     if request.param == "no numba":
         monkeypatch.setattr(policy_csr, "_jit", lambda: None)
@@ -282,7 +283,7 @@ def test_hashed_preparation_identical_in_threads(threads: int, shape: str, monke
     codes of one sequential pass (first appearance in the arrays), Strings told apart by their views (long ones
     sharing a length and 4-byte prefix compared whole)."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    patch_engine(monkeypatch, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
     monkeypatch.setattr(policy_csr, "mostly_above", lambda *_: True)
@@ -330,7 +331,7 @@ def test_hashed_preparation_falls_back_when_the_values_disagree(shape: str, monk
     are told apart by their views, longer ones sharing length and prefix by the pairs compared whole, other
     dtypes by comparing every kept row."""
     pytest.importorskip("numba")
-    monkeypatch.setattr(engine, "fresh_seeds", lambda: SEEDS)
+    patch_engine(monkeypatch, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "fresh_seeds", lambda: SEEDS)
     monkeypatch.setattr(policy_csr, "_JIT_MIN_ROWS", 0)
     monkeypatch.setattr(policy_csr, "mostly_above", lambda *_: True)
