@@ -8,7 +8,12 @@ is opendp_wgm.make_wgm``), so code written for the earlier Spark twins runs unch
 """
 
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor, spark_user_items_space
-from opendp_wgm.measurements.dp_sips import make_dp_sips, make_dp_sips_from_budget, then_dp_sips, then_dp_sips_from_budget
+from opendp_wgm.measurements.dp_sips import (
+    make_dp_sips,
+    make_dp_sips_from_budget,
+    then_dp_sips,
+    then_dp_sips_from_budget,
+)
 from opendp_wgm.measurements.hitting_set import (
     make_user_peeling,
     make_wgm_hitting_set,

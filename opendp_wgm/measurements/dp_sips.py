@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
+from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import (
     BoundedLists,
     CodedPairs,
@@ -33,7 +34,6 @@ from opendp_wgm.engines.polars import (
     noisy_above_threshold,
     release_above_threshold,
 )
-from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.kernel import histogram as kernel_histogram
 from opendp_wgm.measurements._spark import spark_space
@@ -207,9 +207,11 @@ def _spark_rounds(
         if number == len(plan):
             break  # the last round: nothing to remove (with the adaptive schedule, never round 1)
         so_far = pl.concat(rounds).get_column(space.item)
-        if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
-            if noisy_dense_branch(spark_engine.user_bins(frame, space, so_far), adaptive[0]):
-                plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True))
+        # the branch, after round 1: its release and one noisy count
+        if number == 1 and adaptive is not None and noisy_dense_branch(
+            spark_engine.user_bins(frame, space, so_far), adaptive[0]
+        ):
+            plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True))
         remaining = spark_engine.without_items(frame, space, so_far)
     return pl.concat(rounds).sort(space.item)
 
@@ -321,9 +323,9 @@ def make_dp_sips(
     spark = spark_space(input_domain, input_metric, item=item, noise=noise, passes=passes, engine=engine)
     if spark is not None:  # the rounds as Spark plans (_spark_rounds), with the same map
         privacy_map = dp_sips_privacy_map(scales, thresholds, max_contributions, epsilon, adaptive)
-        function = partial(_spark_rounds, space=spark, max_contributions=max_contributions, scales=scales,
-                           thresholds=thresholds, adaptive=adaptive)  # fmt: skip
-        return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+        rounds = partial(_spark_rounds, space=spark, max_contributions=max_contributions, scales=scales,
+                         thresholds=thresholds, adaptive=adaptive)  # fmt: skip
+        return dp.m.make_user_measurement(input_domain, input_metric, output_measure, rounds, privacy_map)
     space = _resolve_space(input_domain, input_metric, item)
     item = space.item
 

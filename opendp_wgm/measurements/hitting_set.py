@@ -41,11 +41,11 @@ from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import prepared_input
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
-from opendp_wgm.measurements._spark import spark_space
 
 # re-exported: the Spark engine, the benchmarks and the tests reach the rounds through this module
 from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.two_stage import (
     StageParts,
     make_dp_sips_then_peeling,
@@ -196,13 +196,13 @@ def _user_peeling(
     spark = spark_space(input_domain, input_metric, item=item)
     if spark is not None:  # Spark selects the (user, candidate) pairs; the driver peels them as on Polars
 
-        def function(frame: Any) -> pl.DataFrame:
+        def on_spark(frame: Any) -> pl.DataFrame:
             checked = spark_engine.check_frame(frame, spark)
             items = spark_engine.frame_candidates(checked, spark, series)  # exact cast, before any noise
             pairs = spark_engine.candidate_pairs(checked, spark, items)
             return peel(pairs, _Space(spark.user, spark.item, None, lazyframe_domain=False), items, k, scale)
 
-        return peeling_parts(function, kind=kind, rounds=rounds, scale=scale, accounting=USER_PEELING, delta=delta)
+        return peeling_parts(on_spark, kind=kind, rounds=rounds, scale=scale, accounting=USER_PEELING, delta=delta)
     space = _resolve_space(input_domain, input_metric, item)
     series = _check_candidates_for(series, space)
 

@@ -160,7 +160,8 @@ def _preparation(
     :func:`_polars_preparation`."""
     spark = spark_space(input_domain, input_metric, item=item, passes=passes, engine=engine)
     if spark is not None:
-        return Preparation(input_domain, input_metric, functools.partial(spark_engine.check_frame, space=spark), spark.item)
+        check = functools.partial(spark_engine.check_frame, space=spark)
+        return Preparation(input_domain, input_metric, check, spark.item)
     return _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
 
 
