@@ -4,7 +4,8 @@ Swanberg, Desfontaines, Haney (2023), "DP-SIPS: A simpler, more scalable mechani
 partition selection", arXiv 2301.01998. Round i is the WGM (:func:`opendp_wgm.make_wgm`) at (σ_i, T_i) on the
 rows whose item no earlier round released: every user is bounded again to Δ0 of its *remaining* distinct items
 (a fresh hash seed per round), so a user whose popular items were released in round 1 spends its weight on its
-rarer items in round 2. The rounds run on the WGM's kernel (:mod:`opendp_wgm.engines.polars`); each round's
+rarer items in round 2. The rounds run on the WGM's kernel (:mod:`opendp_wgm.engines.polars`, or the Spark
+engine's steps on a Spark input space: :func:`_spark_rounds`); each round's
 data depends only on the input and on what earlier rounds released, so the rounds compose adaptively
 (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`).
 """
@@ -239,7 +240,8 @@ def make_dp_sips(
     ----------
     input_domain, input_metric
         As for :func:`opendp_wgm.make_wgm`: :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain``
-        with ``dp.symmetric_id_distance`` (the identifier may be an expression, e.g. a household).
+        with ``dp.symmetric_id_distance`` (the identifier may be an expression, e.g. a household); or
+        :func:`opendp_wgm.spark.spark_user_items_space`, to run the rounds on Spark (``docs/engines.md``).
     max_contributions
         Δ0 in [1, 2^20]: in every round each user keeps a uniform random subset of at most this many of its
         distinct items not yet released.

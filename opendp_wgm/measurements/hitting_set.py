@@ -105,7 +105,8 @@ def make_user_peeling(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
+        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``); or
+        :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark, ``docs/engines.md``).
     candidates
         The public candidate items (distinct, no nulls), e.g. a WGM release. Cast exactly to the item
         column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else at release before any
@@ -290,7 +291,8 @@ def make_wgm_hitting_set(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
+        ``docs/engines.md``).
     k
         Number of peeling rounds, ≥ 1 (the output has ``min(k, #candidates)`` rows).
     max_contributions, wgm_scale, wgm_threshold

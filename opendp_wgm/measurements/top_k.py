@@ -135,7 +135,8 @@ def make_peeling_top_k(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
+        ``docs/engines.md``).
     candidates
         The public candidate items (distinct, no nulls). They are cast to the item column's dtype (at
         construction when a ``dp.lazyframe_domain`` states it, else at release before any noise is drawn); a
@@ -263,7 +264,8 @@ def make_wgm_top_k(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
+        ``docs/engines.md``).
     k
         Number of items to release, ≥ 1 (fewer when the WGM releases fewer than k candidates).
     max_contributions, wgm_scale, wgm_threshold
