@@ -150,3 +150,20 @@ def test_adaptive_dp_sips_from_budget_releases_with_the_polars_map(cluster) -> N
     assert released.schema == pl.Schema({"item": pl.String, "noisy_weight": pl.Float64, "round": pl.Int16})
     assert {"p", "q"} <= set(released["item"]) and released.height <= 3
     assert set(released["round"].to_list()) <= {1, 2, 3}
+
+
+def test_two_stage_over_adaptive_dp_sips_ranks_the_popular_items_with_the_polars_maps(cluster) -> None:
+    """Top-k and the hitting set from a budget with DP-SIPS (adaptive) as stage 1: stage 2's candidate counts
+    (top-k) and (user, candidate) pairs (hitting set) are computed by the executors through a broadcast join,
+    the selection runs on the driver. p and q (300 users each) are released by some round (over 13σ above the
+    last round's T) and outrank any rare candidate by 299 users (at scale 4 each peeling draw picks a rare one with
+    probability below 20·e^-74); the maps are the Polars measurements'."""
+    budget = dict(k=2, max_contributions=1, epsilon=1.0, delta=1e-5, stage_1="dp-sips")
+    sdf = to_spark(cluster, popular_and_rare())
+    for make in (wgm.make_wgm_top_k_from_budget, wgm.make_wgm_hitting_set_from_budget):
+        m = make(*spark_user_items_space(), **budget)
+        reference = make(*wgm.user_items_space(), **budget)
+        assert [m.map(d) for d in range(3)] == [reference.map(d) for d in range(3)]
+        released = m(sdf)
+        assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
+        assert set(released["item"]) == {"p", "q"} and released["rank"].to_list() == [1, 2]
