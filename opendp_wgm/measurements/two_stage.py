@@ -274,7 +274,7 @@ class _TwoStageCalibration(Protocol):
 
 
 #: A peeling constructor on a known candidate list: ``(domain, metric, *, candidates, k, scale, output_measure,
-#: delta, item) -> Measurement`` (``make_peeling_top_k``, ``make_user_peeling``, or an engine's twin), or its
+#: delta, item) -> Measurement`` (``make_peeling_top_k``, ``make_user_peeling``: on either engine), or its
 #: :class:`Stage2Release` (``_peeling_top_k_release``, ``_user_peeling_release``: the Polars two-stage calls').
 Peeling = Callable[..., dp.Measurement | Stage2Release]
 
