@@ -6,7 +6,9 @@
 # Two supported combinations (docs/engines.md, "Installing"):
 #   1. "engines": opendp-wgm[spark,tumult] in its own venv. Tumult Core 0.20 on Python 3.11 needs numpy < 2
 #      and pandas < 2, so this venv resolves to numpy 1.26, pandas 1.5, pyarrow 23, pyspark 3.5.
-#      Runs tests/engines/ (test_spark.py, test_tumult.py, test_streaming.py) and tutorials/04_engines.ipynb.
+#      Runs tests/engines/ (test_spark.py, test_tumult.py, test_streaming.py; then test_spark_cluster.py in its
+#      own process: a local-cluster Spark, executors in their own JVMs and Python workers) and
+#      tutorials/04_engines.ipynb.
 #   2. "spark-numpy2": the main environment (numpy 2, run `pip install -e .` first) plus pyspark 3.5 and
 #      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py.
 #
@@ -47,6 +49,13 @@ EOF
     -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-pytest.log
 if grep -q "^SKIPPED" /tmp/engines-pytest.log; then
     echo "engines.sh: engine tests were skipped in the engines venv" >&2
+    exit 1
+fi
+# Spark in local-cluster mode (one SparkContext per process: its own pytest run; 1.6 min at load 9.5 on 2 cores)
+"$ENGINES_VENV/bin/python" -m pytest tests/engines/test_spark_cluster.py -p no:cacheprovider -q -rs 2>&1 \
+    | tee /tmp/engines-cluster-pytest.log
+if grep -q "^SKIPPED" /tmp/engines-cluster-pytest.log; then
+    echo "engines.sh: the local-cluster Spark tests were skipped in the engines venv" >&2
     exit 1
 fi
 # the tutorial and the docs' Spark and Tumult blocks (marked `needs spark` / `needs tumult`: skipped in the main suite)

@@ -242,11 +242,38 @@ def _read_space(input_domain: dp.Domain, input_metric: dp.Metric, item: str | Se
             raise ValueError(msg) from err
         return _Space(user, column, None, True, expression, prepared.schema[column], composite)
 
+    _refuse_spark(descriptor, input_domain)
     msg = (
         "`input_domain` must come from opendp_wgm.user_items_space() or be a dp.lazyframe_domain "
         f"(e.g. a Context's accountant.input_space) (found {input_domain})"
     )
     raise ValueError(msg)
+
+
+#: The constructors that run on a Spark input space (``docs/engines.md``), named in the refusal of the others.
+SPARK_CONSTRUCTORS = (
+    "make_wgm",
+    "make_dp_sips",
+    "make_wgm_top_k",
+    "make_wgm_hitting_set",
+    "make_peeling_top_k",
+    "make_user_peeling",
+)
+
+
+def _refuse_spark(descriptor: object, input_domain: dp.Domain) -> None:
+    """Raise, saying why, when a Polars-only constructor is given a Spark input space: its release is written for
+    frames in this process (Polars), and no Spark plan computes it."""
+    from opendp_wgm.engines.spark import SparkUserItemsDescriptor  # deferred: the engines build on this module
+
+    if isinstance(descriptor, SparkUserItemsDescriptor):
+        names = ", ".join(SPARK_CONSTRUCTORS)
+        msg = (
+            f"this constructor runs on Polars frames only: it has no Spark plan (found {input_domain}). On a Spark "
+            f"input space use {names} (and their _from_budget forms), or collect the frame to Polars and build "
+            "on opendp_wgm.user_items_space()"
+        )
+        raise ValueError(msg)
 
 
 def _value_dtype(dtype: PolarsDataType) -> PolarsDataType:

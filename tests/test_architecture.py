@@ -183,7 +183,6 @@ MAX_LINES = 600
 #: Modules allowed over :data:`MAX_LINES` for now, each with its reason. Being split by other lanes of the
 #: structure work (issue 22) as this test lands: remove an entry when its module is split.
 TOO_LONG_FOR_NOW = {
-    "opendp_wgm/engines/spark.py": "being split (the Spark engine's steps and its measurements)",
     "opendp_wgm/engines/tumult.py": "being split (one generic Tumult wrapper)",
 }
 
@@ -194,3 +193,34 @@ def test_no_module_is_longer_than_600_lines() -> None:
     offenders = [f"{name}: {lines} lines" for name, lines in sorted(lengths.items())
                  if lines > MAX_LINES and name not in TOO_LONG_FOR_NOW]
     assert offenders == [], "\n".join(offenders)
+
+
+#: Engine modules that adapt a measurement to another framework, rather than run the kernel's steps: they may
+#: build on the measurements (the Tumult adapter wraps the package's measurements as Tumult Core ones).
+ADAPTERS = ("opendp_wgm.engines.tumult",)
+
+
+def test_the_engines_import_no_measurement() -> None:
+    """``engines/`` runs the kernel's steps on Polars and Spark; the measurements choose the engine by their input
+    space and build on it, never the other way round (one API: no constructor is declared twice)."""
+    upper = ("opendp_wgm.measurements", "opendp_wgm.cli", "opendp_wgm.audit", "opendp_wgm.experiments")
+    offenders = [
+        f"{_where(path, line)} imports {module}"
+        for path in SOURCES
+        if _package_of(path) == "opendp_wgm.engines" and _module_name(path) not in ADAPTERS
+        for line, module, _ in _imports(path)
+        if any(module == layer or module.startswith(layer + ".") for layer in upper)
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_the_spark_engine_declares_no_constructor() -> None:
+    """One constructor per mechanism: the Spark engine defines no ``make_*``/``then_*`` (it holds the engine's
+    steps; ``opendp_wgm.make_wgm`` and the others run on it when given its input space)."""
+    tree = ast.parse((PACKAGE / "engines" / "spark.py").read_text(encoding="utf-8"))
+    declared = [
+        target.id if isinstance(target, ast.Name) else getattr(target, "name", "")
+        for node in tree.body
+        for target in (node.targets if isinstance(node, ast.Assign) else [node])
+    ]
+    assert [name for name in declared if name.lstrip("_").startswith(("make_", "then_"))] == []

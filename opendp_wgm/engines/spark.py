@@ -1,8 +1,10 @@
-r"""The WGM on Spark DataFrames: the same mechanism, distributed, with the same privacy maps.
+r"""The Spark engine: the WGM's kernel steps as Spark plans, for the constructors of :mod:`opendp_wgm.measurements`.
 
-Install with ``pip install "opendp-wgm[spark]"`` (pyspark 3.5 with pandas and pyarrow; Java 17). The
-measurements here take a ``pyspark.sql.DataFrame`` with a user column and an item column and release a
-Polars ``DataFrame`` of items, exactly like :func:`opendp_wgm.make_wgm` does on Polars:
+Install with ``pip install "opendp-wgm[spark]"`` (pyspark 3.5 with pandas and pyarrow; Java 17). There is no
+Spark API of its own: :func:`opendp_wgm.make_wgm`, :func:`opendp_wgm.make_dp_sips`, the two-stage mechanisms
+and their ``_from_budget`` forms take the input space of :func:`spark_user_items_space` and then release on a
+``pyspark.sql.DataFrame`` (the engine is a property of the input; ``docs/engines.md``). This module holds the
+steps they run, on a frame with a user column and an item column:
 
 1. rows with a null user or item are dropped and duplicate (user, item) rows removed (``distinct``);
 2. each user keeps the at most Δ0 items of smallest key ``xxhash64(s1, s2, user, item)`` under a secret
@@ -13,12 +15,12 @@ Polars ``DataFrame`` of items, exactly like :func:`opendp_wgm.make_wgm` does on 
 4. in the executors (``mapInArrow``), every item's integer sum gets discrete Gaussian noise
    :math:`\mathcal N_{\mathbb Z}(0, (\sigma 2^{20})^2)` from :func:`opendp_wgm.samplers.sample_discrete_gaussian`
    (the package's exact sampler; each call keys a fresh AES-CTR generator from the executor's OS entropy), and
-   only the items whose noisy sum exceeds :math:`\lfloor T 2^{20}\rfloor` leave the executors.
+   only the items whose noisy sum exceeds :math:`\lfloor T 2^{20}\rfloor` leave the executors;
 
-Only the released items are collected to the driver. Every number the privacy argument uses is the one of the
-Polars path (``docs/privacy.md``): the measurement's privacy map *is* the map of the equivalent
-:func:`opendp_wgm.make_wgm`, which is built first (so parameters are validated by the same code) and whose
-``map`` this measurement calls. See ``docs/engines.md``.
+plus what the other mechanisms read: the items of a release removed (DP-SIPS's rounds), the adaptive schedule's
+two-bin user count, the exact user counts of candidates and their (user, candidate) pairs (stage 2). Only
+releases and counts reach the driver. The privacy maps are the measurements' own (``docs/privacy.md``); this
+module imports no measurement.
 
 The executors import this package (step 4 is the Polars kernel's ``noisy_above_threshold`` and its sampler,
 :mod:`opendp_wgm.samplers`): on a cluster, install it on every executor (or ship it with
@@ -27,44 +29,19 @@ The executors import this package (step 4 is the Polars kernel's ``noisy_above_t
 
 from __future__ import annotations
 
-import functools
+import importlib
 import secrets
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._partial import _to_then
-from opendp_wgm._spaces import _assert_features, _Space, _user_of_metric
+from opendp_wgm._spaces import _assert_features, _user_of_metric
 from opendp_wgm._validation import _check_columns, _check_one_item
-from opendp_wgm.domains import user_items_space
-from opendp_wgm.engines.polars import noisy_above_threshold, weights_frame
-from opendp_wgm.measurements.dp_sips import ROUND, noisy_dense_branch
-from opendp_wgm.measurements.dp_sips import dp_sips_arguments as _dp_sips_arguments
-from opendp_wgm.measurements.dp_sips import make_dp_sips as _make_polars_dp_sips
-from opendp_wgm.measurements.hitting_set import make_user_peeling
-from opendp_wgm.measurements.hitting_set import peel as _peel
-from opendp_wgm.measurements.top_k import WGM_TOP_K_SAMPLER as _WGM_TOP_K_SAMPLER
-from opendp_wgm.measurements.top_k import check_method as _check_method
-from opendp_wgm.measurements.top_k import make_peeling_top_k
-from opendp_wgm.measurements.top_k import top_k_of_counts as _top_k_of_counts
-from opendp_wgm.measurements.two_stage import Peeling, Preparation
-from opendp_wgm.measurements.two_stage import make_dp_sips_then_peeling as _make_dp_sips_then_peeling
-from opendp_wgm.measurements.two_stage import make_wgm_then_peeling as _make_wgm_then_peeling
-from opendp_wgm.measurements.two_stage import two_stage_arguments as _two_stage_arguments
-from opendp_wgm.measurements.wgm import make_wgm as _make_polars_wgm
-from opendp_wgm.measurements.wgm import wgm_arguments as _wgm_arguments
-from opendp_wgm.privacy.calibrate import (
-    Stage1Mechanism,
-    calibrate_dp_sips,
-    calibrate_wgm,
-    calibrate_wgm_hitting_set,
-    calibrate_wgm_top_k,
-)
-from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, Accounting
+from opendp_wgm.engines.polars import cast_candidates, noisy_above_threshold, weights_frame
 from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -73,27 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from numpy.typing import NDArray
     from pyspark.sql import DataFrame, Row
 
-__all__ = [
-    "SparkUserItemsDescriptor",
-    "make_dp_sips",
-    "make_dp_sips_from_budget",
-    "make_wgm",
-    "make_wgm_from_budget",
-    "make_wgm_hitting_set",
-    "make_wgm_hitting_set_from_budget",
-    "make_wgm_top_k",
-    "make_wgm_top_k_from_budget",
-    "spark_user_items_space",
-    "then_dp_sips",
-    "then_dp_sips_from_budget",
-    "then_wgm",
-    "then_wgm_from_budget",
-    "then_wgm_hitting_set",
-    "then_wgm_hitting_set_from_budget",
-    "then_wgm_top_k",
-    "then_wgm_top_k_from_budget",
-]
-
+__all__ = ["SparkUserItemsDescriptor", "spark_user_items_space"]
 #: What to install when pyspark (or what its Arrow UDFs need) is missing.
 INSTALL_HINT = 'pip install "opendp-wgm[spark]"'
 
@@ -180,7 +137,7 @@ def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> Sp
     if not isinstance(descriptor, SparkUserItemsDescriptor):
         msg = (
             "`input_domain` must come from opendp_wgm.spark.spark_user_items_space() (for Polars frames use "
-            f"opendp_wgm.make_wgm) (found {input_domain})"
+            f"opendp_wgm.user_items_space()) (found {input_domain})"
         )
         raise ValueError(msg)
     user = _user_of_metric(input_metric)
@@ -188,6 +145,15 @@ def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> Sp
         msg = f"`input_metric` identifies users by {user!r} but `input_domain` by {descriptor.user!r}"
         raise ValueError(msg)
     return descriptor
+
+
+def spark_descriptor(input_domain: dp.Domain, input_metric: dp.Metric) -> SparkUserItemsDescriptor | None:
+    """The Spark descriptor of an input space from :func:`spark_user_items_space` (its metric checked), or
+    ``None`` for any other domain: how a constructor tells that its input runs on this engine."""
+    if not isinstance(getattr(input_domain, "descriptor", None), SparkUserItemsDescriptor):
+        return None
+    _pyspark()
+    return _resolve_spark_space(input_domain, input_metric)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -231,12 +197,12 @@ def _polars_dtype(data_type: Any) -> pl.DataType:
     return mapping[type(data_type)]
 
 
-def _check_frame(frame: object, space: SparkUserItemsDescriptor) -> DataFrame:
+def check_frame(frame: object, space: SparkUserItemsDescriptor) -> DataFrame:
     """A running Spark DataFrame with both columns, of supported types; raises a clear error otherwise."""
     sql = _pyspark()
     if not isinstance(frame, sql.DataFrame):
         polars = isinstance(frame, (pl.DataFrame, pl.LazyFrame))
-        hint = " (for Polars frames use opendp_wgm.make_wgm)" if polars else ""
+        hint = " (for Polars frames build the measurement on opendp_wgm.user_items_space())" if polars else ""
         found = f"{type(frame).__module__}.{type(frame).__name__}"
         msg = f"`data` must be a pyspark.sql.DataFrame (found {found}){hint}"
         raise TypeError(msg)
@@ -262,6 +228,9 @@ def _check_frame(frame: object, space: SparkUserItemsDescriptor) -> DataFrame:
             )
             raise TypeError(msg)
     return frame
+
+
+_check_frame = check_frame  # the name the other engine modules import
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -378,7 +347,7 @@ def _to_polars(rows: list[Row], item: str, item_dtype: pl.DataType) -> pl.DataFr
     return weights_frame(items, pl.Series(_NOISY_LAT, [r[1] for r in rows], dtype=pl.Int64))
 
 
-def _spark_wgm_release(
+def wgm_release(
     frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float
 ) -> pl.DataFrame:
     """Steps 1–4 on a checked frame: the release as a Polars frame (item, ``noisy_weight``)."""
@@ -388,37 +357,57 @@ def _spark_wgm_release(
     return _to_polars(rows, space.item, _polars_dtype(item_type))
 
 
-def _spark_wgm_function(
+def wgm_function(
     space: SparkUserItemsDescriptor, max_contributions: int, scale: float, threshold: float
 ) -> Callable[[DataFrame], pl.DataFrame]:
+    """The WGM's release function on Spark frames of ``space``: the frame checked, then :func:`wgm_release`."""
+
     def function(frame: DataFrame) -> pl.DataFrame:
-        return _spark_wgm_release(_check_frame(frame, space), space, max_contributions, scale, threshold)
+        return wgm_release(check_frame(frame, space), space, max_contributions, scale, threshold)
 
     return function
 
 
-#: The adaptive schedule of a DP-SIPS release: (σ_s, the dense branch's σ_i, its T_i), or None (fixed).
-_Adaptive = tuple[float, tuple[float, ...], tuple[float, ...]] | None
+_spark_wgm_function = wgm_function  # the name the other engine modules import
 
 
-def _spark_user_bins(frame: DataFrame, space: SparkUserItemsDescriptor, keys: DataFrame) -> NDArray[np.int64]:
-    """The adaptive schedule's two-bin count on Spark (the Polars ``dp_sips._user_bins``): the users still holding
-    an item not in ``keys`` (round 1's release), boosted (round 1 released one of their items) then the others.
-    Each user is in at most one bin (ℓ2 sensitivity 1); only the two counts reach the driver."""
+# --------------------------------------------------------------------------------------------------------------
+# DP-SIPS's rounds: the rows still in play, and the adaptive schedule's count
+
+
+def without_items(frame: DataFrame, space: SparkUserItemsDescriptor, items: pl.Series) -> DataFrame:
+    """``frame``'s rows whose item is not in ``items`` (a lazy plan: an anti-join with a broadcast frame of the
+    items, built on the driver from a release): DP-SIPS's rows still in play after a round."""
+    if items.len() == 0:
+        return frame
+    functions = _pyspark().functions
+    return frame.join(functions.broadcast(_items_frame(frame, space, items)), on=space.item, how="left_anti")
+
+
+def _items_frame(frame: DataFrame, space: SparkUserItemsDescriptor, items: pl.Series) -> DataFrame:
+    """``items`` (released by a mechanism on ``frame``, or cast to its item type) as a one-column Spark frame."""
+    types = _pyspark().types
+    schema = types.StructType([types.StructField(space.item, frame.schema[space.item].dataType, False)])
+    return frame.sparkSession.createDataFrame([(value,) for value in items.to_list()], schema)
+
+
+def user_bins(frame: DataFrame, space: SparkUserItemsDescriptor, released: pl.Series) -> NDArray[np.int64]:
+    """The adaptive schedule's two-bin count on Spark: the users still holding an item not in ``released``
+    (round 1's release), boosted (round 1 released one of their items) then the others. Each user is in at most
+    one bin (ℓ2 sensitivity 1); only the two counts reach the driver."""
     import numpy as np
 
-    sql = _pyspark()
-    functions = sql.functions
+    functions = _pyspark().functions
     user, item = space.user, space.item
-    released, held, hit = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("released", "held", "hit"))
-    marked = keys.select(item).withColumn(released, functions.lit(1))
+    marked_name, held, hit = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("released", "held", "hit"))
+    marked = _items_frame(frame, space, released).withColumn(marked_name, functions.lit(1))
     per_user = (
         frame.select(user, item)
         .where(functions.col(user).isNotNull() & functions.col(item).isNotNull())
         .distinct()
         .join(functions.broadcast(marked), on=item, how="left")
         .groupBy(user)
-        .agg(functions.count(functions.lit(1)).alias(held), functions.count(released).alias(hit))
+        .agg(functions.count(functions.lit(1)).alias(held), functions.count(marked_name).alias(hit))
         .where(functions.col(held) > functions.col(hit))  # still holds an unreleased item
     )
     row = per_user.agg(
@@ -428,305 +417,14 @@ def _spark_user_bins(frame: DataFrame, space: SparkUserItemsDescriptor, keys: Da
     return np.array([row[0], row[1]], dtype=np.int64)
 
 
-def _spark_dp_sips_release(
-    frame: DataFrame,
-    space: SparkUserItemsDescriptor,
-    max_contributions: int,
-    scales: Sequence[float],
-    thresholds: Sequence[float],
-    adaptive: _Adaptive = None,
-) -> pl.DataFrame:
-    """DP-SIPS's rounds on a checked frame: round i runs steps 1–4 (a fresh seed in ``bound_plan``) on the rows
-    whose item no earlier round released (an anti-join with a broadcast frame of the released keys, built on
-    the driver from the collected rows); the release as the Polars engine returns it (item, ``noisy_weight``,
-    ``round``), sorted by item. With the ``adaptive`` schedule, after round 1 the two-bin user count
-    (:func:`_spark_user_bins`) is noised on the driver at σ_s with the WGM's sampler and, when
-    :func:`opendp_wgm.measurements.dp_sips.dense_branch` holds, rounds 2.. run the dense branch's (σ_i, T_i)."""
-    sql = _pyspark()
-    functions, types = sql.functions, sql.types
-    item = space.item
-    item_type = frame.schema[item].dataType
-    item_dtype = _polars_dtype(item_type)
-    keys_schema = types.StructType([types.StructField(item, item_type, False)])
-    rounds: list[pl.DataFrame] = []
-    released_keys: list[tuple[Any]] = []
-    remaining = frame
-
-    def keys() -> DataFrame:  # the items released so far: a small frame, broadcast
-        return frame.sparkSession.createDataFrame(released_keys, keys_schema)
-
-    plan = list(zip(scales, thresholds, strict=True))
-    number = 0
-    while number < len(plan):
-        scale, threshold = plan[number]
-        number += 1
-        histogram = lattice_histogram_plan(remaining, space, max_contributions)
-        rows = release_above_threshold(histogram, item, item_type, scale=scale, threshold=threshold)
-        released = _to_polars(rows, item, item_dtype)
-        rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
-        released_keys += [(r[0],) for r in rows]
-        if number == 1 and adaptive is not None:  # the branch: round 1's release and one noisy count
-            statistic_scale, branch_scales, branch_thresholds = adaptive
-            if noisy_dense_branch(_spark_user_bins(frame, space, keys()), statistic_scale):
-                plan = plan[:1] + list(zip(branch_scales, branch_thresholds, strict=True))
-        if number < len(plan) and released_keys:  # drop every item released so far
-            remaining = frame.join(functions.broadcast(keys()), on=item, how="left_anti")
-    return pl.concat(rounds).sort(item)
-
-
-def _spark_dp_sips_function(
-    space: SparkUserItemsDescriptor,
-    max_contributions: int,
-    scales: Sequence[float],
-    thresholds: Sequence[float],
-    adaptive: _Adaptive = None,
-) -> Callable[[DataFrame], pl.DataFrame]:
-    def function(frame: DataFrame) -> pl.DataFrame:
-        checked = _check_frame(frame, space)
-        return _spark_dp_sips_release(checked, space, max_contributions, scales, thresholds, adaptive)
-
-    return function
-
-
 # --------------------------------------------------------------------------------------------------------------
-# constructors
+# stage 2 of the two-stage mechanisms: exact statistics of a public candidate list
 
 
-def _twin_measurement(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    make_polars: Callable[..., dp.Measurement],
-    release: Callable[[SparkUserItemsDescriptor], Callable[[DataFrame], pl.DataFrame]],
-    parameters: dict[str, Any],
-) -> dp.Measurement:
-    """A Spark measurement whose Polars twin, ``make_polars(*user_items_space(user, item), **parameters)``, is
-    built first: it validates the parameters (with the same messages) and owns the output measure and the
-    privacy map, so both engines have one map. ``release(space)`` is the Spark release function."""
-    _assert_features()
-    _pyspark()
-    space = _resolve_spark_space(input_domain, input_metric)
-    reference = make_polars(*user_items_space(space.user, space.item), **parameters)
-    function = release(space)
-    return dp.m.make_user_measurement(input_domain, input_metric, reference.output_measure, function, reference.map)
-
-
-def make_wgm(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    max_contributions: int,
-    scale: float,
-    threshold: float,
-    output_measure: dp.Measure | None = None,
-    epsilon: float | None = None,
-) -> dp.Measurement:
-    r"""The WGM on a Spark DataFrame: release the items whose weighted, noised user count exceeds a threshold.
-
-    Parameters
-    ----------
-    input_domain, input_metric
-        From :func:`spark_user_items_space`.
-    max_contributions
-        Δ0 ≥ 1: each user keeps a uniform random subset of at most this many distinct items.
-    scale
-        σ > 0, the standard deviation of the Gaussian noise on each item's weight.
-    threshold
-        T: an item is released when its noisy weight exceeds it.
-    output_measure
-        ``dp.approximate(dp.zero_concentrated_divergence())`` (default) or
-        ``dp.approximate(dp.max_divergence())`` (then ``epsilon`` is required), as in
-        :func:`opendp_wgm.make_wgm`.
-    epsilon
-        Only with the (ε, δ) measure: the ε at which the privacy profile is reported for one user.
-
-    Returns
-    -------
-    opendp.mod.Measurement
-        Maps a ``pyspark.sql.DataFrame`` to a Polars ``DataFrame`` with the item column (the Polars type of the
-        Spark column) and ``noisy_weight`` (Float64), sorted by item: the same release as the Polars engine's.
-
-    Raises
-    ------
-    ModuleNotFoundError
-        If pyspark (or pandas/pyarrow) is not installed: ``pip install "opendp-wgm[spark]"``.
-    ValueError, TypeError
-        On invalid parameters (the messages of :func:`opendp_wgm.make_wgm`); when called, on a frame that is
-        not a Spark DataFrame, lacks a column, has an unsupported column type, or whose session is stopped.
-
-    Notes
-    -----
-    Neighbouring datasets differ by all rows of ``d_in`` users (add or remove). The privacy map is that of
-    :func:`opendp_wgm.make_wgm` with the same parameters (``docs/privacy.md`` §3): the distributed plan computes
-    the same function of the data and the seed, and draws the same noise distribution. For one user,
-
-    .. math::
-        \rho = \frac{1}{2\sigma^2},\quad
-        \delta = \max_{t=1..\Delta_0} 1 - (1 - q(w(t)))^t,\quad
-        q(w) = \bar\Phi\big((\lfloor T 2^{20}\rfloor 2^{-20} - w)/\sigma\big)
-
-    where :math:`w(t) = \lfloor 2^{20}/\sqrt t\rfloor 2^{-20}`.
-
-    Required features: ``contrib``, ``honest-but-curious``.
-    """
-    parameters = dict(
-        max_contributions=max_contributions,
-        scale=scale,
-        threshold=threshold,
-        output_measure=output_measure,
-        epsilon=epsilon,
-    )
-    return _twin_measurement(
-        input_domain,
-        input_metric,
-        _make_polars_wgm,
-        lambda space: _spark_wgm_function(space, int(max_contributions), float(scale), float(threshold)),
-        parameters,
-    )
-
-
-def make_wgm_from_budget(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    max_contributions: int,
-    delta: float,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    noise_delta_fraction: float = 0.5,
-) -> dp.Measurement:
-    r"""The Spark WGM calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
-
-    The calibration is :func:`opendp_wgm.calibrate_wgm` (as in :func:`opendp_wgm.make_wgm_from_budget`), so
-    the Spark and Polars measurements built from one budget have the same σ, T and map.
-    """
-    _assert_features()
-    calibration = calibrate_wgm(
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        noise_delta_fraction=noise_delta_fraction,
-    )
-    return make_wgm(input_domain, input_metric, **_wgm_arguments(calibration))
-
-
-def make_dp_sips(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    max_contributions: int,
-    scales: Sequence[float],
-    thresholds: Sequence[float],
-    output_measure: dp.Measure | None = None,
-    epsilon: float | None = None,
-    statistic_scale: float | None = None,
-    branch_scales: Sequence[float] | None = None,
-    branch_thresholds: Sequence[float] | None = None,
-) -> dp.Measurement:
-    r"""DP-SIPS on a Spark DataFrame: R rounds of the WGM, each on the items not yet released.
-
-    The Spark twin of :func:`opendp_wgm.make_dp_sips`, with the same parameters (no ``noise``: the executors
-    use the package's exact lattice sampler; no ``passes``/``engine``). Round i keeps the rows whose item no
-    earlier round released (an anti-join with a broadcast frame of the released keys), bounds every user again
-    to Δ0 of them under a fresh seed, sums the lattice weights and releases, in the executors, the items whose
-    noisy weight (scale σ_i) exceeds T_i: steps 1–4 of :func:`make_wgm`. Only the released items reach the
-    driver. With the adaptive schedule, Spark counts after round 1 the users still holding an unreleased item,
-    boosted (round 1 released one of their items) or not, each user in one bin; only the two counts reach the
-    driver, which noises them at ``statistic_scale`` with the WGM's exact sampler (never released) and runs
-    rounds 2.. at ``branch_scales``/``branch_thresholds`` when :func:`opendp_wgm.measurements.dp_sips.dense_branch`
-    holds, as the Polars engine does.
-
-    Parameters
-    ----------
-    input_domain, input_metric
-        From :func:`spark_user_items_space`.
-    max_contributions, scales, thresholds, output_measure, epsilon
-        As for :func:`opendp_wgm.make_dp_sips` (the Polars twin is built first and checks them, with its
-        messages).
-    statistic_scale, branch_scales, branch_thresholds
-        The adaptive schedule (all three, or none), as for :func:`opendp_wgm.make_dp_sips`;
-        :func:`make_dp_sips_from_budget` calibrates them by default.
-
-    Returns
-    -------
-    opendp.mod.Measurement
-        Maps a ``pyspark.sql.DataFrame`` to a Polars ``DataFrame`` with the item column (the Polars type of the
-        Spark column), ``noisy_weight`` (Float64) and ``round`` (Int16, 1-based), sorted by item: the release
-        of the Polars engine.
-
-    Notes
-    -----
-    Neighbouring datasets differ by all rows of ``d_in`` users (add or remove). The privacy map is that of
-    :func:`opendp_wgm.make_dp_sips` with the same parameters (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`,
-    ``docs/privacy.md``): each round computes the same function of the data, the earlier releases and a fresh
-    seed as the Polars engine's, and draws the same noise distribution.
-
-    Required features: ``contrib``, ``honest-but-curious``.
-    """
-    parameters = dict(
-        max_contributions=max_contributions,
-        scales=scales,
-        thresholds=thresholds,
-        output_measure=output_measure,
-        epsilon=epsilon,
-        statistic_scale=statistic_scale,
-        branch_scales=branch_scales,
-        branch_thresholds=branch_thresholds,
-    )
-
-    def release(space: SparkUserItemsDescriptor) -> Callable[[DataFrame], pl.DataFrame]:
-        # runs after the twin has checked the parameters (the adaptive ones: all three, or none)
-        per_round = (tuple(float(s) for s in scales), tuple(float(t) for t in thresholds))
-        adaptive: _Adaptive = None
-        if statistic_scale is not None and branch_scales is not None and branch_thresholds is not None:
-            branch = (tuple(float(s) for s in branch_scales), tuple(float(t) for t in branch_thresholds))
-            adaptive = (float(statistic_scale), *branch)
-        return _spark_dp_sips_function(space, int(max_contributions), *per_round, adaptive)
-
-    return _twin_measurement(input_domain, input_metric, _make_polars_dp_sips, release, parameters)
-
-
-def make_dp_sips_from_budget(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    max_contributions: int,
-    delta: float,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    fractions: Sequence[float] | None = None,
-    rounds: int | None = None,
-    ratio: float | None = None,
-    noise_delta_fraction: float = 0.5,
-) -> dp.Measurement:
-    r"""The Spark DP-SIPS calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
-
-    The calibration is :func:`opendp_wgm.privacy.calibrate.calibrate_dp_sips` (as in
-    :func:`opendp_wgm.make_dp_sips_from_budget`, same parameters minus ``noise``, ``item``, ``passes`` and
-    ``engine``), so the Spark and Polars measurements built from one budget and schedule have the same σ_i,
-    T_i and map. Without a schedule (none of ``fractions``, ``rounds``, ``ratio``) this is the adaptive
-    schedule, as on Polars (``docs/dp_sips.md``).
-    """
-    _assert_features()
-    calibration = calibrate_dp_sips(
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        fractions=fractions,
-        rounds=rounds,
-        ratio=ratio,
-        noise_delta_fraction=noise_delta_fraction,
-        adaptive=None,  # the adaptive schedule unless one is given
-    )
-    return make_dp_sips(input_domain, input_metric, **_dp_sips_arguments(calibration))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# two-stage mechanisms: the combinators of measurements.two_stage, with stage 1 the Spark WGM or DP-SIPS above
-# and stage 2 a Spark peeling whose Polars twin (make_peeling_top_k / make_user_peeling) validates the parameters
-# and owns the map; the candidates' exact statistics are computed by Spark, and the selection runs on the driver
-# with the Polars engine's code.
+def frame_candidates(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series) -> pl.Series:
+    """``candidates`` cast exactly to the Polars type of ``frame``'s item column (the Polars engine's
+    ``cast_candidates``: a cast that changes or merges a candidate raises), from the schema only."""
+    return cast_candidates(candidates, _polars_dtype(frame.schema[space.item].dataType)).rename(space.item)
 
 
 def _candidate_pairs(
@@ -752,7 +450,8 @@ def _candidate_pairs(
 
 
 def candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series) -> NDArray[np.int64]:
-    """Exact number of distinct users holding each candidate, in the candidates' order (int64)."""
+    """Exact number of distinct users holding each candidate, in the candidates' order (int64): top-k's stage 2
+    (only the counts reach the driver)."""
     import numpy as np
 
     counts = np.zeros(candidates.len(), dtype=np.int64)
@@ -764,282 +463,36 @@ def candidate_counts(frame: DataFrame, space: SparkUserItemsDescriptor, candidat
     return counts
 
 
-def _top_k_stage_2(
-    frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series, k: int, scale: float, method: str
-) -> pl.DataFrame:
-    """Top-k's stage 2: Spark counts the distinct users holding each candidate (unclipped); only the counts reach
-    the driver, which selects as the Polars engine does (``top_k._top_k_of_counts``)."""
-    counts = candidate_counts(frame, space, candidates)  # no job for an empty list
-    return _top_k_of_counts(candidates, counts, k, scale, _WGM_TOP_K_SAMPLER, method, space.item)
-
-
-def _hitting_set_stage_2(
-    frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series, k: int, scale: float
-) -> pl.DataFrame:
-    """The hitting set's stage 2: Spark selects the distinct (user, candidate) pairs, which are collected to the
-    driver, where the Polars engine's user peeling (``hitting_set._peel``) runs on them unchanged."""
+def candidate_pairs(frame: DataFrame, space: SparkUserItemsDescriptor, candidates: pl.Series) -> pl.LazyFrame:
+    """The distinct (user, candidate) pairs of ``frame``, collected to the driver as a Polars frame (the user's
+    Polars type, the candidates' dtype): the hitting set's stage 2, whose user peeling then runs on them."""
     user_dtype = _polars_dtype(frame.schema[space.user].dataType)
-    if candidates.len() == 0:
-        rows: list[Row] = []
-    else:
+    rows: list[Row] = []
+    if candidates.len():
         pairs, _ = _candidate_pairs(frame, space, candidates)
         rows = pairs.select(space.user, space.item).collect()
-    lf = pl.DataFrame(
+    return pl.DataFrame(
         {space.user: [_value(r[0]) for r in rows], space.item: [_value(r[1]) for r in rows]},
         schema={space.user: user_dtype, space.item: candidates.dtype},
     ).lazy()
-    return _peel(lf, _Space(space.user, space.item, None, lazyframe_domain=False), candidates, k, scale)
 
 
-def _spark_peeling(
-    make_polars: Callable[..., dp.Measurement],
-    stage_2: Callable[[DataFrame, SparkUserItemsDescriptor, pl.Series, int, float], pl.DataFrame],
-) -> Callable[..., dp.Measurement]:
-    """A known-domain peeling constructor on Spark, ``(domain, metric, *, candidates, k, scale, ...) ->
-    Measurement``: the Polars measurement ``make_polars`` (on the same columns) checks the parameters and gives
-    the output measure and the map, and ``stage_2`` releases on the checked Spark frame."""
-
-    def make(input_domain: dp.Domain, input_metric: dp.Metric, *, candidates: pl.Series, k: int, scale: float,
-             **options: Any) -> dp.Measurement:
-        def release(space: SparkUserItemsDescriptor) -> Callable[[DataFrame], pl.DataFrame]:
-            return lambda frame: stage_2(frame, space, candidates, k, scale)
-
-        parameters = dict(candidates=candidates, k=k, scale=scale, **options)
-        return _twin_measurement(input_domain, input_metric, make_polars, release, parameters)
-
-    return make
+# --------------------------------------------------------------------------------------------------------------
+# the names this module had when it declared the Spark twins of the constructors
 
 
-def _make_two_stage(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    peeling: Peeling,
-    accounting: Accounting,
-    parameters: dict[str, Any],
-    stage_1: Stage1Mechanism = "wgm",
-) -> dp.Measurement:
-    """Stage 1, then peeling, on Spark: the Polars engine's combinator (``measurements.two_stage``:
-    ``make_wgm_then_peeling``, or ``make_dp_sips_then_peeling`` with ``stage_1="dp-sips"``, whose ``parameters``
-    it takes) with the Spark WGM or DP-SIPS as stage 1 (built once) and ``peeling`` as stage 2, on the checked
-    Spark frame (checked once)."""
-    _assert_features()
-    _pyspark()
-    space = _resolve_spark_space(input_domain, input_metric)
-    preparation = Preparation(input_domain, input_metric, lambda frame: _check_frame(frame, space), space.item)
-    then_peeling, make_stage_1 = (
-        (_make_dp_sips_then_peeling, make_dp_sips) if stage_1 == "dp-sips" else (_make_wgm_then_peeling, make_wgm)
-    )
-    return then_peeling(
-        input_domain,
-        input_metric,
-        **parameters,
-        noise="lattice",
-        item=space.item,
-        passes=1,
-        engine="auto",
-        peeling=peeling,
-        accounting=accounting,
-        make_stage_1=make_stage_1,
-        preparation=preparation,
-    )
+#: The constructors that lived here until the one API (``docs/engines.md``), by the module that holds them now:
+#: the constructors of :mod:`opendp_wgm.measurements` (the same objects), resolved on first use for the callers
+#: that still import them from here. Nothing in this module uses them.
+_MOVED = {
+    "make_wgm": "wgm", "make_wgm_from_budget": "wgm", "make_dp_sips": "dp_sips", "make_dp_sips_from_budget": "dp_sips",
+    "make_wgm_top_k": "top_k", "make_wgm_top_k_from_budget": "top_k", "_make_dp_sips_top_k": "top_k",
+    "make_wgm_hitting_set": "hitting_set", "make_wgm_hitting_set_from_budget": "hitting_set",
+    "_make_dp_sips_hitting_set": "hitting_set",
+}  # fmt: skip
 
 
-def _top_k_peeling(method: Any) -> Peeling:
-    """Top-k's stage 2 on Spark with the checked selection ``method``: the Polars ``make_peeling_top_k`` checks
-    the parameters and owns the map, :func:`_top_k_stage_2` releases."""
-    method = _check_method(method)
-    stage_2 = functools.partial(_top_k_stage_2, method=method)
-    return functools.partial(_spark_peeling(make_peeling_top_k, stage_2), method=method)
-
-
-#: The hitting set's stage 2 on Spark: the Polars ``make_user_peeling`` checks and owns the map.
-_HITTING_SET_PEELING = _spark_peeling(make_user_peeling, _hitting_set_stage_2)
-
-
-def _make_dp_sips_two_stage(
-    input_domain: dp.Domain, input_metric: dp.Metric, peeling: Peeling, accounting: Accounting, **parameters: Any
-) -> dp.Measurement:
-    """DP-SIPS, then ``peeling``, on Spark from the explicit parameters of the Polars ``make_dp_sips_then_peeling``
-    (``k``, ``max_contributions``, ``sips_scales``, ``sips_thresholds``, ``peel_scale``; ``output_measure``,
-    ``sips_epsilon``, ``peel_delta`` default to None; the adaptive schedule's ``sips_statistic_scale``,
-    ``sips_branch_scales``, ``sips_branch_thresholds`` are optional), which checks them and owns the map."""
-    _assert_features()
-    parameters = {"output_measure": None, "sips_epsilon": None, "peel_delta": None, **parameters}
-    return _make_two_stage(input_domain, input_metric, peeling, accounting, parameters, "dp-sips")
-
-
-def _make_dp_sips_top_k(
-    input_domain: dp.Domain, input_metric: dp.Metric, *, method: str = "auto", **parameters: Any
-) -> dp.Measurement:
-    """DP-SIPS-then-top-k on Spark (:func:`_make_dp_sips_two_stage`'s parameters and ``method``): what
-    ``make_wgm_top_k_from_budget(stage_1="dp-sips")`` builds from its calibration."""
-    return _make_dp_sips_two_stage(input_domain, input_metric, _top_k_peeling(method), TOP_K, **parameters)
-
-
-def _make_dp_sips_hitting_set(input_domain: dp.Domain, input_metric: dp.Metric, **parameters: Any) -> dp.Measurement:
-    """DP-SIPS-then-user-peeling on Spark (:func:`_make_dp_sips_two_stage`'s parameters): what
-    ``make_wgm_hitting_set_from_budget(stage_1="dp-sips")`` builds from its calibration."""
-    return _make_dp_sips_two_stage(input_domain, input_metric, _HITTING_SET_PEELING, USER_PEELING, **parameters)
-
-
-def make_wgm_top_k(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    wgm_scale: float,
-    wgm_threshold: float,
-    peel_scale: float,
-    output_measure: dp.Measure | None = None,
-    wgm_epsilon: float | None = None,
-    peel_delta: float | None = None,
-    method: str = "auto",
-) -> dp.Measurement:
-    r"""Private top-k over an unknown domain on a Spark DataFrame: WGM candidates, then peeling on the driver.
-
-    The Spark twin of :func:`opendp_wgm.measurements.top_k.make_wgm_top_k`, with the same parameters (no
-    ``noise``: the executors use the package's exact lattice sampler). Stage 1 is :func:`make_wgm`; Spark then
-    counts the distinct users holding each released candidate (unclipped), and only those counts reach the
-    driver, where ``k`` items are peeled with the exact sampler of the Polars engine. The privacy map is the
-    Polars measurement's (adaptive composition, ``docs/top_k.md``).
-
-    Returns
-    -------
-    opendp.mod.Measurement
-        Maps a ``pyspark.sql.DataFrame`` to a Polars frame: the item column and ``rank`` (UInt32), at most ``k``
-        rows in rank order.
-    """
-    parameters = dict(
-        k=k,
-        max_contributions=max_contributions,
-        wgm_scale=wgm_scale,
-        wgm_threshold=wgm_threshold,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        wgm_epsilon=wgm_epsilon,
-        peel_delta=peel_delta,
-    )
-    _assert_features()
-    return _make_two_stage(input_domain, input_metric, _top_k_peeling(method), TOP_K, parameters)
-
-
-def make_wgm_top_k_from_budget(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    delta: float,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    split: float = 0.5,
-    method: str = "auto",
-    stage_1: Stage1Mechanism = "wgm",
-    rounds: int | None = None,
-    ratio: float | None = None,
-) -> dp.Measurement:
-    """:func:`make_wgm_top_k` calibrated by :func:`opendp_wgm.calibrate_wgm_top_k` (as on Polars).
-
-    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, both None for the adaptive one) stage 1 is
-    :func:`make_dp_sips` at the σ_i, T_i that :func:`opendp_wgm.calibrate_wgm_top_k` gives stage 1's share, as
-    in the Polars :func:`opendp_wgm.make_wgm_top_k_from_budget`: the same parameters, checks, release columns and
-    map. Stage 2 reads the candidates every round released.
-    """
-    _assert_features()
-    calibration = calibrate_wgm_top_k(
-        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
-        stage_1=stage_1, rounds=rounds, ratio=ratio,
-    )  # fmt: skip
-    make = _make_dp_sips_top_k if calibration.sips is not None else make_wgm_top_k
-    return make(input_domain, input_metric, **_two_stage_arguments(calibration, method=method))
-
-
-def make_wgm_hitting_set(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    wgm_scale: float,
-    wgm_threshold: float,
-    peel_scale: float,
-    output_measure: dp.Measure | None = None,
-    wgm_epsilon: float | None = None,
-    peel_delta: float | None = None,
-) -> dp.Measurement:
-    r"""Private k-hitting set over an unknown domain on a Spark DataFrame: WGM candidates, then user peeling.
-
-    The Spark twin of :func:`opendp_wgm.measurements.hitting_set.make_wgm_hitting_set`, same parameters (no
-    ``noise``). Stage 1 is :func:`make_wgm`; Spark then selects the distinct (user, candidate) pairs, which are
-    collected to the driver, where user peeling runs exactly as in the Polars engine
-    (``hitting_set._peel``: each round's counts are the users no earlier pick covers). The privacy map is the
-    Polars measurement's.
-
-    Returns
-    -------
-    opendp.mod.Measurement
-        Maps a ``pyspark.sql.DataFrame`` to a Polars frame: the item column and ``rank`` (UInt32), at most ``k``
-        rows in selection order.
-    """
-    parameters = dict(
-        k=k,
-        max_contributions=max_contributions,
-        wgm_scale=wgm_scale,
-        wgm_threshold=wgm_threshold,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        wgm_epsilon=wgm_epsilon,
-        peel_delta=peel_delta,
-    )
-    _assert_features()
-    return _make_two_stage(input_domain, input_metric, _HITTING_SET_PEELING, USER_PEELING, parameters)
-
-
-def make_wgm_hitting_set_from_budget(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    delta: float,
-    epsilon: float | None = None,
-    rho: float | None = None,
-    split: float = 0.5,
-    noise_delta_fraction: float = 0.5,
-    stage_1: Stage1Mechanism = "wgm",
-    rounds: int | None = None,
-    ratio: float | None = None,
-) -> dp.Measurement:
-    """:func:`make_wgm_hitting_set` calibrated by :func:`opendp_wgm.calibrate_wgm_hitting_set` (as on Polars).
-
-    With ``stage_1="dp-sips"`` (``rounds``, ``ratio``: its schedule, both None for the adaptive one) stage 1 is
-    :func:`make_dp_sips` at the σ_i, T_i that :func:`opendp_wgm.calibrate_wgm_hitting_set` gives stage 1's
-    share, as in the Polars :func:`opendp_wgm.make_wgm_hitting_set_from_budget`: the same parameters, checks,
-    release columns and map.
-    """
-    _assert_features()
-    calibration = calibrate_wgm_hitting_set(
-        k=k,
-        max_contributions=max_contributions,
-        delta=delta,
-        epsilon=epsilon,
-        rho=rho,
-        split=split,
-        noise_delta_fraction=noise_delta_fraction,
-        stage_1=stage_1,
-        rounds=rounds,
-        ratio=ratio,
-    )
-    make = _make_dp_sips_hitting_set if calibration.sips is not None else make_wgm_hitting_set
-    return make(input_domain, input_metric, **_two_stage_arguments(calibration))
-
-
-then_wgm = _to_then(make_wgm)
-then_wgm_from_budget = _to_then(make_wgm_from_budget)
-then_wgm_top_k = _to_then(make_wgm_top_k)
-then_wgm_top_k_from_budget = _to_then(make_wgm_top_k_from_budget)
-then_wgm_hitting_set = _to_then(make_wgm_hitting_set)
-then_wgm_hitting_set_from_budget = _to_then(make_wgm_hitting_set_from_budget)
-then_dp_sips = _to_then(make_dp_sips)
-then_dp_sips_from_budget = _to_then(make_dp_sips_from_budget)
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        return getattr(importlib.import_module(f"opendp_wgm.measurements.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

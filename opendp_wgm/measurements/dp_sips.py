@@ -4,7 +4,8 @@ Swanberg, Desfontaines, Haney (2023), "DP-SIPS: A simpler, more scalable mechani
 partition selection", arXiv 2301.01998. Round i is the WGM (:func:`opendp_wgm.make_wgm`) at (σ_i, T_i) on the
 rows whose item no earlier round released: every user is bounded again to Δ0 of its *remaining* distinct items
 (a fresh hash seed per round), so a user whose popular items were released in round 1 spends its weight on its
-rarer items in round 2. The rounds run on the WGM's kernel (:mod:`opendp_wgm.engines.polars`); each round's
+rarer items in round 2. The rounds run on the WGM's kernel (:mod:`opendp_wgm.engines.polars`, or the Spark
+engine's steps on a Spark input space: :func:`_spark_rounds`); each round's
 data depends only on the input and on what earlier rounds released, so the rounds compose adaptively
 (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`).
 """
@@ -23,6 +24,7 @@ from numpy.typing import NDArray
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _released, _resolve_space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_real, _check_sequence
+from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import (
     BoundedLists,
     CodedPairs,
@@ -33,7 +35,9 @@ from opendp_wgm.engines.polars import (
     noisy_above_threshold,
     release_above_threshold,
 )
+from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.kernel import histogram as kernel_histogram
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
@@ -157,6 +161,62 @@ def _user_bins(flagged: pl.LazyFrame, space: Any) -> NDArray[np.int64]:
     return np.array(per_user.row(0), dtype=np.int64)
 
 
+#: The adaptive schedule of a release: (σ_s, the dense branch's σ_i, its T_i), or None (a fixed schedule).
+_Adaptive = tuple[float, tuple[float, ...], tuple[float, ...]] | None
+
+
+def dp_sips_privacy_map(
+    scales: Sequence[float], thresholds: Sequence[float], max_contributions: int, epsilon: float | None,
+    adaptive: _Adaptive,
+) -> Callable[[int], tuple[float, float]]:
+    """DP-SIPS's privacy map (:func:`opendp_wgm.privacy.sips.dp_sips_privacy_loss`) on a checked ``d_in``, for
+    the checked parameters of :func:`make_dp_sips`: the map of its releases on every engine."""
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return dp_sips_privacy_loss(
+            _check_d_in(d_in),
+            scales=scales,
+            thresholds=thresholds,
+            max_contributions=max_contributions,
+            epsilon=epsilon,
+            statistic_scale=None if adaptive is None else adaptive[0],
+            branch_scales=None if adaptive is None else adaptive[1],
+            branch_thresholds=None if adaptive is None else adaptive[2],
+        )
+
+    return privacy_map
+
+
+def _spark_rounds(
+    frame: Any, *, space: SparkUserItemsDescriptor, max_contributions: int, scales: tuple[float, ...],
+    thresholds: tuple[float, ...], adaptive: _Adaptive,
+) -> pl.DataFrame:
+    """DP-SIPS's release on a Spark frame (:mod:`opendp_wgm.engines.spark`): round i is the WGM's steps 1–4 (a
+    fresh seed) on the rows whose item no earlier round released (an anti-join with a broadcast frame of the
+    released items); only releases and the adaptive schedule's two counts reach the driver, which noises the
+    counts at σ_s with the WGM's sampler and takes the branch :func:`dense_branch` chooses, as on Polars."""
+    frame = spark_engine.check_frame(frame, space)
+    rounds: list[pl.DataFrame] = []
+    remaining = frame
+    plan = list(zip(scales, thresholds, strict=True))
+    number = 0
+    while number < len(plan):
+        scale, threshold = plan[number]
+        number += 1
+        released = spark_engine.wgm_release(remaining, space, max_contributions, scale, threshold)
+        rounds.append(released.with_columns(pl.lit(number, dtype=pl.Int16).alias(ROUND)))
+        if number == len(plan):
+            break  # the last round: nothing to remove (with the adaptive schedule, never round 1)
+        so_far = pl.concat(rounds).get_column(space.item)
+        # the branch, after round 1: its release and one noisy count
+        if number == 1 and adaptive is not None and noisy_dense_branch(
+            spark_engine.user_bins(frame, space, so_far), adaptive[0]
+        ):
+            plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True))
+        remaining = spark_engine.without_items(frame, space, so_far)
+    return pl.concat(rounds).sort(space.item)
+
+
 def make_dp_sips(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -180,7 +240,8 @@ def make_dp_sips(
     ----------
     input_domain, input_metric
         As for :func:`opendp_wgm.make_wgm`: :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain``
-        with ``dp.symmetric_id_distance`` (the identifier may be an expression, e.g. a household).
+        with ``dp.symmetric_id_distance`` (the identifier may be an expression, e.g. a household); or
+        :func:`opendp_wgm.spark.spark_user_items_space`, to run the rounds on Spark (``docs/engines.md``).
     max_contributions
         Δ0 in [1, 2^20]: in every round each user keeps a uniform random subset of at most this many of its
         distinct items not yet released.
@@ -260,8 +321,14 @@ def make_dp_sips(
         for scale in (adaptive[0], *adaptive[1]):
             _check_lattice_scale(epsilon, scale, "branch_scales")
     noise = check_noise(noise)
-    space = _resolve_space(input_domain, input_metric, item)
     passes, engine = _check_execution(passes, engine)
+    spark = spark_space(input_domain, input_metric, item=item, noise=noise, passes=passes, engine=engine)
+    if spark is not None:  # the rounds as Spark plans (_spark_rounds), with the same map
+        privacy_map = dp_sips_privacy_map(scales, thresholds, max_contributions, epsilon, adaptive)
+        rounds = partial(_spark_rounds, space=spark, max_contributions=max_contributions, scales=scales,
+                         thresholds=thresholds, adaptive=adaptive)  # fmt: skip
+        return dp.m.make_user_measurement(input_domain, input_metric, output_measure, rounds, privacy_map)
+    space = _resolve_space(input_domain, input_metric, item)
     item = space.item
 
     def one_round(lf: pl.LazyFrame, coded: CodedPairs | None, scale: float, threshold: float) -> pl.DataFrame:
@@ -311,18 +378,7 @@ def make_dp_sips(
                 plan = plan[:1] + list(zip(adaptive[1], adaptive[2], strict=True)) if dense else plan
         return _released(pl.concat(rounds).sort(item), space)
 
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        return dp_sips_privacy_loss(
-            _check_d_in(d_in),
-            scales=scales,
-            thresholds=thresholds,
-            max_contributions=max_contributions,
-            epsilon=epsilon,
-            statistic_scale=None if adaptive is None else adaptive[0],
-            branch_scales=None if adaptive is None else adaptive[1],
-            branch_thresholds=None if adaptive is None else adaptive[2],
-        )
-
+    privacy_map = dp_sips_privacy_map(scales, thresholds, max_contributions, epsilon, adaptive)
     return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
 
 

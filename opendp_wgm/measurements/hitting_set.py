@@ -35,16 +35,20 @@ from opendp_wgm._spaces import (
     _check_candidates_for,
     _released,
     _resolve_space,
+    _Space,
 )
 from opendp_wgm._validation import _check_int, _check_positive
+from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import prepared_input
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 
 # re-exported: the Spark engine, the benchmarks and the tests reach the rounds through this module
 from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.two_stage import (
     StageParts,
+    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     measurement_of,
     peeling_parts,
@@ -101,7 +105,8 @@ def make_user_peeling(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
+        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``); or
+        :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark, ``docs/engines.md``).
     candidates
         The public candidate items (distinct, no nulls), e.g. a WGM release. Cast exactly to the item
         column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else at release before any
@@ -188,11 +193,21 @@ def _user_peeling(
     k = _check_int("k", k, minimum=1)
     scale = _check_positive("scale", scale)
     kind, delta = check_peeling_measure(output_measure, delta, zero_delta=USER_PEELING.zero_delta)
+    rounds = min(k, series.len())  # public: the candidate list is
+    spark = spark_space(input_domain, input_metric, item=item)
+    if spark is not None:  # Spark selects the (user, candidate) pairs; the driver peels them as on Polars
+
+        def on_spark(frame: Any) -> pl.DataFrame:
+            checked = spark_engine.check_frame(frame, spark)
+            items = spark_engine.frame_candidates(checked, spark, series)  # exact cast, before any noise
+            pairs = spark_engine.candidate_pairs(checked, spark, items)
+            return peel(pairs, _Space(spark.user, spark.item, None, lazyframe_domain=False), items, k, scale)
+
+        return peeling_parts(on_spark, kind=kind, rounds=rounds, scale=scale, accounting=USER_PEELING, delta=delta)
     space = _resolve_space(input_domain, input_metric, item)
     series = _check_candidates_for(series, space)
-    rounds = min(k, series.len())  # public: the candidate list is
 
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+    def function(frame: Any) -> pl.DataFrame:
         return _released(peel(prepared_input(frame, space), space, series, k, scale), space)
 
     return peeling_parts(function, kind=kind, rounds=rounds, scale=scale, accounting=USER_PEELING, delta=delta)
@@ -276,7 +291,8 @@ def make_wgm_hitting_set(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
+        ``docs/engines.md``).
     k
         Number of peeling rounds, ≥ 1 (the output has ``min(k, #candidates)`` rows).
     max_contributions, wgm_scale, wgm_threshold
@@ -418,6 +434,18 @@ def wgm_hitting_set_of_calibration(
         input_domain, input_metric, cal, make_wgm_then=make_wgm_hitting_set, accounting=USER_PEELING,
         sips_peeling=lambda: _user_peeling_release, wgm_options={}, noise=noise, item=item, passes=passes,
         engine=engine,
+    )
+
+
+def _make_dp_sips_hitting_set(input_domain: dp.Domain, input_metric: dp.Metric, **parameters: Any) -> dp.Measurement:
+    """DP-SIPS, then user peeling, from explicit parameters (as for
+    :func:`opendp_wgm.measurements.top_k._make_dp_sips_top_k`, without ``method``): what
+    :func:`make_wgm_hitting_set_from_budget` builds with ``stage_1="dp-sips"``, on either engine."""
+    _assert_features()
+    options = dict(output_measure=None, sips_epsilon=None, peel_delta=None, noise="lattice", item=None, passes=1,
+                   engine="auto")  # fmt: skip
+    return make_dp_sips_then_peeling(
+        input_domain, input_metric, **{**options, **parameters}, peeling=_user_peeling_release, accounting=USER_PEELING
     )
 
 

@@ -39,10 +39,13 @@ from opendp_wgm._validation import (
     _check_int,
     _check_positive,
 )
+from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.two_stage import (
     StageParts,
+    make_dp_sips_then_peeling,
     make_wgm_then_peeling,
     measurement_of,
     peeling_parts,
@@ -132,7 +135,8 @@ def make_peeling_top_k(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
+        ``docs/engines.md``).
     candidates
         The public candidate items (distinct, no nulls). They are cast to the item column's dtype (at
         construction when a ``dp.lazyframe_domain`` states it, else at release before any noise is drawn); a
@@ -200,16 +204,27 @@ def _peeling_top_k(
     scale = _check_positive("scale", scale)
     kind, delta_value = check_peeling_measure(output_measure, delta, zero_delta=TOP_K.zero_delta)
     method = check_method(method)
-    space = _resolve_space(input_domain, input_metric, item)
-    series = _check_candidates_for(_check_candidates(candidates), space)
-    rounds = min(k, series.len())  # public: the candidate list is
     sampler = _selection_sampler(kind)
+    spark = spark_space(input_domain, input_metric, item=item)
+    if spark is not None:  # Spark counts the candidates' users; only the counts reach the driver, which selects
+        series = _check_candidates(candidates)
 
-    # candidate counts (monotone ℓ∞ stability d_in -> d_in) then an exact private top-k of the count vector
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
-        released = _peel_candidates(prepared_input(frame, space), space, series, k, scale, sampler, method)
-        return _released(released, space)
+        def function(frame: Any) -> pl.DataFrame:
+            checked = spark_engine.check_frame(frame, spark)
+            items = spark_engine.frame_candidates(checked, spark, series)  # exact cast, before any noise
+            counts = spark_engine.candidate_counts(checked, spark, items)
+            return top_k_of_counts(items, counts, k, scale, sampler, method, spark.item)
 
+    else:
+        space = _resolve_space(input_domain, input_metric, item)
+        series = _check_candidates_for(_check_candidates(candidates), space)
+
+        # candidate counts (monotone ℓ∞ stability d_in -> d_in) then an exact private top-k of the count vector
+        def function(frame: Any) -> pl.DataFrame:
+            released = _peel_candidates(prepared_input(frame, space), space, series, k, scale, sampler, method)
+            return _released(released, space)
+
+    rounds = min(k, series.len())  # public: the candidate list is
     return peeling_parts(function, kind=kind, rounds=rounds, scale=scale, accounting=TOP_K, delta=delta_value)
 
 
@@ -249,7 +264,8 @@ def make_wgm_top_k(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``.
+        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
+        ``docs/engines.md``).
     k
         Number of items to release, ≥ 1 (fewer when the WGM releases fewer than k candidates).
     max_contributions, wgm_scale, wgm_threshold
@@ -421,6 +437,23 @@ def wgm_top_k_of_calibration(
         input_domain, input_metric, calibration, make_wgm_then=make_wgm_top_k, accounting=TOP_K,
         sips_peeling=lambda: functools.partial(_peeling_top_k_release, method=check_method(method)),
         wgm_options={"method": method}, noise=noise, item=item, passes=passes, engine=engine,
+    )
+
+
+def _make_dp_sips_top_k(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, method: SelectionMethod = "auto", **parameters: Any
+) -> dp.Measurement:
+    """DP-SIPS, then top-k, from explicit parameters (those of
+    :func:`~opendp_wgm.measurements.two_stage.make_dp_sips_then_peeling` but ``peeling`` and ``accounting``;
+    ``output_measure``, ``sips_epsilon``, ``peel_delta`` default to None, ``noise``, ``item``, ``passes``,
+    ``engine`` to theirs): what :func:`make_wgm_top_k_from_budget` builds with ``stage_1="dp-sips"``, on either
+    engine (the Tumult adapter runs it)."""
+    _assert_features()
+    options = dict(output_measure=None, sips_epsilon=None, peel_delta=None, noise="lattice", item=None, passes=1,
+                   engine="auto")  # fmt: skip
+    peeling = functools.partial(_peeling_top_k_release, method=check_method(method))
+    return make_dp_sips_then_peeling(
+        input_domain, input_metric, **{**options, **parameters}, peeling=peeling, accounting=TOP_K
     )
 
 

@@ -9,7 +9,7 @@ rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is pr
 one in-memory pass): both stages read the same prepared frame.
 
 :func:`make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
-:func:`opendp_wgm.make_wgm_hitting_set` and their Spark twins), :func:`make_dp_sips_then_peeling` the same with
+:func:`opendp_wgm.make_wgm_hitting_set`, on every engine), :func:`make_dp_sips_then_peeling` the same with
 DP-SIPS as stage 1 (``stage_1="dp-sips"`` of the ``_from_budget`` constructors, on every engine).
 """
 
@@ -27,7 +27,9 @@ import polars as pl
 from opendp_wgm._spaces import _prepare_frame, _PreparedFrame, _release_keys, _resolve_space, _Space
 from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _check_positive, _check_real
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
+from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import collect_once
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
 from opendp_wgm.privacy.budget import MeasureKind, check_two_stage_measure, measure_of
@@ -145,6 +147,24 @@ def _polars_preparation(
     return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item, space.keys)
 
 
+def _preparation(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    item: str | Sequence[str] | None,
+    *,
+    passes: int = 1,
+    engine: Engine = "auto",
+) -> Preparation:
+    """The input's preparation on its engine: on a Spark space the frame is checked (once per release) and both
+    stages read the Spark frame itself (``passes`` and ``engine`` must keep their defaults there); otherwise
+    :func:`_polars_preparation`."""
+    spark = spark_space(input_domain, input_metric, item=item, passes=passes, engine=engine)
+    if spark is not None:
+        check = functools.partial(spark_engine.check_frame, space=spark)
+        return Preparation(input_domain, input_metric, check, spark.item)
+    return _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
+
+
 def _add_losses(first: Any, second: Any, accounting: Accounting) -> Any:
     """Two stage losses added and rounded up as ``accounting`` says: (ρ or ε, δ) pairs add componentwise."""
     if isinstance(first, tuple):
@@ -188,8 +208,8 @@ def make_two_stage(
         columns for a composite key (``docs/api.md``: the release has those columns in place of the item's).
     preparation
         The input's preparation, run once per release; both stages are built on its space and read its result.
-        Default: a Polars frame's, collected once (:func:`_polars_preparation` at one in-memory pass). An engine
-        passes its own.
+        Default: the input engine's (:func:`_preparation`): a Polars frame's, collected once at one in-memory
+        pass, or a checked Spark frame.
     combine
         ``(stage_1_frame, stage_2_frame) -> frame``: the release built from both stages' releases (a
         post-processing of the two, e.g. the keys with their weights and their aggregates). Default: stage 2's
@@ -208,7 +228,7 @@ def make_two_stage(
     :math:`m(d) = m_1(d) + m_2(d)`, (ρ, δ) or (ε, δ) pairs added componentwise, rounded up.
     """
     if preparation is None:
-        preparation = _polars_preparation(input_domain, input_metric, item)
+        preparation = _preparation(input_domain, input_metric, item)
     domain, metric = preparation.domain, preparation.metric
     first = stage_1(domain, metric)  # once: its map, and the release
     output_measure = first.output_measure
@@ -254,7 +274,7 @@ class _TwoStageCalibration(Protocol):
 
 
 #: A peeling constructor on a known candidate list: ``(domain, metric, *, candidates, k, scale, output_measure,
-#: delta, item) -> Measurement`` (``make_peeling_top_k``, ``make_user_peeling``, or an engine's twin), or its
+#: delta, item) -> Measurement`` (``make_peeling_top_k``, ``make_user_peeling``: on either engine), or its
 #: :class:`Stage2Release` (``_peeling_top_k_release``, ``_user_peeling_release``: the Polars two-stage calls').
 Peeling = Callable[..., dp.Measurement | Stage2Release]
 
@@ -422,7 +442,7 @@ def _then_peeling(
     stage_1 = functools.partial(make_stage_1, **stage_1_parameters, output_measure=output_measure, **options)
     delta = peel_delta if kind == "approx_dp" else None
     if preparation is None:
-        preparation = _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
+        preparation = _preparation(input_domain, input_metric, item, passes=passes, engine=engine)
 
     def stage_2(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement | Stage2Release:
         return peeling(

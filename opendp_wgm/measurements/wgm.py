@@ -27,6 +27,8 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_execution, _check_positive, _check_real
 from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
+from opendp_wgm.engines.spark import wgm_function
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
@@ -223,7 +225,9 @@ def make_wgm(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
+        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``): the release runs
+        on Polars. From :func:`opendp_wgm.spark.spark_user_items_space`: it runs on Spark, on a
+        ``pyspark.sql.DataFrame`` (``docs/engines.md``; ``noise``, ``passes``, ``engine`` keep their defaults).
     max_contributions
         Δ0 in [1, 2^20]: each user keeps a uniform random subset of at most this many distinct items.
     scale
@@ -304,6 +308,13 @@ def make_wgm(
     passes, engine = _check_execution(passes, engine)
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     _check_lattice_scale(epsilon, scale)
+    spark = spark_space(input_domain, input_metric, item=item, noise=noise, passes=passes, engine=engine)
+    if spark is not None:  # steps 1–4 as Spark plans (opendp_wgm.engines.spark), with make_noisy_threshold's map
+        function = wgm_function(spark, max_contributions, scale, threshold)
+        privacy_map = wgm_privacy_map(
+            scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon
+        )
+        return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
     bound = make_bound_user_items(input_domain, input_metric, max_contributions=max_contributions, item=item)
     histogram = make_weighted_histogram(bound.output_domain, bound.output_metric, passes=passes, engine=engine)
     release = make_noisy_threshold(

@@ -21,6 +21,8 @@ from scipy.special import ndtr
 import opendp_wgm as wgm
 from opendp_wgm._spaces import _Space
 from opendp_wgm.engines.polars import bounded_lists_plan, lattice_histogram_plan
+from opendp_wgm.measurements.hitting_set import _make_dp_sips_hitting_set
+from opendp_wgm.measurements.top_k import _make_dp_sips_top_k
 from opendp_wgm.privacy.sips import DEFAULT_FRACTIONS
 
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
@@ -42,6 +44,16 @@ def spark(spark_session):
 
 @pytest.fixture(scope="module")
 def ws(spark):
+    """The public path ``opendp_wgm.spark``: the Spark input space and the package's constructors (the same
+    objects as ``opendp_wgm.make_wgm`` and the others), which run on Spark when given that space."""
+    import opendp_wgm.spark as module
+
+    return module
+
+
+@pytest.fixture(scope="module")
+def engine(spark):
+    """The Spark engine's steps (``opendp_wgm.engines.spark``)."""
     from opendp_wgm.engines import spark as module
 
     return module
@@ -74,25 +86,25 @@ def small_users_frame() -> pl.DataFrame:
 # no noise: the distributed plan computes the Polars plan's function
 
 
-def test_histogram_equals_polars_when_no_user_is_subsampled(spark, ws) -> None:
+def test_histogram_equals_polars_when_no_user_is_subsampled(spark, ws, engine) -> None:
     frame = small_users_frame()
     assert frame.drop_nulls().unique().group_by("user").len()["len"].max() <= 8
     sdf = to_spark(spark, frame, "user long, item string")
-    spark_hist = dict(ws.lattice_histogram_plan(sdf, ws.SparkUserItemsDescriptor(), 8).collect())
+    spark_hist = dict(engine.lattice_histogram_plan(sdf, ws.SparkUserItemsDescriptor(), 8).collect())
     assert spark_hist == polars_histogram(frame, 8)
 
 
-def test_bound_rows_keep_a_subset_of_at_most_max_contributions(spark, ws) -> None:
+def test_bound_rows_keep_a_subset_of_at_most_max_contributions(spark, ws, engine) -> None:
     frame = wgm.datasets.synthetic_zipf(n_users=200, items_per_user=30, seed=2)
     sdf = to_spark(spark, frame, "user long, item long")
-    bounded = pl.DataFrame(ws.bound_plan(sdf, ws.SparkUserItemsDescriptor(), 5).collect(), schema=["user", "item"], orient="row")
+    bounded = pl.DataFrame(engine.bound_plan(sdf, ws.SparkUserItemsDescriptor(), 5).collect(), schema=["user", "item"], orient="row")
     assert bounded.is_duplicated().sum() == 0
     assert bounded.join(frame.unique(), on=["user", "item"], how="anti").height == 0  # only the users' own items
     expected = frame.unique().group_by("user").agg(n=pl.len().clip(upper_bound=5))
     kept = bounded.group_by("user").agg(k=pl.len())
     assert expected.join(kept, on="user").select((pl.col("n") == pl.col("k")).all()).item()
     # the total lattice mass, sum_u t_u w(t_u), does not depend on which items are kept
-    spark_hist = ws.lattice_histogram_plan(sdf, ws.SparkUserItemsDescriptor(), 5).collect()
+    spark_hist = engine.lattice_histogram_plan(sdf, ws.SparkUserItemsDescriptor(), 5).collect()
     assert sum(r[1] for r in spark_hist) == sum(polars_histogram(frame, 5).values())
 
 
@@ -409,7 +421,7 @@ def test_dp_sips_adaptive_release_takes_the_branch_the_count_chooses(spark, ws, 
     assert set(rounds.values()) == ({3} if dense else {2})
 
 
-def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
+def test_spark_user_bins_are_the_polars_bins(spark, ws, engine) -> None:
     """The two-bin count on Spark: users still holding an unreleased item, boosted or not, each in one bin."""
     from opendp_wgm._spaces import _prepare_frame, _resolve_space
     from opendp_wgm.engines.polars import distinct_pairs_plan
@@ -429,12 +441,12 @@ def test_spark_user_bins_are_the_polars_bins(spark, ws) -> None:
     sdf = to_spark(spark, frame, "user long, item string")
     descriptor = ws.SparkUserItemsDescriptor("user", "item")
     for released in (["a", "b"], [], ["zz"]):
-        keys = spark.createDataFrame([(x,) for x in released], "item string")
+        keys = pl.Series("item", released, dtype=pl.String)
         pairs = distinct_pairs_plan(_prepare_frame(frame, space), space)
-        expected = _user_bins(_flag_released(pairs, pl.DataFrame({"item": released}, schema={"item": pl.String}), "item"), space)
-        assert ws._spark_user_bins(sdf, descriptor, keys).tolist() == expected.tolist()
-    assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([("a",), ("b",)], "item string")).tolist() == [2, 2]
-    assert ws._spark_user_bins(sdf, descriptor, spark.createDataFrame([], "item string")).tolist() == [0, 5]
+        expected = _user_bins(_flag_released(pairs, keys.to_frame(), "item"), space)
+        assert engine.user_bins(sdf, descriptor, keys).tolist() == expected.tolist()
+    assert engine.user_bins(sdf, descriptor, pl.Series("item", ["a", "b"])).tolist() == [2, 2]
+    assert engine.user_bins(sdf, descriptor, pl.Series("item", [], dtype=pl.String)).tolist() == [0, 5]
 
 
 def test_dp_sips_adaptive_count_is_noised_on_the_driver_at_the_statistic_scale(spark, ws, monkeypatch) -> None:
@@ -465,14 +477,16 @@ def test_dp_sips_adaptive_from_budget_takes_both_branches(spark, ws, monkeypatch
 
     budget = dict(max_contributions=2, rho=50.0, delta=1e-6)
     cal = calibrate_dp_sips(**budget, adaptive=True)
+    from opendp_wgm.measurements import dp_sips as dp_sips_module
+
     m = ws.make_dp_sips_from_budget(*ws.spark_user_items_space(), **budget)
-    real, calls = ws.noisy_dense_branch, []
+    real, calls = dp_sips_module.noisy_dense_branch, []
 
     def spy(bins, statistic_scale):
         calls.append((bins.tolist(), statistic_scale, real(bins, statistic_scale)))
         return calls[-1][2]
 
-    monkeypatch.setattr(ws, "noisy_dense_branch", spy)
+    monkeypatch.setattr(dp_sips_module, "noisy_dense_branch", spy)
     for dense in (True, False):
         released = m(to_spark(spark, branch_frame(dense), "user long, item string"))
         assert released.filter(pl.col("item") == "p")["round"].to_list() == [1]
@@ -498,8 +512,6 @@ def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
             wgm.make_dp_sips(*polars_space, **params)
         with pytest.raises(ValueError, match=re.escape(str(polars_error.value))):
             ws.make_dp_sips(*space, **params)
-    with pytest.raises(ValueError, match=r"must come from opendp_wgm\.spark\.spark_user_items_space"):
-        ws.make_dp_sips(*polars_space, max_contributions=2, scales=[1.0], thresholds=[5.0])
     with pytest.raises(ValueError, match="`delta` must be in"):
         ws.make_dp_sips_from_budget(*space, max_contributions=2, epsilon=1.0, delta=2.0)
 
@@ -509,7 +521,7 @@ def test_dp_sips_bad_parameters_give_the_polars_messages(ws) -> None:
 
 
 def polars_dp_sips_two_stage(mechanism: str, **params):
-    """The Polars twin of ``ws._make_dp_sips_top_k`` / ``ws._make_dp_sips_hitting_set``: what
+    """The Polars combinator behind ``_make_dp_sips_top_k`` / ``_make_dp_sips_hitting_set``: what
     ``make_*_from_budget(stage_1="dp-sips")`` builds from its calibration."""
     import functools
 
@@ -537,23 +549,23 @@ def test_dp_sips_two_stage_releases_candidates_of_every_round(spark, ws) -> None
     sdf = to_spark(spark, frame, "user long, item string")
     popular = {"p1", "p2", "p3", "p4"}
     for _ in range(2):  # p1..p4 tie (26 users each): their order is the peeling's draw
-        top = ws._make_dp_sips_top_k(*ws.spark_user_items_space(), k=6, **SIPS_TWO_STAGE)(sdf)
+        top = _make_dp_sips_top_k(*ws.spark_user_items_space(), k=6, **SIPS_TWO_STAGE)(sdf)
         expected = polars_dp_sips_two_stage("top-k", k=6, **SIPS_TWO_STAGE)(frame)
         for released in (top, expected):
             assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
             assert set(released["item"][:4]) == popular and released["item"][4:].to_list() == ["r", "q"]
             assert released["rank"].to_list() == [1, 2, 3, 4, 5, 6]
-        cover = ws._make_dp_sips_hitting_set(*ws.spark_user_items_space(), k=2, **SIPS_TWO_STAGE)(sdf)
+        cover = _make_dp_sips_hitting_set(*ws.spark_user_items_space(), k=2, **SIPS_TWO_STAGE)(sdf)
         expected = polars_dp_sips_two_stage("hitting-set", k=2, **SIPS_TWO_STAGE)(frame)
         for released in (cover, expected):  # a popular item covers 26 users, then q the 3 loners (r covers no one new)
             assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
             assert released["item"][0] in popular and released["item"][1] == "q"
     # one round at T = 5 (the WGM's candidates) has neither r nor q
     one = dict(SIPS_TWO_STAGE, sips_scales=[1e-7], sips_thresholds=[5.0])
-    assert set(ws._make_dp_sips_top_k(*ws.spark_user_items_space(), k=6, **one)(sdf)["item"]) == popular
+    assert set(_make_dp_sips_top_k(*ws.spark_user_items_space(), k=6, **one)(sdf)["item"]) == popular
     # no candidate: an empty release with the item's type
     none = dict(SIPS_TWO_STAGE, sips_scales=[1e-7, 1e-7], sips_thresholds=[1e3, 1e3])
-    for make in (ws._make_dp_sips_top_k, ws._make_dp_sips_hitting_set):
+    for make in (_make_dp_sips_top_k, _make_dp_sips_hitting_set):
         out = make(*ws.spark_user_items_space(), k=2, **none)(sdf)
         assert out.height == 0 and out.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
 
@@ -601,7 +613,7 @@ def test_dp_sips_two_stage_maps_are_the_polars_maps(ws) -> None:
                 assert [m.map(d) for d in range(4)] == [reference.map(d) for d in range(4)]
                 assert m.check(1, (budget.get("epsilon", budget.get("rho")), budget["delta"]))
     # the explicit constructors' maps are the Polars combinator's, in both output measures
-    for mechanism, make in (("top-k", ws._make_dp_sips_top_k), ("hitting-set", ws._make_dp_sips_hitting_set)):
+    for mechanism, make in (("top-k", _make_dp_sips_top_k), ("hitting-set", _make_dp_sips_hitting_set)):
         for extra in ({}, {"output_measure": APPROX_DP, "sips_epsilon": 1.0, "peel_delta": 1e-6}):
             params = dict(k=5, max_contributions=20, sips_scales=(6.0, 3.0), sips_thresholds=(30.0, 15.0), peel_scale=10.0, **extra)
             m, reference = make(*space, **params), polars_dp_sips_two_stage(mechanism, **params)
@@ -636,7 +648,7 @@ def test_dp_sips_two_stage_bad_options_give_the_polars_messages(ws) -> None:
     with pytest.raises(ValueError, match=re.escape("`method` must be one of")):
         ws.make_wgm_top_k_from_budget(*space, **budget, stage_1="dp-sips", method="slow")
     with pytest.raises(ValueError, match=re.escape("`sips_thresholds` must") + "|" + re.escape("`thresholds` must")):
-        ws._make_dp_sips_top_k(*space, k=3, **{**SIPS_TWO_STAGE, "sips_thresholds": [5.0]})
+        _make_dp_sips_top_k(*space, k=3, **{**SIPS_TWO_STAGE, "sips_thresholds": [5.0]})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -646,7 +658,7 @@ def test_dp_sips_two_stage_bad_options_give_the_polars_messages(ws) -> None:
 def test_bad_frames(spark, ws) -> None:
     m = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
     # OpenDP wraps errors raised inside a release in an OpenDPException that carries the original message
-    polars_frame = r"TypeError: `data` must be a pyspark.sql.DataFrame \(found polars.*\).*use opendp_wgm.make_wgm"
+    polars_frame = r"TypeError: `data` must be a pyspark.sql.DataFrame \(found polars.*\).*opendp_wgm.user_items_space"
     with pytest.raises(dp.OpenDPException, match=polars_frame):
         m(pl.DataFrame({"user": [1], "item": [2]}))
     with pytest.raises(dp.OpenDPException, match=r"ValueError: column\(s\) \['item'\] not found in the data \(columns: \['user', 'thing'\]\)"):
@@ -666,8 +678,6 @@ def test_stopped_session(spark, ws, monkeypatch) -> None:
 
 
 def test_bad_spaces_and_parameters(ws) -> None:
-    with pytest.raises(ValueError, match=r"must come from opendp_wgm\.spark\.spark_user_items_space"):
-        ws.make_wgm(*wgm.user_items_space(), max_contributions=2, scale=1.0, threshold=5.0)
     domain, _ = ws.spark_user_items_space(user="u")
     with pytest.raises(ValueError, match="identifies users by 'user' but `input_domain` by 'u'"):
         ws.make_wgm(domain, dp.symmetric_id_distance(pl.col("user")), max_contributions=2, scale=1.0, threshold=5.0)
@@ -704,16 +714,84 @@ def test_missing_pyspark_names_the_extra(monkeypatch) -> None:
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[spark\]"'):
         module.spark_user_items_space()
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[spark\]"'):
-        module.make_wgm(object(), object(), max_contributions=1, scale=1.0, threshold=1.0)
+        module.check_frame(object(), module.SparkUserItemsDescriptor())
 
 
 def test_public_import_paths_re_export_the_engines() -> None:
-    """Runs everywhere: ``opendp_wgm.spark`` and ``opendp_wgm.tumult`` are the documented paths of the engines."""
+    """Runs everywhere: ``opendp_wgm.spark`` and ``opendp_wgm.tumult`` are the documented paths of the engines;
+    ``opendp_wgm.spark`` re-exports the Spark space and the package's own constructors (one API)."""
     import opendp_wgm.engines.spark as engine
     import opendp_wgm.engines.tumult as adapter
     import opendp_wgm.spark as spark_path
     import opendp_wgm.tumult as tumult_path
 
-    assert spark_path.__all__ == engine.__all__ and tumult_path.__all__ == adapter.__all__
+    assert set(engine.__all__) <= set(spark_path.__all__) and tumult_path.__all__ == adapter.__all__
     assert all(getattr(spark_path, name) is getattr(engine, name) for name in engine.__all__)
+    constructors = [name for name in spark_path.__all__ if name not in engine.__all__]
+    assert len(constructors) == 18
+    assert all(getattr(spark_path, name) is getattr(wgm, name) for name in constructors)
     assert all(getattr(tumult_path, name) is getattr(adapter, name) for name in adapter.__all__)
+    # the names the engine module had before the one API resolve to the same constructors
+    assert engine.make_wgm_top_k is wgm.make_wgm_top_k and engine.make_dp_sips is wgm.make_dp_sips
+    assert engine._make_dp_sips_top_k is _make_dp_sips_top_k
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one API: the engine is a property of the input space
+
+
+def test_polars_options_are_refused_on_spark_with_the_reason(ws) -> None:
+    space = ws.spark_user_items_space()
+    params = dict(max_contributions=2, scale=1.0, threshold=5.0)
+    sips = dict(max_contributions=2, scales=[1.0], thresholds=[5.0])
+    cases = [
+        (wgm.make_wgm, params, {"passes": 2}, "`passes=2` is a Polars option.*Spark partitions the users itself"),
+        (wgm.make_wgm, params, {"engine": "streaming"}, "`engine='streaming'` is a Polars option"),
+        (wgm.make_wgm, params, {"noise": "opendp"}, "`noise='opendp'` is a Polars option.*executors draw"),
+        (wgm.make_wgm, params, {"item": "thing"}, r"`item` \('thing'\) disagrees with the Spark input space"),
+        (wgm.make_dp_sips, sips, {"passes": 3}, "`passes=3` is a Polars option"),
+        (wgm.make_wgm_from_budget, dict(max_contributions=2, epsilon=1.0, delta=1e-5), {"engine": "in-memory"},
+         "`engine='in-memory'` is a Polars option"),
+        (wgm.make_wgm_top_k, TWO_STAGE, {"passes": 2}, "`passes=2` is a Polars option"),
+        (wgm.make_wgm_hitting_set, TWO_STAGE, {"noise": "opendp"}, "`noise='opendp'` is a Polars option"),
+    ]
+    for make, base, option, message in cases:
+        with pytest.raises(ValueError, match=message):
+            make(*space, **base, **option)
+        if "item" not in option:
+            make(*wgm.user_items_space(), **base, **option)  # the same options run on Polars
+    assert wgm.make_wgm(*space, **params, item="item").map(1) == wgm.make_wgm(*space, **params).map(1)
+
+
+def test_polars_only_constructors_refuse_a_spark_space_with_the_reason(ws) -> None:
+    """Every constructor without a Spark plan says so, and names the ones that run on Spark."""
+    from opendp_wgm.transformations import make_bound_user_items, make_candidate_counts
+
+    dp.enable_features("idealized-numerics")  # the policy baselines ask for it first
+    space = ws.spark_user_items_space()
+    refusals = [
+        lambda: make_bound_user_items(*space, max_contributions=2),
+        lambda: make_candidate_counts(*space, candidates=["a"]),
+        lambda: wgm.make_policy_gaussian(*space, max_contributions=2, scale=1.0, threshold=5.0),
+        lambda: wgm.make_policy_gaussian_from_budget(*space, max_contributions=2, epsilon=1.0, delta=1e-5),
+        lambda: wgm.make_limited_domain_top_k(*space, k=2, k_bar=2, max_contributions=2, epsilon=1.0, delta=1e-5),
+        lambda: wgm.make_opendp_key_release(*space, max_contributions=2, epsilon=1.0, delta=1e-5),
+    ]
+    for refuse in refusals:
+        with pytest.raises(ValueError, match=r"runs on Polars frames only: it has no Spark plan.*use make_wgm, make_dp_sips"):
+            refuse()
+
+
+def test_known_domain_peelings_run_on_spark_with_the_polars_maps(spark, ws) -> None:
+    """``make_peeling_top_k`` and ``make_user_peeling`` on a Spark space: Spark computes the candidates' exact
+    statistics, the driver selects as on Polars; with almost no noise the release is the Polars one."""
+    frame = small_users_frame()
+    sdf = to_spark(spark, frame, "user long, item string")
+    candidates = ["x1", "x2", "x3", "x4", "nowhere"]
+    for make in (wgm.make_peeling_top_k, wgm.make_user_peeling):
+        m = make(*ws.spark_user_items_space(), candidates=candidates, k=3, scale=1e-6)
+        reference = make(*wgm.user_items_space(), candidates=candidates, k=3, scale=1e-6)
+        assert [m.map(d) for d in range(3)] == [reference.map(d) for d in range(3)]
+        assert m(sdf).equals(reference(frame))
+    with pytest.raises(dp.OpenDPException, match="candidate"):  # cast exactly to the item's type, before noise
+        wgm.make_peeling_top_k(*ws.spark_user_items_space(), candidates=[1.5], k=1, scale=1.0)(sdf)
