@@ -83,10 +83,10 @@ def check_group_by_frame(frame: object, space: SparkUserItemsDescriptor, values:
     """A running Spark DataFrame with the user, key and value columns, of supported types (its schema only:
     public); raises a clear error otherwise."""
     keys = space.keys or (space.item,)
-    checked = frame
-    for key in keys:  # the Spark engine's checks of a (user, item) frame, for each key column
-        checked = _check_frame(checked, SparkUserItemsDescriptor(space.user, key))
-    schema = {field.name: field.dataType for field in checked.schema.fields}  # type: ignore[attr-defined]
+    checked = _check_frame(frame, SparkUserItemsDescriptor(space.user, keys[0]))
+    for key in keys[1:]:  # the Spark engine's checks of a (user, item) frame, for each key column
+        _check_frame(checked, SparkUserItemsDescriptor(space.user, key))
+    schema = {field.name: field.dataType for field in checked.schema.fields}
     if space.keys:
         for key in space.keys:
             if _type_name(schema[key]) not in _PACKABLE:
@@ -103,7 +103,7 @@ def check_group_by_frame(frame: object, space: SparkUserItemsDescriptor, values:
         if _type_name(schema[column]) not in (*_NUMERIC, "decimal"):
             msg = f"column {column!r} must be numeric to be summed (found Spark type {schema[column].simpleString()})"
             raise ValueError(msg)
-    return checked  # type: ignore[return-value]
+    return checked
 
 
 def pack_keys(frame: DataFrame, space: SparkUserItemsDescriptor, values: Sequence[str]) -> DataFrame:

@@ -36,7 +36,7 @@ from opendp_wgm.engines.spark_aggregates import (
     wgm_key_release,
 )
 from opendp_wgm.measurements._group_by_stage_2 import _ACCOUNTING, COUNT, Bounds, _Aggregates, _stage_2_kind
-from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, KeyMechanism
+from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release, make_two_stage
 from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
 from opendp_wgm.privacy.budget import Budget, Loss, measure_of

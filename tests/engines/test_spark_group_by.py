@@ -249,7 +249,7 @@ def test_bad_frames_are_refused_before_stage_1(spark, monkeypatch: pytest.Monkey
         make(sums={"word": (0, 1)})(words)
     with pytest.raises(dp.OpenDPException, match=r"column\(s\) \['minutes'\] not found"):
         make(sums={"minutes": (0, 1)})(words)
-    with pytest.raises(dp.OpenDPException, match="must be a pyspark.sql.DataFrame"):
+    with pytest.raises(dp.OpenDPException, match=r"must be a pyspark\.sql\.DataFrame"):
         make()(events())
     with pytest.raises(ValueError, match="must not name the user column"):
         make(sums={"user": (0, 1)})
