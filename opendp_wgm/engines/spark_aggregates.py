@@ -38,6 +38,7 @@ from opendp_wgm.engines.spark import (
     SparkUserItemsDescriptor,
     _check_frame,
     _fresh_name,
+    _resolve_spark_space,
     _polars_dtype,
     _pyspark,
     _value,
@@ -53,6 +54,7 @@ __all__ = [
     "GridValue",
     "bounded_aggregates",
     "check_group_by_frame",
+    "group_by_space",
     "key_dtypes",
     "pack_keys",
     "unpack_keys",
@@ -77,6 +79,11 @@ class GridValue(NamedTuple):
 def _type_name(data_type: Any) -> str:
     name: str = data_type.simpleString()
     return "decimal" if name.startswith("decimal") else name
+
+
+def group_by_space(input_domain: Any, input_metric: Any) -> SparkUserItemsDescriptor:
+    """The descriptor of a Spark input space, a composite key's included (its columns are packed here)."""
+    return _resolve_spark_space(input_domain, input_metric, composite=True)
 
 
 def check_group_by_frame(frame: object, space: SparkUserItemsDescriptor, values: Sequence[str]) -> DataFrame:

@@ -30,6 +30,7 @@ from opendp_wgm.engines.spark_aggregates import (
     GridValue,
     bounded_aggregates,
     check_group_by_frame,
+    group_by_space,
     key_dtypes,
     pack_keys,
     unpack_keys,
@@ -54,9 +55,7 @@ def is_spark_space(input_domain: dp.Domain) -> bool:
 
 
 def _spark_space(input_domain: dp.Domain, input_metric: dp.Metric, item: Any) -> SparkUserItemsDescriptor:
-    from opendp_wgm.engines.spark import _resolve_spark_space
-
-    space = _resolve_spark_space(input_domain, input_metric, composite=True)
+    space = group_by_space(input_domain, input_metric)
     if item is not None:
         msg = "`item` must be None on Spark: name the key column(s) in spark_user_items_space(user, item)"
         raise ValueError(msg)
