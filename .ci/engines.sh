@@ -6,7 +6,8 @@
 # Two supported combinations (docs/engines.md, "Installing"):
 #   1. "engines": opendp-wgm[spark,tumult] in its own venv. Tumult Core 0.20 on Python 3.11 needs numpy < 2
 #      and pandas < 2, so this venv resolves to numpy 1.26, pandas 1.5, pyarrow 23, pyspark 3.5.
-#      Runs tests/engines/ (test_spark.py, test_tumult.py, test_streaming.py) and tutorials/04_engines.ipynb.
+#      Runs tests/engines/ (test_spark.py, test_spark_group_by.py, test_tumult.py, test_streaming.py) and
+#      tutorials/04_engines.ipynb.
 #   2. "spark-numpy2": the main environment (numpy 2, run `pip install -e .` first) plus pyspark 3.5 and
 #      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py.
 #
@@ -43,7 +44,8 @@ names = ("numpy", "pandas", "pyarrow", "polars", "opendp", "pyspark", "tmlt.core
 print("engines venv:", ", ".join(f"{n} {version(n)}" for n in names))
 EOF
 # the engine tests must run here, not skip: -rs lists skips and the grep fails the job on any
-"$ENGINES_VENV/bin/python" -m pytest tests/engines/test_spark.py tests/engines/test_tumult.py tests/engines/test_streaming.py \
+"$ENGINES_VENV/bin/python" -m pytest tests/engines/test_spark.py tests/engines/test_spark_group_by.py \
+    tests/engines/test_tumult.py tests/engines/test_streaming.py \
     -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-pytest.log
 if grep -q "^SKIPPED" /tmp/engines-pytest.log; then
     echo "engines.sh: engine tests were skipped in the engines venv" >&2
