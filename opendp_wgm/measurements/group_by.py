@@ -160,7 +160,9 @@ def make_wgm_group_by(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with ``dp.symmetric_id_distance``
-        (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``.
+        (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``. From
+        :func:`opendp_wgm.spark.spark_user_items_space`, the release runs on a Spark DataFrame with the same map
+        (``docs/engines.md``, keys with statistics): ``key_release`` is then a Spark key release.
     key_release
         ``(domain, metric) -> Measurement``, a partial key-release constructor (``then_wgm``, ``then_dp_sips``,
         ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column (in the key columns for a
@@ -399,7 +401,8 @@ def make_wgm_group_by_from_budget(
         Share of the budget spent on the keys, in (0, 1).
     mechanism : {'wgm', 'dp-sips', 'top-k', 'partition-selection'}
         The key release; ``"partition-selection"`` (:func:`opendp_wgm.make_partition_selection`: one item per
-        user, ``max_contributions`` then bounds the aggregates only) needs ``epsilon``.
+        user, ``max_contributions`` then bounds the aggregates only) needs ``epsilon``. On a Spark space,
+        ``"wgm"`` only (the others are refused up front).
     k
         With ``mechanism="top-k"`` only: the number of keys.
     noise : {'lattice', 'opendp'}

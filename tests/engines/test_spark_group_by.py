@@ -19,8 +19,10 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
+from opendp_wgm import spark as ws
 from opendp_wgm.measurements import _group_by_spark
 
+pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
@@ -43,9 +45,7 @@ def spark(spark_session):
 
 def spark_then_wgm(**options):
     """Stage 1 on Spark: the Spark WGM's partial constructor."""
-    from opendp_wgm.spark import then_wgm
-
-    return then_wgm(**options)
+    return ws.then_wgm(**options)
 
 
 def to_spark(spark, frame: pl.DataFrame, ddl: str):
@@ -72,7 +72,7 @@ EVENTS_DDL = "user bigint, item string, minutes bigint, hours double"
 def spark_group_by(space=None, **options):
     options = {"max_contributions": 3, "max_rows_per_key": 3, "scale": 1e-6, **STATISTICS, **options}
     key_release = options.pop("key_release", spark_then_wgm(**WGM))
-    space = space or wgm.spark.spark_user_items_space()
+    space = space or ws.spark_user_items_space()
     return wgm.make_wgm_group_by(*space, key_release=key_release, **options)
 
 
@@ -112,7 +112,7 @@ def test_composite_key_round_trips(spark) -> None:
     )
     keys = ["country", "code"]
     ddl = "user bigint, country string, code int, minutes bigint, hours double"
-    released = spark_group_by(wgm.spark.spark_user_items_space("user", keys))(to_spark(spark, frame, ddl))
+    released = spark_group_by(ws.spark_user_items_space("user", keys))(to_spark(spark, frame, ddl))
     expected = polars_group_by(wgm.user_items_space("user", keys))(frame)
     assert released.columns == ["country", "code", "noisy_weight", "count", "minutes_sum", "hours_mean"]
     assert released.schema == expected.schema
@@ -172,7 +172,7 @@ def test_maps_equal_the_polars_maps(measure: str) -> None:
         stage_1 = {**WGM, "scale": 2.0, "threshold": 20.0}
     spark_m = spark_group_by(key_release=spark_then_wgm(**stage_1), **options)
     polars_m = polars_group_by(key_release=wgm.then_wgm(**stage_1), **options)
-    composite = spark_group_by(wgm.spark.spark_user_items_space("user", ["a", "b"]),
+    composite = spark_group_by(ws.spark_user_items_space("user", ["a", "b"]),
                                key_release=spark_then_wgm(**stage_1), **options)
     assert spark_m.output_measure == polars_m.output_measure == composite.output_measure
     for d_in in (1, 2, 5):
@@ -182,16 +182,16 @@ def test_maps_equal_the_polars_maps(measure: str) -> None:
 @pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.5}])
 def test_from_budget_maps_equal_the_polars_maps(budget: dict[str, float]) -> None:
     options = dict(max_contributions=4, delta=1e-6, sums={"minutes": (0, 120)}, **budget)
-    spark_m = wgm.make_wgm_group_by_from_budget(*wgm.spark.spark_user_items_space(), **options)
+    spark_m = wgm.make_wgm_group_by_from_budget(*ws.spark_user_items_space(), **options)
     polars_m = wgm.make_wgm_group_by_from_budget(*wgm.user_items_space(), **options)
-    composite = wgm.make_wgm_group_by_from_budget(*wgm.spark.spark_user_items_space("user", ["a", "b"]), **options)
+    composite = wgm.make_wgm_group_by_from_budget(*ws.spark_user_items_space("user", ["a", "b"]), **options)
     for d_in in (1, 3):
         assert spark_m.map(d_in) == polars_m.map(d_in) == composite.map(d_in)
     assert spark_m.check(1, (budget.get("epsilon") or budget["rho"], 1e-6))
 
 
 def test_from_budget_releases_on_spark(spark) -> None:
-    m = wgm.make_wgm_group_by_from_budget(*wgm.spark.spark_user_items_space(), max_contributions=3, epsilon=1.0,
+    m = wgm.make_wgm_group_by_from_budget(*ws.spark_user_items_space(), max_contributions=3, epsilon=1.0,
                                           delta=1e-6, sums={"minutes": (0, 100)})
     released = m(to_spark(spark, events(), EVENTS_DDL))
     assert released.columns == ["item", "noisy_weight", "count", "minutes_sum"]
@@ -214,16 +214,16 @@ def test_from_budget_releases_on_spark(spark) -> None:
 )
 def test_from_budget_refuses_what_spark_does_not_run(options: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        wgm.make_wgm_group_by_from_budget(*wgm.spark.spark_user_items_space(), max_contributions=3, epsilon=1.0,
+        wgm.make_wgm_group_by_from_budget(*ws.spark_user_items_space(), max_contributions=3, epsilon=1.0,
                                           delta=1e-6, **options)
 
 
 def test_other_spark_mechanisms_refuse_a_composite_key() -> None:
-    space = wgm.spark.spark_user_items_space("user", ["a", "b"])
+    space = ws.spark_user_items_space("user", ["a", "b"])
     with pytest.raises(ValueError, match="must be one column on the Spark engine for this mechanism"):
-        wgm.spark.make_wgm(*space, **WGM)
+        ws.make_wgm(*space, **WGM)
     with pytest.raises(ValueError, match="`user` and `item` must be different columns"):
-        wgm.spark.spark_user_items_space("a", ["a", "b"])
+        ws.spark_user_items_space("a", ["a", "b"])
 
 
 def test_bad_frames_are_refused_before_stage_1(spark, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -236,14 +236,14 @@ def test_bad_frames_are_refused_before_stage_1(spark, monkeypatch: pytest.Monkey
 
     def make(space=None, **options):
         options = {"max_contributions": 3, "epsilon": 1.0, "delta": 1e-6, **options}
-        return wgm.make_wgm_group_by_from_budget(*(space or wgm.spark.spark_user_items_space()), **options)
+        return wgm.make_wgm_group_by_from_budget(*(space or ws.spark_user_items_space()), **options)
 
     dated = spark.createDataFrame([(1, "x", "2020-01-01")], "user bigint, item string, day string").selectExpr(
         "user", "item", "to_date(day) as day"
     )
     # at release, the checks' errors reach the caller through OpenDP's FFI (an OpenDPException with the message)
     with pytest.raises(dp.OpenDPException, match="composite key column 'day' has Spark type date"):
-        make(wgm.spark.spark_user_items_space("user", ["item", "day"]))(dated)
+        make(ws.spark_user_items_space("user", ["item", "day"]))(dated)
     words = spark.createDataFrame([(1, "x", "w")], "user bigint, item string, word string")
     with pytest.raises(dp.OpenDPException, match="column 'word' must be numeric to be summed"):
         make(sums={"word": (0, 1)})(words)
