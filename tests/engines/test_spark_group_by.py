@@ -120,6 +120,25 @@ def test_composite_key_round_trips(spark) -> None:
     assert set(released.select(keys).iter_rows()) == set(frame.select(keys).iter_rows())
 
 
+def test_a_spark_dp_sips_key_release_on_a_composite_key(spark) -> None:
+    """Stage 1 is any Spark key release on the packed space: DP-SIPS (two rounds, negligible noise) releases the
+    Polars engine's keys in the same rounds, with the same aggregates."""
+    frame = pl.DataFrame(
+        {"user": [0, 0, 1, 1, 2, 3], "country": ["fr", "de", "fr", "de", "fr", "de"], "code": [1, 2, 1, 3, 1, 2],
+         "minutes": [5, 10, 20, 30, 40, 50], "hours": [1.0, 2.0, 0.5, 1.5, 3.0, 0.0]},
+    )
+    keys, schedule = ["country", "code"], dict(max_contributions=3, scales=[1e-7, 1e-7], thresholds=[2.0, 0.5])
+    ddl = "user bigint, country string, code bigint, minutes bigint, hours double"
+    released = spark_group_by(ws.spark_user_items_space("user", keys), key_release=ws.then_dp_sips(**schedule))(
+        to_spark(spark, frame, ddl)
+    )
+    expected = polars_group_by(wgm.user_items_space("user", keys), key_release=wgm.then_dp_sips(**schedule))(frame)
+    assert released.columns == ["country", "code", "noisy_weight", "round", "count", "minutes_sum", "hours_mean"]
+    assert released.sort(keys).equals(expected.sort(keys)), (released, expected)
+    # round 1: (fr, 1) weighs 2·2^-1/2 + 1 > 2; round 2, the users weighted again on what is left: (de, 2) 2, (de, 3) 1
+    assert released.sort(keys).select("country", "code", "round").rows() == [("de", 2, 2), ("de", 3, 2), ("fr", 1, 1)]
+
+
 def test_rows_per_key_and_keys_per_user_are_truncated(spark) -> None:
     """User 0 holds three rows of a; user 1 one row each of a and b: R = 2 rows per key, Δ0 keys per user."""
     frame = pl.DataFrame({"user": [0, 0, 0, 1, 1], "item": ["a"] * 4 + ["b"], "minutes": [1, 2, 3, 4, 5]})
