@@ -9,7 +9,8 @@
 #      Runs tests/engines/ (test_spark.py, test_spark_group_by.py, test_tumult.py, test_streaming.py) and
 #      tutorials/04_engines.ipynb.
 #   2. "spark-numpy2": the main environment (numpy 2, run `pip install -e .` first) plus pyspark 3.5 and
-#      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py.
+#      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py and
+#      tests/engines/test_spark_group_by.py.
 #
 # Environment: ENGINES_VENV (default /tmp/venv-engines), SPARK_VENV (default /tmp/venv-spark-numpy2),
 # ENGINES_SKIP_NUMPY2=1 to run combination 1 only. Needs Java 17 (`java` on PATH or JAVA_HOME).
@@ -65,7 +66,8 @@ if [ "${ENGINES_SKIP_NUMPY2:-0}" != "1" ]; then
     t3=$(seconds)
     echo "spark-numpy2 venv: installed in $((t3 - t2)) s"
     "$SPARK_VENV/bin/python" -c "from importlib.metadata import version as v; import pyspark, opendp_wgm; print('spark-numpy2 venv:', ', '.join(n + ' ' + v(n) for n in ('numpy', 'pandas', 'pyarrow', 'polars', 'opendp', 'pyspark')))"
-    "$SPARK_VENV/bin/python" -m pytest tests/engines/test_spark.py -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-numpy2-pytest.log
+    "$SPARK_VENV/bin/python" -m pytest tests/engines/test_spark.py tests/engines/test_spark_group_by.py \
+        -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-numpy2-pytest.log
     if grep -q "^SKIPPED" /tmp/engines-numpy2-pytest.log; then
         echo "engines.sh: Spark tests were skipped in the numpy 2 venv" >&2
         exit 1
