@@ -258,6 +258,7 @@ SPARK_CONSTRUCTORS = (
     "make_wgm_hitting_set",
     "make_peeling_top_k",
     "make_user_peeling",
+    "make_wgm_group_by",
 )
 
 

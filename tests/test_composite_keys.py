@@ -207,12 +207,14 @@ def test_opendp_key_release_refuses_a_composite_key() -> None:
         make_opendp_key_release(*composite(), max_contributions=2, epsilon=1.0, delta=1e-6)
 
 
-def test_spark_refuses_a_composite_key() -> None:
+def test_spark_refuses_a_composite_key_but_in_keys_with_statistics() -> None:
+    """On Spark a composite key runs in make_wgm_group_by only (tests/engines/test_spark_group_by.py)."""
     pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
-    from opendp_wgm.spark import spark_user_items_space
+    from opendp_wgm.spark import make_wgm, spark_user_items_space
 
+    space = spark_user_items_space("user", KEYS)
     with pytest.raises(ValueError, match=r"`item` must be one column on the Spark engine .*\['country', 'query'\]"):
-        spark_user_items_space("user", KEYS)  # type: ignore[arg-type]
+        make_wgm(*space, max_contributions=2, scale=1.0, threshold=5.0)
 
 
 def test_tumult_refuses_a_composite_key_first() -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import importlib
 import secrets
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._spaces import _assert_features, _user_of_metric
-from opendp_wgm._validation import _check_columns, _check_one_item
+from opendp_wgm._validation import _check_columns, _check_key_columns, _check_one_item
 from opendp_wgm.engines.polars import cast_candidates, noisy_above_threshold, weights_frame
 from opendp_wgm.privacy.threshold import lattice_weights
 
@@ -93,13 +93,18 @@ class SparkUserItemsDescriptor:
 
     user: str = "user"
     item: str = "item"
+    #: A composite key's columns (two or more), which the mechanisms that support them (keys with statistics)
+    #: pack into the one column ``item``; ``()`` for one item column.
+    keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_one_item(self.item, "on the Spark engine (composite keys are Polars-only)")
         _check_columns(self.user, self.item)  # the checks (and messages) of UserItemsDescriptor
+        if self.keys:  # a composite key: the checks of UserItemsDescriptor on its columns
+            _check_key_columns(self.user, self.keys)
 
 
-def spark_user_items_space(user: str = "user", item: str = "item") -> tuple[dp.Domain, dp.Metric]:
+def spark_user_items_space(user: str = "user", item: str | Sequence[str] = "item") -> tuple[dp.Domain, dp.Metric]:
     r"""The input space of raw (user, item) rows in a Spark DataFrame, with user-level add/remove neighbours.
 
     Parameters
@@ -107,7 +112,9 @@ def spark_user_items_space(user: str = "user", item: str = "item") -> tuple[dp.D
     user
         Name of the column identifying the privacy unit.
     item
-        Name of the item column (string, integer, boolean, decimal, date, timestamp or binary).
+        Name of the item column (string, integer, boolean, decimal, date, timestamp or binary); or a list of two
+        or more columns for a composite key (string, integer or boolean columns), which only
+        :func:`opendp_wgm.make_wgm_group_by` runs on Spark (the other measurements refuse it).
 
     Returns
     -------
@@ -123,16 +130,24 @@ def spark_user_items_space(user: str = "user", item: str = "item") -> tuple[dp.D
     """
     sql = _pyspark()
     _assert_features()  # a user_domain: the caller opts in to trusting this plugin
-    descriptor = SparkUserItemsDescriptor(user=user, item=item)
+    keys = _check_key_columns(user, item)[1]
+    if isinstance(keys, tuple):  # a composite key, packed into one column named after none of the frame's
+        descriptor = SparkUserItemsDescriptor(user=user, item=_fresh_name("__wgm_key", {user, *keys}), keys=keys)
+    else:
+        descriptor = SparkUserItemsDescriptor(user=user, item=keys)
+    columns = {user, *(descriptor.keys or (descriptor.item,))}
 
     def member(frame: object) -> bool:
-        return isinstance(frame, sql.DataFrame) and {user, item} <= set(frame.columns)
+        return isinstance(frame, sql.DataFrame) and columns <= set(frame.columns)
 
-    name = f"SparkUserItemsDomain(user={user!r}, item={item!r})"
+    name = f"SparkUserItemsDomain(user={user!r}, item={keys!r})"
     return dp.user_domain(name, member, descriptor=descriptor), dp.symmetric_id_distance(pl.col(user))
 
 
-def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> SparkUserItemsDescriptor:
+def _resolve_spark_space(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, composite: bool = False
+) -> SparkUserItemsDescriptor:
+    """The Spark space's descriptor; a composite key only with ``composite`` (the mechanisms that pack it)."""
     descriptor = getattr(input_domain, "descriptor", None)
     if not isinstance(descriptor, SparkUserItemsDescriptor):
         msg = (
@@ -144,6 +159,9 @@ def _resolve_spark_space(input_domain: dp.Domain, input_metric: dp.Metric) -> Sp
     if user != descriptor.user:
         msg = f"`input_metric` identifies users by {user!r} but `input_domain` by {descriptor.user!r}"
         raise ValueError(msg)
+    if descriptor.keys and not composite:
+        where = "on the Spark engine for this mechanism (composite keys on Spark: make_wgm_group_by)"
+        _check_one_item(descriptor.keys, where)
     return descriptor
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import opendp.prelude as dp
 import polars as pl
+from opendp.accuracy import summarize_polars_measurement
 from opendp.domains import _lazyframe_from_domain
 from opendp.extras.polars import DPExpr, Margin, dp_len
 from polars._typing import PolarsDataType
@@ -202,6 +203,16 @@ class _Aggregates:
             return dp.m.make_private_lazyframe(domain, metric, measure_of("approx_zcdp"), plan, global_scale=scale)
         inner = dp.m.make_private_lazyframe(domain, metric, measure_of("zcdp"), plan, global_scale=scale)
         return dp.c.make_fix_delta(dp.c.make_zCDP_to_approxDP(inner), delta)
+
+    def summary(self, scale: float, alpha: float | None = None) -> pl.DataFrame:
+        """OpenDP's summary of :meth:`measurement` at global scale ``scale`` (its zCDP plan: the noise is the same
+        under (ε, δ)), on the grids: one row per noisy quantity (``column``, ``aggregate``, ``distribution``,
+        ``scale``, and with ``alpha`` the ``accuracy``); a mean's rows are its sum and its length."""
+        keys = pl.DataFrame({**{k: pl.Series([0], dtype=pl.Int64) for k in self.keys}, _ORDER: [0]})
+        keys = keys.with_columns(pl.col(_ORDER).cast(pl.UInt64))
+        measurement = self.measurement(keys, self.reference_schema(), scale, "approx_zcdp", 0.0)
+        summary: pl.DataFrame = summarize_polars_measurement(measurement, alpha)
+        return summary
 
     def reference_schema(self) -> dict[str, PolarsDataType]:
         """A schema of OpenDP's input for the maps (they do not depend on the dtypes)."""

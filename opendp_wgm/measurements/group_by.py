@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 import opendp.prelude as dp
 import polars as pl
-from opendp.accuracy import summarize_polars_measurement
 from polars._typing import PolarsDataType
 
 from opendp_wgm._partial import _to_then
@@ -161,7 +160,9 @@ def make_wgm_group_by(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with ``dp.symmetric_id_distance``
-        (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``.
+        (e.g. ``ctx.accountant.input_space``); the frames also hold the columns of ``sums`` and ``means``. From
+        :func:`opendp_wgm.spark.spark_user_items_space`, the release runs on a Spark DataFrame with the same map
+        (``docs/engines.md``, keys with statistics): ``key_release`` is then a Spark key release.
     key_release
         ``(domain, metric) -> Measurement``, a partial key-release constructor (``then_wgm``, ``then_dp_sips``,
         ``then_wgm_top_k``, ...) whose output frame holds the keys in the item column (in the key columns for a
@@ -231,6 +232,16 @@ def make_wgm_group_by(
     (0.045, True)
     """
     _assert_features()
+    # --- Spark: a Spark input space releases on the Spark engine (measurements/_group_by_spark.py) -----------
+    from opendp_wgm.measurements import _group_by_spark
+
+    if _group_by_spark.is_spark_space(input_domain):
+        return _group_by_spark.make_spark_group_by(
+            input_domain, input_metric, key_release=key_release, max_contributions=max_contributions, scale=scale,
+            max_rows_per_key=max_rows_per_key, sums=sums, means=means, output_measure=output_measure, delta=delta,
+            item=item,
+        )
+    # --- end Spark ----------------------------------------------------------------------------------------------
     if not callable(key_release):
         msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
         raise TypeError(msg)
@@ -390,7 +401,8 @@ def make_wgm_group_by_from_budget(
         Share of the budget spent on the keys, in (0, 1).
     mechanism : {'wgm', 'dp-sips', 'top-k', 'partition-selection'}
         The key release; ``"partition-selection"`` (:func:`opendp_wgm.make_partition_selection`: one item per
-        user, ``max_contributions`` then bounds the aggregates only) needs ``epsilon``.
+        user, ``max_contributions`` then bounds the aggregates only) needs ``epsilon``. On a Spark space,
+        ``"wgm"`` only (the others are refused up front).
     k
         With ``mechanism="top-k"`` only: the number of keys.
     noise : {'lattice', 'opendp'}
@@ -411,7 +423,13 @@ def make_wgm_group_by_from_budget(
         max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, key_fraction=key_fraction,
         max_rows_per_key=max_rows_per_key, sums=sums, means=means,
     )
-    key_release = _key_release_from_budget(mechanism, calibration.keys, max_contributions, k, noise)
+    # --- Spark: stage 1 on the Spark engine (measurements/_group_by_spark.py) ----------------------------------
+    from opendp_wgm.measurements import _group_by_spark
+
+    if _group_by_spark.is_spark_space(input_domain):
+        key_release = _group_by_spark.spark_key_release(mechanism, calibration.keys, max_contributions, k, noise)
+    else:  # --- end Spark --------------------------------------------------------------------------------------
+        key_release = _key_release_from_budget(mechanism, calibration.keys, max_contributions, k, noise)
     measurement = make_wgm_group_by(
         input_domain, input_metric, key_release=key_release, max_contributions=max_contributions,
         scale=calibration.scale, max_rows_per_key=max_rows_per_key, sums=sums, means=means,
@@ -449,10 +467,7 @@ def summarize_group_by(
     """
     _assert_features()
     aggregates = _Aggregates.of(("key",), max_contributions, max_rows_per_key, sums, means)
-    scale = _check_positive("scale", scale)
-    keys = pl.DataFrame({"key": pl.Series([0], dtype=pl.Int64), _ORDER: pl.Series([0], dtype=pl.UInt64)})
-    measurement = aggregates.measurement(keys, aggregates.reference_schema(), scale, "approx_zcdp", 0.0)
-    summary: pl.DataFrame = summarize_polars_measurement(measurement, alpha)
+    summary = aggregates.summary(_check_positive("scale", scale), alpha)
     unit = pl.lit(1.0)
     for statistic in aggregates.statistics:  # the sum of a statistic is on its grid
         is_sum = (pl.col("column") == statistic.name) & (pl.col("aggregate") == "Sum")
