@@ -5,7 +5,7 @@ distinct-item counts over the public grid :data:`GRID`: every user falls in one 
 grid, or above the last point), so adding or removing one user moves one bin by one, ℓ2 sensitivity 1. The
 bins get exact discrete Gaussian noise of scale :math:`\sigma_c` (:func:`calibrate_choice`); the rule
 :func:`choose_max_contributions` reads only the noisy bins. The rest of the budget calibrates the mechanism at
-the chosen Δ0. The two stages compose adaptively (``docs/privacy.md`` §7): the map is the choice's plus the
+the chosen Δ0. The two stages compose adaptively (``docs/privacy.md`` §8): the map is the choice's plus the
 largest of the candidates' maps (:func:`auto_loss`).
 
 Under (ε, δ)-DP the choice costs (fε, fδ) and the mechanism gets the rest; under approximate zCDP the choice
@@ -164,7 +164,7 @@ def auto_loss(d_in: int, choice: tuple[float, float], candidates: Sequence[tuple
 
     For every released Δ0 the second stage is one of the candidates; each is (ε_j, δ_j) (or (ρ_j, δ_j)), so
     the second stage is :math:`(\max_j \varepsilon_j, \max_j \delta_j)` whatever the first released, and the
-    adaptive composition adds the two (``docs/privacy.md`` §7). Sums are rounded up.
+    adaptive composition adds the two (``docs/privacy.md`` §8). Sums are rounded up.
     """
     _check_d_in(d_in)
     value = max(c[0] for c in candidates)
