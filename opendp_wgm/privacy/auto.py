@@ -182,7 +182,7 @@ def choose_max_contributions(noisy_bins: NDArray[np.float64] | Sequence[float]) 
     ``GRID[j-1] < count <= GRID[j]``; the last bin, those above ``GRID[-1]``).
 
     With the bins clamped at 0 and :math:`n` their sum: Δ0 = 1 when bin 0 (one item) holds at least
-    :data:`SINGLE_SHARE` of :math:`n`; otherwise the smallest grid point :math:`g` whose tail (the unclamped
+    :data:`SINGLE_SHARE` of :math:`n`; otherwise the smallest grid point :math:`g \ge 2` whose tail (the unclamped
     sum of the bins above :math:`g`, then clamped at 0) is at most :data:`TAIL_SHARE` · n; the last grid
     point when none is. No noisy histogram raises: every input gives a grid point (``n = 0``: Δ0 = 1).
     """
@@ -191,7 +191,8 @@ def choose_max_contributions(noisy_bins: NDArray[np.float64] | Sequence[float]) 
     total = float(clamped.sum())
     if total <= 0.0 or clamped[0] >= SINGLE_SHARE * total:
         return GRID[0]
-    # tails[j]: users above GRID[j], the raw noisy bins summed (their noise cancels on average), clamped at 0
-    tails = np.maximum(np.cumsum(bins[::-1])[::-1][1:], 0.0)
+    # tails[j]: users above GRID[j], the raw noisy bins summed (their noise cancels on average), clamped at 0; from
+    # GRID[1] on: Δ0 = 1 is the single-item branch's only (a noisy tail above 1 below 3% would contradict it)
+    tails = np.maximum(np.cumsum(bins[::-1])[::-1][2:], 0.0)
     fitting = np.flatnonzero(tails <= TAIL_SHARE * total)
-    return GRID[int(fitting[0])] if fitting.size else GRID[-1]
+    return GRID[1 + int(fitting[0])] if fitting.size else GRID[-1]
