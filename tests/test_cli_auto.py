@@ -39,7 +39,7 @@ def _chosen(err: str) -> int:
 def test_discover_prints_the_chosen_max_contributions(
     capsys: pytest.CaptureFixture[str], three_items: Path, mechanism: str
 ) -> None:
-    code, out, err = _run(
+    code, _, err = _run(
         capsys, "discover", three_items, "--max-contributions", "auto", "--auto-fraction", "0.5", "--epsilon", "50",
         "--delta", "1e-3", "--mechanism", mechanism,
     )

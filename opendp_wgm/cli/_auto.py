@@ -46,7 +46,8 @@ def auto_plan(
     from opendp_wgm.privacy.budget import Budget
 
     assert budget.auto_fraction is not None  # set with --max-contributions auto
-    auto = split_auto_budget(Budget.of(epsilon=budget.epsilon, rho=budget.rho, delta=budget.delta), budget.auto_fraction)
+    total = Budget.of(epsilon=budget.epsilon, rho=budget.rho, delta=budget.delta)
+    auto = split_auto_budget(total, budget.auto_fraction)
     grid = ", ".join(str(g) for g in GRID)
     lines = [
         f"  Δ0            auto: {budget.auto_fraction:g} of the budget buys a private choice of Δ0 in {{{grid}}} "

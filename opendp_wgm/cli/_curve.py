@@ -185,7 +185,8 @@ def _candidate_lines(candidates: dict[int, WGMCalibration | DPSIPSCalibration], 
     for max_contributions, calibration in candidates.items():
         curve = _curve_of(calibration)
         points = [
-            f"{level:.0%} at c = " + " / ".join(f"{curve.users_for(level, t):,}" for t in curve.cases) for level in _LEVELS
+            f"{level:.0%} at c = " + " / ".join(f"{curve.users_for(level, t):,}" for t in curve.cases)
+            for level in _LEVELS
         ]
         cases = "1 item each" if len(curve.cases) == 1 else f"1 / {max_contributions} items each"
         lines.append(f"  Δ0 = {max_contributions:<5} " + ", ".join(points) + f" ({cases})")

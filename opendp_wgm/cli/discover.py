@@ -158,20 +158,31 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         from opendp_wgm.privacy.budget import Budget
 
         sips = args.mechanism == "dp-sips"
-        make = make_dp_sips_from_budget if sips else make_wgm_from_budget
-        options = {"rounds": rounds, "ratio": ratio} if sips else {}
-        fraction = {} if budget.noise_delta_fraction is None else {"noise_delta_fraction": budget.noise_delta_fraction}
-        measurement = make(
-            *user_items_space(args.user, args.item), max_contributions="auto", delta=budget.delta,
-            epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, noise=noise, **options,
-            **fraction, **execution.kwargs(),
-        )
+        assert budget.auto_fraction is not None  # set with --max-contributions auto
+        fraction = 0.5 if budget.noise_delta_fraction is None else budget.noise_delta_fraction
+        space = user_items_space(args.user, args.item)
+        if sips:
+            measurement = make_dp_sips_from_budget(
+                *space, max_contributions="auto", delta=budget.delta, epsilon=budget.epsilon, rho=budget.rho,
+                rounds=rounds, ratio=ratio, auto_fraction=budget.auto_fraction, noise_delta_fraction=fraction,
+                noise=noise, **execution.kwargs(),
+            )
+        else:
+            measurement = make_wgm_from_budget(
+                *space, max_contributions="auto", delta=budget.delta, epsilon=budget.epsilon, rho=budget.rho,
+                auto_fraction=budget.auto_fraction, noise_delta_fraction=fraction, noise=noise, **execution.kwargs(),
+            )
 
         def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
-            given = {"delta": rest.delta, "epsilon": rest.epsilon, "rho": rest.rho, **fraction}
             if sips:
-                return calibrate_dp_sips(max_contributions=max_contributions, rounds=rounds, ratio=ratio, **given)
-            return calibrate_wgm(max_contributions=max_contributions, **given)
+                return calibrate_dp_sips(
+                    max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon, rho=rest.rho,
+                    rounds=rounds, ratio=ratio, noise_delta_fraction=fraction,
+                )
+            return calibrate_wgm(
+                max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon, rho=rest.rho,
+                noise_delta_fraction=fraction,
+            )
 
         note = "at Δ0 = 1 (ε, δ): the optimal partition selection instead" if budget.epsilon is not None else None
         return auto_plan(

@@ -116,17 +116,18 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         from opendp_wgm.privacy.budget import Budget
         from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration
 
-        fraction = {} if budget.noise_delta_fraction is None else {"noise_delta_fraction": budget.noise_delta_fraction}
+        assert budget.auto_fraction is not None  # set with --max-contributions auto
+        fraction = 0.5 if budget.noise_delta_fraction is None else budget.noise_delta_fraction
         measurement = make_wgm_hitting_set_from_budget(
             *user_items_space(args.user, args.item), k=args.k, max_contributions="auto", delta=budget.delta,
             epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, split=split, noise=noise,
-            **fraction, **stage_1, **execution.kwargs(),
+            noise_delta_fraction=fraction, **stage_1, **execution.kwargs(),
         )
 
         def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
             return calibrate_wgm_hitting_set(
                 k=args.k, split=split, max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon,
-                rho=rest.rho, **fraction, **stage_1,
+                rho=rest.rho, noise_delta_fraction=fraction, **stage_1,
             ).stage_1
 
         name = "DP-SIPS-then-peeling" if args.stage_1 == "dp-sips" else "WGM-then-peeling"

@@ -104,13 +104,13 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     import opendp.prelude as dp
 
     from opendp_wgm import metrics
+    from opendp_wgm.cli._auto import refuse_auto
     from opendp_wgm.cli._report import _not_private, _Plan, _print_ranked, _release_and_report, _two_stage_lines
     from opendp_wgm.domains import user_items_space
     from opendp_wgm.measurements import make_dp_sips, make_limited_domain_top_k, make_wgm
     from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration
-    from opendp_wgm.cli._auto import refuse_auto
     from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration, calibrate_wgm_top_k
     from opendp_wgm.privacy.peeling import TOP_K, peeling_loss
 
@@ -183,6 +183,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         from opendp_wgm.measurements import make_wgm_top_k_from_budget
         from opendp_wgm.privacy.budget import Budget
 
+        assert budget.auto_fraction is not None  # set with --max-contributions auto
         measurement = make_wgm_top_k_from_budget(
             *user_items_space(args.user, args.item), k=args.k, max_contributions="auto", delta=budget.delta,
             epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, split=split, noise=noise,
@@ -206,7 +207,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             *user_items_space(args.user, args.item),
             k=args.k,
             k_bar=k_bar,
-            max_contributions=budget.max_contributions,
+            max_contributions=budget.kwargs()["max_contributions"],  # a fixed Δ0: auto is refused above
             epsilon=budget.epsilon,
             delta=budget.delta,
         )

@@ -1,5 +1,6 @@
 """Measurements: the paper's mechanisms, their known-domain stages and the baselines."""
 
+from opendp_wgm.measurements.auto_contributions import AutoRelease, make_auto_contributions
 from opendp_wgm.measurements.baselines import (
     greedy_hitting_set,
     greedy_threshold_delta,
@@ -17,7 +18,6 @@ from opendp_wgm.measurements.baselines import (
     then_policy_greedy_from_budget,
     user_peeling_on_true_domain,
 )
-from opendp_wgm.measurements.auto_contributions import AutoRelease, make_auto_contributions
 from opendp_wgm.measurements.dp_sips import (
     make_dp_sips,
     make_dp_sips_from_budget,

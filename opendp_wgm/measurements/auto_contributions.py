@@ -24,7 +24,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
-from opendp_wgm._validation import _check_execution
+from opendp_wgm._validation import _check_execution, _Engine
 from opendp_wgm.engines.polars import noisy_above_threshold
 from opendp_wgm.measurements.partition_selection import make_partition_selection
 from opendp_wgm.privacy.auto import (
@@ -70,12 +70,13 @@ class AutoRelease(pl.DataFrame):
     def of(cls, frame: pl.DataFrame, max_contributions: int) -> AutoRelease:
         """``frame`` (not copied) with the chosen Δ0."""
         release = cls._from_pydf(frame._df)
+        assert isinstance(release, AutoRelease)  # the classmethod builds this class
         release.max_contributions = max_contributions
         return release
 
 
 def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Metric, *,
-                    item: str | tuple[str, ...] | None = None, engine: str = "auto") -> NDArray[np.int64]:
+                    item: str | tuple[str, ...] | None = None, engine: _Engine = "auto") -> NDArray[np.int64]:
     """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID` (11
     bins: bin ``j`` holds the users with ``GRID[j-1] < count <= GRID[j]``, the last those above ``GRID[-1]``).
 
@@ -85,8 +86,8 @@ def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Met
     return _count_bins(_prepare_frame(frame, space), space.user, space.item, engine)  # type: ignore[arg-type]
 
 
-def _count_bins(lf: pl.LazyFrame, user: str, item: str, engine: str) -> NDArray[np.int64]:
-    counts = lf.group_by(user).agg(pl.col(item).n_unique()).collect(engine=engine)  # type: ignore[arg-type]
+def _count_bins(lf: pl.LazyFrame, user: str, item: str, engine: _Engine) -> NDArray[np.int64]:
+    counts = lf.group_by(user).agg(pl.col(item).n_unique()).collect(engine=engine)
     bins = bin_of(counts.get_column(item).to_numpy().astype(np.int64))
     return np.bincount(bins, minlength=len(GRID) + 1).astype(np.int64)
 
@@ -259,7 +260,7 @@ def auto_from_budget(
 
     item: str | Sequence[str] | None = options.get("item")
     key = item if item is None or isinstance(item, str) else tuple(item)
-    chosen = candidate
+    chosen: Candidate = candidate
     if single_item_columns is not None:
         chosen = single_item_candidate(
             candidate, input_domain, input_metric, columns=single_item_columns, item=key,

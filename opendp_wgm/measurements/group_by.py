@@ -46,8 +46,8 @@ from opendp_wgm.measurements._group_by_stage_2 import (
     _check_bounds,
     _stage_2_kind,
 )
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, KeyMechanism, _key_release_from_budget, discover_keys
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
@@ -413,7 +413,8 @@ def make_wgm_group_by_from_budget(
     """
     _assert_features()
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
-    if check_max_contributions_or_auto(max_contributions) == "auto":
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
         return auto_from_budget(
             _group_by_candidate, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
             auto_fraction=auto_fraction, key_fraction=key_fraction, mechanism=mechanism, k=k,

@@ -39,11 +39,11 @@ from opendp_wgm._spaces import (
 from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.engines.polars import prepared_input
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 
 # re-exported: the Spark engine, the benchmarks and the tests reach the rounds through this module
 from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.two_stage import (
     StageParts,
     make_wgm_then_peeling,
@@ -398,7 +398,8 @@ def make_wgm_hitting_set_from_budget(
     True
     """
     _assert_features()
-    if check_max_contributions_or_auto(max_contributions) == "auto":
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
         return auto_from_budget(
             make_wgm_hitting_set_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
             auto_fraction=auto_fraction, k=k, split=split, noise_delta_fraction=noise_delta_fraction, noise=noise,

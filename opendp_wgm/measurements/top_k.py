@@ -402,7 +402,8 @@ def make_wgm_top_k_from_budget(
     True
     """
     _assert_features()
-    if check_max_contributions_or_auto(max_contributions) == "auto":
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
         return auto_from_budget(
             make_wgm_top_k_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
             auto_fraction=auto_fraction, k=k, split=split, noise=noise, method=method, item=item, passes=passes,

@@ -66,7 +66,7 @@ def is_auto(max_contributions: object) -> bool:
 def check_max_contributions_or_auto(max_contributions: object) -> int | Literal["auto"]:
     """``"auto"``, or Δ0: an integer in [1, 2^20]."""
     if is_auto(max_contributions):
-        return AUTO
+        return "auto"
     if isinstance(max_contributions, str):
         msg = f"`max_contributions` must be an integer >= 1 or 'auto' (found {max_contributions!r})"
         raise ValueError(msg)

@@ -255,7 +255,7 @@ def test_auto_fraction_is_checked(fraction: float) -> None:
 
 @pytest.mark.parametrize("value", ["Auto", "100", ""])
 def test_only_auto_is_a_string(value: str) -> None:
-    with pytest.raises(ValueError, match="max_contributions.*'auto'"):
+    with pytest.raises(ValueError, match=r"max_contributions.*'auto'"):
         wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=value, epsilon=1.0, delta=1e-5)
 
 
@@ -269,7 +269,7 @@ def test_spark_input_is_refused() -> None:
 
 
 def test_a_budget_too_small_for_a_candidate_raises_at_construction() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="noise scale above 2"):
         wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", epsilon=1e-9, delta=1e-12)
 
 
