@@ -20,7 +20,9 @@ def main() -> None:
     fixed = pl.read_csv(sys.argv[1])
     auto = pl.read_csv(sys.argv[2])
     means = fixed.group_by("dataset", "method", "x").agg(pl.col("missing_mass").mean().alias("mm"))
-    print("| data set | mechanism | auto (mean ± std) | chosen Δ0 (trials) | Δ0 = 100 | best fixed Δ0 | auto − best | auto − Δ0 = 100 |")
+    columns = ("data set", "mechanism", "auto (mean ± std)", "chosen Δ0 (trials)", "Δ0 = 100", "best fixed Δ0",
+               "auto − best", "auto − Δ0 = 100")
+    print("| " + " | ".join(columns) + " |")
     print("|---|---|---|---|---|---|---|---|")
     totals: Counter[str] = Counter()
     for dataset in sorted(fixed["dataset"].unique()):
