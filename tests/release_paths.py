@@ -182,6 +182,9 @@ RELEASE_PATHS: dict[str, Builder] = {
     "cli discover (partition-selection)": _cli(
         "discover", "--mechanism", "partition-selection", "--epsilon", "5", "--delta", "1e-3"
     ),
+    "cli discover (auto)": _cli(
+        "discover", "--epsilon", "20", "--delta", "1e-3", "--max-contributions", "auto", "--auto-fraction", "0.5"
+    ),
     "cli top-k": _cli("top-k", "--k", "2", "--epsilon", "20", "--delta", "1e-3", "--max-contributions", "3"),
     "cli top-k (limited domain)": _cli(
         "top-k", "--k", "2", "--mechanism", "limited-domain", "--epsilon", "20", "--delta", "1e-3",
