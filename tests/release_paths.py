@@ -149,12 +149,41 @@ RELEASE_PATHS: dict[str, Builder] = {
         bl.make_limited_domain_top_k, k=2, k_bar=3, max_contributions=3, epsilon=20.0, delta=1e-3
     ),
     "make_opendp_key_release": _from_budget(bl.make_opendp_key_release, max_contributions=3, epsilon=20.0, delta=1e-3),
+    # max_contributions="auto": the private choice of Δ0, then the mechanism at it (tests/test_auto_contributions.py)
+    "make_auto_contributions": lambda keys, candidates: wgm.make_auto_contributions(
+        *_space(keys), epsilon=20.0, delta=1e-3, item=keys[0] if len(keys) == 1 else keys,
+        candidate=lambda d0, b: wgm.make_wgm_from_budget(
+            *_space(keys), max_contributions=d0, epsilon=b.epsilon, delta=b.delta
+        ),
+    ),
+    "make_wgm_from_budget (auto)": _from_budget(
+        wgm.make_wgm_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3
+    ),
+    "make_wgm_from_budget (auto, zCDP)": _from_budget(
+        wgm.make_wgm_from_budget, max_contributions="auto", rho=20.0, delta=1e-3
+    ),
+    "make_dp_sips_from_budget (auto)": _from_budget(
+        wgm.make_dp_sips_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3
+    ),
+    "make_wgm_top_k_from_budget (auto)": _from_budget(
+        wgm.make_wgm_top_k_from_budget, k=2, max_contributions="auto", epsilon=20.0, delta=1e-3
+    ),
+    "make_wgm_hitting_set_from_budget (auto)": _from_budget(
+        wgm.make_wgm_hitting_set_from_budget, k=2, max_contributions="auto", epsilon=20.0, delta=1e-3
+    ),
+    "make_wgm_group_by_from_budget (auto)": _from_budget(
+        wgm.make_wgm_group_by_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3,
+        sums={VALUE: (-1.0, 1.0)},
+    ),
     "cli discover": _cli("discover", "--epsilon", "20", "--delta", "1e-3", "--max-contributions", "3"),
     "cli discover (dp-sips)": _cli(
         "discover", "--mechanism", "dp-sips", "--epsilon", "20", "--delta", "1e-3", "--max-contributions", "3"
     ),
     "cli discover (partition-selection)": _cli(
         "discover", "--mechanism", "partition-selection", "--epsilon", "5", "--delta", "1e-3"
+    ),
+    "cli discover (auto)": _cli(
+        "discover", "--epsilon", "20", "--delta", "1e-3", "--max-contributions", "auto", "--auto-fraction", "0.5"
     ),
     "cli top-k": _cli("top-k", "--k", "2", "--epsilon", "20", "--delta", "1e-3", "--max-contributions", "3"),
     "cli top-k (limited domain)": _cli(

@@ -389,3 +389,40 @@ def test_audit_flags_partition_selection_underclaimed() -> None:
         alpha=ALPHA, progress=False,
     )
     assert not report.passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [{"epsilon": 2.0}, {"rho": 1.0}], ids=["approx-dp", "zcdp"])
+def test_audit_passes_on_the_auto_choice(budget: dict[str, float]) -> None:
+    # max_contributions="auto" with half of the budget on the choice (σ_c ≈ 1.6 users under (ε, δ)): the pair puts
+    # the rule at its edge (3/4 of the users hold one item without the differing user, fewer with it), so the
+    # chosen Δ0 moves between 1 and 5; the claim is the whole map (choice + the largest candidate)
+    from opendp_wgm.audit import auto_choice_pair
+
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, delta=0.05, **budget
+    )
+    report = audit(m, auto_choice_pair(), trials=500, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    table = report.table()
+    assert table.height == 3
+    moved = table.filter(pl.col("event") == "chosen Δ0 = 1").row(0, named=True)
+    assert moved["hits_d_prime"] > moved["hits_d"]  # the differing user moves the choice away from Δ0 = 1
+
+
+@pytest.mark.slow
+def test_audit_flags_an_auto_choice_without_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same path with the choice's noise removed (a bug that forgets to noise the histogram): the rule is then
+    # a deterministic function of the data, Δ0 = 1 on D′ and 5 on D, and the event "chosen Δ0 = 1" has
+    # probability 0 and 1: any claim with δ < 1 is flagged (at 200 releases per side, surely)
+    import opendp_wgm.measurements.auto_contributions as auto
+    from opendp_wgm.audit import ChosenMaxContributions, auto_choice_pair
+
+    monkeypatch.setattr(auto, "noisy_count_bins", lambda bins, scale, noise="lattice": bins.astype(np.float64))
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, epsilon=2.0, delta=0.05
+    )
+    report = audit(m, auto_choice_pair(), events=[ChosenMaxContributions(1)], trials=200, alpha=ALPHA, progress=False)
+    assert not report.passed
+    row = report.table().row(0, named=True)
+    assert row["hits_d"] == 0 and row["hits_d_prime"] == 200

@@ -47,8 +47,9 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         progress=False,
     )
     rows = result.rows
-    # 7 methods x 2 settings x 2 trials + Policy Greedy and partition selection (Δ0-free) x 2 trials
-    assert rows.height == 32
+    # 7 methods x 2 settings x 2 trials + Policy Greedy, partition selection and the two Δ0-auto methods
+    # (Δ0-free) x 2 trials
+    assert rows.height == 36
     assert set(rows["variant"]) == set(METHODS["set-union"]) >= {
         "wgm", "opendp_key_release", "dp_sips", "dp_sips_r2", "dp_sips_default"
     }
@@ -58,6 +59,10 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         assert sips["missing_mass"].is_between(0, 1).all()
     assert rows.filter(pl.col("variant") == "policy_greedy")["x"].null_count() == 2
     assert rows.filter(pl.col("variant") == "partition_selection")["x"].null_count() == 2
+    for variant in ("wgm_auto", "dp_sips_auto"):  # Δ0 chosen privately: the chosen grid point is recorded
+        auto = rows.filter(pl.col("variant") == variant)
+        assert auto["x"].null_count() == 2
+        assert set(auto["max_contributions"].to_list()) <= {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
     assert rows["missing_mass"].is_between(0, 1).all() and (rows["runtime_s"] > 0).all()
     assert (rows["missing_mass"] + rows["captured_mass"] - 1).abs().max() < 1e-12
     text = result.summary_md.read_text(encoding="utf-8")
@@ -70,7 +75,7 @@ def test_set_union_end_to_end(data_dir: Path, tmp_path: Path) -> None:
         "set-union_runtime.png",
     }
     assert all(p.stat().st_size > 1000 for p in result.plots)
-    assert pl.read_csv(result.summary_csv).height == 16  # 7 methods x 2 + greedy + partition selection
+    assert pl.read_csv(result.summary_csv).height == 18  # 7 methods x 2 + greedy, partition selection, 2 auto
 
 
 @pytest.mark.skipif(not HAS_TOP_K, reason="top_k module not available")

@@ -7,9 +7,10 @@ privacy (``docs/audit.md``).
 """
 
 from opendp_wgm.audit._flawed import make_underclaimed
-from opendp_wgm.audit.events import AnyReleased, Event, ItemReleased, RankAtMost, SetEquals
+from opendp_wgm.audit.events import AnyReleased, ChosenMaxContributions, Event, ItemReleased, RankAtMost, SetEquals
 from opendp_wgm.audit.neighbours import (
     NeighbourPair,
+    auto_choice_pair,
     shared_item_pair,
     symmetric_id_distance,
     unique_items_pair,
@@ -28,12 +29,14 @@ from opendp_wgm.audit.stats import (
 __all__ = [
     "AnyReleased",
     "AuditReport",
+    "ChosenMaxContributions",
     "Event",
     "ItemReleased",
     "NeighbourPair",
     "RankAtMost",
     "SetEquals",
     "audit",
+    "auto_choice_pair",
     "clopper_pearson",
     "delta_lower_bound",
     "epsilon_lower_bound",

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-__all__ = ["AnyReleased", "Event", "ItemReleased", "RankAtMost", "SetEquals"]
+__all__ = ["AnyReleased", "ChosenMaxContributions", "Event", "ItemReleased", "RankAtMost", "SetEquals"]
 
 
 class Event(Protocol):
@@ -95,3 +95,22 @@ class RankAtMost:
             raise ValueError(msg)
         hit = released.filter((_items(released, self.item) == self.z) & (pl.col("rank") <= self.r))
         return hit.height > 0
+
+
+@dataclass(frozen=True)
+class ChosenMaxContributions:
+    """A ``max_contributions="auto"`` release chose Δ0 = ``value`` (its ``max_contributions`` attribute,
+    :class:`~opendp_wgm.measurements.auto_contributions.AutoRelease`)."""
+
+    value: int
+
+    @property
+    def label(self) -> str:
+        return f"chosen Δ0 = {self.value}"
+
+    def __call__(self, released: pl.DataFrame) -> bool:
+        chosen = getattr(released, "max_contributions", None)
+        if chosen is None:
+            msg = "`ChosenMaxContributions` needs a release of max_contributions='auto' (an AutoRelease)"
+            raise ValueError(msg)
+        return bool(chosen == self.value)

@@ -23,10 +23,12 @@ import numpy as np
 import polars as pl
 
 from opendp_wgm._validation import _check_int, _check_real
-from opendp_wgm.audit.events import AnyReleased, Event, ItemReleased, SetEquals
+from opendp_wgm.audit.events import AnyReleased, ChosenMaxContributions, Event, ItemReleased, SetEquals
+from opendp_wgm.privacy.auto import GRID
 
 __all__ = [
     "NeighbourPair",
+    "auto_choice_pair",
     "shared_item_pair",
     "symmetric_id_distance",
     "unique_items_pair",
@@ -188,3 +190,40 @@ def worst_case_pairs(
     pairs = [unique_items_pair(t, **common) for t in range(1, max_contributions + 1)]
     pairs.append(shared_item_pair(max(0, math.floor(threshold)), **common))
     return pairs
+
+
+def auto_choice_pair(
+    *,
+    single_users: int = 30,
+    items: int = 3,
+    user: str = "user",
+    item: str = "item",
+) -> NeighbourPair:
+    """A pair that moves the choice of ``max_contributions="auto"`` (``docs/privacy.md`` §8) across its edge.
+
+    D′: ``single_users`` users holding one item each (ids 0, 1, … mod 3) and ``single_users // 3`` users holding
+    ``items`` of the shared items 0..``items``−1: exactly 3/4 of the users hold one item, so the noise-free rule
+    chooses Δ0 = 1. D adds a user holding ``items`` unique items (−1, −2, …): the share falls below 3/4 and the
+    noise-free rule chooses the grid point above ``items``. Events: each of the two choices, and item −1
+    released.
+
+    Examples
+    --------
+    >>> pair = auto_choice_pair()
+    >>> pair.data.height - pair.neighbour.height, [e.label for e in pair.events]
+    (3, ['chosen Δ0 = 1', 'chosen Δ0 = 5', '-1 released'])
+    """
+    single_users = _check_int("single_users", single_users, minimum=3)
+    items = _check_int("items", items, minimum=2, maximum=1000)
+    if single_users % 3:
+        msg = f"`single_users` must be a multiple of 3: 3/4 of the users then hold one item (found {single_users})"
+        raise ValueError(msg)
+    many = single_users // 3
+    singles = pl.DataFrame({user: np.arange(single_users, dtype=np.int64), item: np.arange(single_users) % 3})
+    users = np.repeat(np.arange(single_users, single_users + many, dtype=np.int64), items)
+    shared = pl.DataFrame({user: users, item: np.tile(np.arange(items, dtype=np.int64), many)})
+    neighbour = pl.concat([singles, shared])
+    differing = pl.DataFrame({user: [single_users + many] * items, item: list(range(-1, -items - 1, -1))})
+    above = next(g for g in GRID if g >= items)
+    events: tuple[Event, ...] = (ChosenMaxContributions(1), ChosenMaxContributions(above), ItemReleased(-1, item))
+    return NeighbourPair(pl.concat([neighbour, differing]), neighbour, f"Δ0 auto at its edge ({items} items)", events)

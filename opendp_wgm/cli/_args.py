@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from opendp_wgm.cli._errors import CLIError, _Parser
 
@@ -27,6 +27,8 @@ _DEMO_ITEMS_PER_USER = 20
 _DEMO_EXPONENT = 1.3
 _SHOW_ROWS = 10
 _DEFAULT_SPLIT = 0.5
+#: ``--auto-fraction``'s default (the library's ``DEFAULT_AUTO_FRACTION``).
+_DEFAULT_AUTO_FRACTION = 0.02
 #: Limited-domain top-k's default k̄, in multiples of k.
 _K_BAR_PER_K = 5
 #: ``--output -``: the release goes to stdout.
@@ -42,6 +44,19 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be an integer >= 1 (found {value})")
+    return value
+
+
+def _max_contributions(text: str) -> int | Literal["auto"]:
+    """``--max-contributions``: a positive integer, or ``auto`` (a private choice of Δ0)."""
+    return "auto" if text == "auto" else _positive_int(text)
+
+
+def _auto_fraction(text: str) -> float:
+    """``--auto-fraction``: in (0, 0.5], as the library's ``auto_fraction``."""
+    value = _open_unit(text)
+    if value > _MAX_AUTO_FRACTION:
+        raise argparse.ArgumentTypeError(f"must be in (0.0, {_MAX_AUTO_FRACTION!r}] (found {value!r})")
     return value
 
 
@@ -73,6 +88,8 @@ def _real_in(maximum: float) -> Callable[[str], float]:
     return parse
 
 
+#: The largest ``--auto-fraction`` (the library's ``MAX_AUTO_FRACTION``, not imported: parsing imports nothing heavy).
+_MAX_AUTO_FRACTION = 0.5
 #: ε, ρ: in (0, inf); δ, --split, --noise-delta-fraction: in (0, 1).
 _positive_real = _real_in(math.inf)
 _open_unit = _real_in(1.0)
@@ -188,10 +205,19 @@ def _add_budget_arguments(
     group.add_argument("--delta", type=_open_unit, default=1e-5, metavar="D", help="δ in (0, 1) (default: %(default)g)")
     group.add_argument(
         "--max-contributions",
-        type=_positive_int,
+        type=_max_contributions,
         default=100,
         metavar="N",
-        help="Δ0 >= 1: each user keeps a uniform random subset of at most N distinct items (default: %(default)s)",
+        help="Δ0 >= 1: each user keeps a uniform random subset of at most N distinct items (default: %(default)s); "
+        "'auto': a private choice of Δ0 from the data with --auto-fraction of the budget (printed, and part of the "
+        "release), the rest calibrating the mechanism at it",
+    )
+    group.add_argument(
+        "--auto-fraction",
+        type=_auto_fraction,
+        metavar="F",
+        help="with --max-contributions auto: the share of the budget (of ε and δ, or of ρ) that buys the choice of "
+        "Δ0, in (0, 0.5] (default: 0.02)",
     )
     if noise_delta_fraction:
         group.add_argument(
@@ -360,15 +386,25 @@ class _ExecutionKwargs(TypedDict):
 
 @dataclass(frozen=True)
 class _Budget:
-    """The normalised budget arguments (exactly one of ``epsilon`` and ``rho``)."""
+    """The normalised budget arguments (exactly one of ``epsilon`` and ``rho``); ``max_contributions`` is Δ0,
+    or ``"auto"`` with its ``auto_fraction``."""
 
     delta: float
-    max_contributions: int
+    max_contributions: int | Literal["auto"]
     epsilon: float | None
     rho: float | None
     noise_delta_fraction: float | None
+    auto_fraction: float | None = None
+
+    @property
+    def auto(self) -> bool:
+        """Whether Δ0 is chosen privately (``--max-contributions auto``)."""
+        return self.max_contributions == "auto"
 
     def kwargs(self) -> _BudgetKwargs:
+        """The calibrations' keyword arguments: at a fixed Δ0 only (``auto`` goes through the constructors)."""
+        if isinstance(self.max_contributions, str):  # pragma: no cover - a bug guard: the commands branch on auto
+            raise AssertionError("a fixed Δ0 is needed here")
         out: _BudgetKwargs = {"delta": self.delta, "max_contributions": self.max_contributions}
         if self.epsilon is not None:
             out["epsilon"] = self.epsilon
@@ -392,7 +428,12 @@ def _budget(args: argparse.Namespace) -> _Budget:
     fraction = getattr(args, "noise_delta_fraction", None)
     if rho is not None and fraction is not None:
         raise CLIError("--noise-delta-fraction applies only with --epsilon (under --rho all of δ pays the threshold)")
-    return _Budget(args.delta, args.max_contributions, epsilon, rho, fraction)
+    auto_fraction = getattr(args, "auto_fraction", None)
+    if auto_fraction is not None and args.max_contributions != "auto":
+        raise CLIError("--auto-fraction applies only with --max-contributions auto")
+    if args.max_contributions == "auto" and auto_fraction is None:
+        auto_fraction = _DEFAULT_AUTO_FRACTION
+    return _Budget(args.delta, args.max_contributions, epsilon, rho, fraction, auto_fraction)
 
 
 def _noise(args: argparse.Namespace) -> NoiseMethod:

@@ -173,3 +173,21 @@ def _plot_curve(calibration: WGMCalibration | DPSIPSCalibration, path: Path, wha
         raise CLIError(f"cannot write --plot {str(path)!r}: {_one_line(err)}") from err
     finally:
         plt.close(figure)
+
+
+def _candidate_lines(candidates: dict[int, WGMCalibration | DPSIPSCalibration], what: str) -> list[str]:
+    """``--max-contributions auto``: the release curve depends on the privately chosen Δ0; its 50% and 95%
+    points for each candidate, one line each (1 item per user, and Δ0 items per user)."""
+    lines = [
+        f"release curve: depends on the chosen Δ0 (private, known after the release); P(an item held by c users is "
+        f"{what}) reaches",
+    ]
+    for max_contributions, calibration in candidates.items():
+        curve = _curve_of(calibration)
+        points = [
+            f"{level:.0%} at c = " + " / ".join(f"{curve.users_for(level, t):,}" for t in curve.cases)
+            for level in _LEVELS
+        ]
+        cases = "1 item each" if len(curve.cases) == 1 else f"1 / {max_contributions} items each"
+        lines.append(f"  Δ0 = {max_contributions:<5} " + ", ".join(points) + f" ({cases})")
+    return lines

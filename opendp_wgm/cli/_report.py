@@ -102,6 +102,8 @@ class _Plan:
     released: str = "released"
     #: summary lines read from the release itself (e.g. the branch an adaptive DP-SIPS took), or none
     outcome: Callable[[pl.DataFrame], list[str]] | None = None
+    #: ``--max-contributions auto``: the thresholded stage of each candidate Δ0, whose curves ``--dry-run`` prints
+    candidates: Callable[[], dict[int, WGMCalibration | DPSIPSCalibration]] | None = None
 
 
 #: Summary lines evaluating a demo release against its raw data: ``(data, released) -> lines``.
@@ -222,7 +224,7 @@ def _dry_run(
 ) -> int:
     """Calibrate and print σ, T, the budget and the release curve (and ``--plot`` it); read nothing, release
     nothing."""
-    from opendp_wgm.cli._curve import _curve_lines, _plot_curve
+    from opendp_wgm.cli._curve import _candidate_lines, _curve_lines, _plot_curve
     from opendp_wgm.privacy.budget import describe_measure
 
     for option in ("output", "format"):
@@ -234,8 +236,10 @@ def _dry_run(
         raise CLIError(f"--plot {str(args.plot)!r} already exists (add --force to overwrite it)")
     with _library_errors():
         planned = plan()
-    if planned.curve is None:
+    if planned.curve is None and planned.candidates is None:
         raise CLIError(f"--dry-run prints the release curve of a thresholded mechanism: {planned.mechanism} has none")
+    if planned.candidates is not None and args.plot is not None:
+        raise CLIError("--plot draws one release curve: with --max-contributions auto it depends on the chosen Δ0")
     spent = planned.measurement.map(1)
     measure, first = describe_measure(planned.measurement.output_measure)
     lines = [
@@ -244,9 +248,10 @@ def _dry_run(
         f"requested {_requested(budget)}, δ = {budget.delta:g}]",
         *_epsilon_equivalent(planned.measurement, spent, budget),
         *planned.calibration,
-        *_curve_lines(planned.curve, planned.released),
+        *(_curve_lines(planned.curve, planned.released) if planned.curve is not None else []),
+        *(_candidate_lines(planned.candidates(), planned.released) if planned.candidates is not None else []),
     ]
-    if args.plot is not None:
+    if args.plot is not None and planned.curve is not None:
         _plot_curve(planned.curve, args.plot, planned.released)
         lines.append(f"  plot          {args.plot}")
     print("\n".join(lines), file=stdout)

@@ -104,6 +104,7 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
     from opendp_wgm import metrics
+    from opendp_wgm.cli._auto import refuse_auto
     from opendp_wgm.cli._errors import CLIError
     from opendp_wgm.cli._report import (
         _not_private,
@@ -119,7 +120,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     from opendp_wgm.measurements import make_dp_sips, make_partition_selection, make_wgm
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.wgm import wgm_arguments
-    from opendp_wgm.privacy.calibrate import calibrate_dp_sips, calibrate_wgm
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration, calibrate_dp_sips, calibrate_wgm
 
     budget = _budget(args)
     noise = _noise(args)
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
     def plan_partition_selection() -> _Plan:
+        refuse_auto(budget, "--mechanism partition-selection (one item per user)")
         if budget.epsilon is None:
             raise CLIError("--mechanism partition-selection needs --epsilon: it is (ε, δ)-DP, with no zCDP statement")
         if args.noise is not None or budget.noise_delta_fraction is not None:
@@ -150,7 +152,47 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         line = "  mechanism     one uniformly chosen item per user (Δ0 = 1), released w.p. π(count)"
         return _Plan("partition selection", measurement, [line, execution.line()])
 
+    def plan_auto() -> _Plan:
+        from opendp_wgm.cli._auto import auto_plan
+        from opendp_wgm.measurements import make_dp_sips_from_budget, make_wgm_from_budget
+        from opendp_wgm.privacy.budget import Budget
+
+        sips = args.mechanism == "dp-sips"
+        assert budget.auto_fraction is not None  # set with --max-contributions auto
+        fraction = 0.5 if budget.noise_delta_fraction is None else budget.noise_delta_fraction
+        space = user_items_space(args.user, args.item)
+        if sips:
+            measurement = make_dp_sips_from_budget(
+                *space, max_contributions="auto", delta=budget.delta, epsilon=budget.epsilon, rho=budget.rho,
+                rounds=rounds, ratio=ratio, auto_fraction=budget.auto_fraction, noise_delta_fraction=fraction,
+                noise=noise, **execution.kwargs(),
+            )
+        else:
+            measurement = make_wgm_from_budget(
+                *space, max_contributions="auto", delta=budget.delta, epsilon=budget.epsilon, rho=budget.rho,
+                auto_fraction=budget.auto_fraction, noise_delta_fraction=fraction, noise=noise, **execution.kwargs(),
+            )
+
+        def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
+            if sips:
+                return calibrate_dp_sips(
+                    max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon, rho=rest.rho,
+                    rounds=rounds, ratio=ratio, noise_delta_fraction=fraction,
+                )
+            return calibrate_wgm(
+                max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon, rho=rest.rho,
+                noise_delta_fraction=fraction,
+            )
+
+        note = "at Δ0 = 1 (ε, δ): the optimal partition selection instead" if budget.epsilon is not None else None
+        return auto_plan(
+            budget, name="DP-SIPS" if sips else "WGM", measurement=measurement, curve_at=curve_at,
+            outcome=_sips_outcome if sips and rounds is None and ratio is None else None, note=note,
+        )
+
     def plan() -> _Plan:
+        if budget.auto and args.mechanism != "partition-selection":
+            return plan_auto()
         if args.mechanism == "dp-sips":
             return plan_sips()
         if args.mechanism == "partition-selection":

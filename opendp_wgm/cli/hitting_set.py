@@ -110,6 +110,29 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             name, measurement, [*lines, execution.line()], curve=cal.stage_1, released="a stage-1 candidate"
         )
 
+    def plan_auto() -> _Plan:
+        from opendp_wgm.cli._auto import auto_plan
+        from opendp_wgm.measurements import make_wgm_hitting_set_from_budget
+        from opendp_wgm.privacy.budget import Budget
+        from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration
+
+        assert budget.auto_fraction is not None  # set with --max-contributions auto
+        fraction = 0.5 if budget.noise_delta_fraction is None else budget.noise_delta_fraction
+        measurement = make_wgm_hitting_set_from_budget(
+            *user_items_space(args.user, args.item), k=args.k, max_contributions="auto", delta=budget.delta,
+            epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, split=split, noise=noise,
+            noise_delta_fraction=fraction, **stage_1, **execution.kwargs(),
+        )
+
+        def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
+            return calibrate_wgm_hitting_set(
+                k=args.k, split=split, max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon,
+                rho=rest.rho, noise_delta_fraction=fraction, **stage_1,
+            ).stage_1
+
+        name = "DP-SIPS-then-peeling" if args.stage_1 == "dp-sips" else "WGM-then-peeling"
+        return auto_plan(budget, name=name, measurement=measurement, curve_at=curve_at, released="a stage-1 candidate")
+
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         columns = {"user": args.user, "item": args.item}
         missed = metrics.missed_users(data, released, **columns)
@@ -122,5 +145,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         ]
 
     return _release_and_report(
-        args, stdout=stdout, stderr=stderr, budget=budget, plan=plan, evaluate=evaluate, show=_print_ranked
+        args, stdout=stdout, stderr=stderr, budget=budget, plan=plan_auto if budget.auto else plan, evaluate=evaluate,
+        show=_print_ranked,
     )

@@ -104,13 +104,14 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     import opendp.prelude as dp
 
     from opendp_wgm import metrics
+    from opendp_wgm.cli._auto import refuse_auto
     from opendp_wgm.cli._report import _not_private, _Plan, _print_ranked, _release_and_report, _two_stage_lines
     from opendp_wgm.domains import user_items_space
     from opendp_wgm.measurements import make_dp_sips, make_limited_domain_top_k, make_wgm
     from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration
-    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_wgm_top_k
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration, calibrate_wgm_top_k
     from opendp_wgm.privacy.peeling import TOP_K, peeling_loss
 
     budget = _budget(args)
@@ -177,14 +178,36 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         name = "DP-SIPS-then-top-k" if isinstance(first, DPSIPSCalibration) else "WGM-then-top-k"
         return _Plan(name, measurement, [*lines, execution.line()], curve=first, released="a stage-1 candidate")
 
+    def plan_auto() -> _Plan:
+        from opendp_wgm.cli._auto import auto_plan
+        from opendp_wgm.measurements import make_wgm_top_k_from_budget
+        from opendp_wgm.privacy.budget import Budget
+
+        assert budget.auto_fraction is not None  # set with --max-contributions auto
+        measurement = make_wgm_top_k_from_budget(
+            *user_items_space(args.user, args.item), k=args.k, max_contributions="auto", delta=budget.delta,
+            epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, split=split, noise=noise,
+            **stage_1_options, **execution.kwargs(),
+        )
+
+        def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
+            return calibrate_wgm_top_k(
+                k=args.k, split=split, max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon,
+                rho=rest.rho, **stage_1_options,
+            ).stage_1
+
+        name = "DP-SIPS-then-top-k" if args.stage_1 == "dp-sips" else "WGM-then-top-k"
+        return auto_plan(budget, name=name, measurement=measurement, curve_at=curve_at, released="a stage-1 candidate")
+
     def plan_limited_domain() -> _Plan:
+        refuse_auto(budget, "--mechanism limited-domain")
         if budget.epsilon is None:  # pragma: no cover - --rho is refused above
             raise AssertionError("limited-domain top-k needs ε")
         measurement = make_limited_domain_top_k(
             *user_items_space(args.user, args.item),
             k=args.k,
             k_bar=k_bar,
-            max_contributions=budget.max_contributions,
+            max_contributions=budget.kwargs()["max_contributions"],  # a fixed Δ0: auto is refused above
             epsilon=budget.epsilon,
             delta=budget.delta,
         )
@@ -203,7 +226,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         stdout=stdout,
         stderr=stderr,
         budget=budget,
-        plan=plan_wgm if wgm else plan_limited_domain,
+        plan=(plan_auto if budget.auto else plan_wgm) if wgm else plan_limited_domain,
         evaluate=evaluate,
         show=_print_ranked,
     )

@@ -28,6 +28,8 @@ METHODS: dict[str, tuple[str, ...]] = {
         "dp_sips_r2",
         "dp_sips_default",
         "partition_selection",
+        "wgm_auto",
+        "dp_sips_auto",
     ),
     "top-k": ("wgm_top_k", "limited_domain"),
     "hitting-set": ("wgm_hitting_set", "greedy", "peeling_true_domain"),

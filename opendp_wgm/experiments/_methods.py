@@ -52,6 +52,8 @@ LABELS = {
     "dp_sips_default": "DP-SIPS default (adaptive)",
     "partition_selection": "Partition selection (optimal at Δ0 = 1)",
     "pipeline_dp": "PipelineDP select_partitions (truncated geometric)",
+    "wgm_auto": "WGM, Δ0 auto",
+    "dp_sips_auto": "DP-SIPS default, Δ0 auto",
     "wgm_top_k": "WGM-then-top-k",
     "limited_domain": "Limited domain",
     "wgm_hitting_set": "WGM-then-hitting-set",
@@ -98,6 +100,14 @@ def _set_union(method: str, eps: float, delta: float, alpha: float) -> Variant:
     from opendp_wgm.measurements.wgm import make_wgm_from_budget
 
     budget = _Budget(epsilon=eps, delta=delta)
+    if method in ("wgm_auto", "dp_sips_auto"):  # Δ0 chosen privately inside the budget: one release law for all x
+        make = make_wgm_from_budget if method == "wgm_auto" else make_dp_sips_from_budget
+        return Variant(
+            method,
+            LABELS[method],
+            lambda _d0: make(*user_items_space(), max_contributions="auto", **budget),
+            x_independent=True,
+        )
     if method == "wgm":
         return Variant(
             method, LABELS[method], lambda d0: make_wgm_from_budget(*user_items_space(), max_contributions=d0, **budget)

@@ -357,7 +357,8 @@ def reproduce(
                             released = run(frame)
                             seconds = time.perf_counter() - start
                             values = _metrics(config, truth, released, x if x is not None else 0)
-                            writer.writerow(_row(config, dataset, v, x, trial, seconds, values))
+                            chosen = getattr(released, "max_contributions", None)  # Δ0 auto: the released choice
+                            writer.writerow(_row(config, dataset, v, x, trial, seconds, values, chosen))
                             handle.flush()
                             bar.update(1)
                 del frame, truth
@@ -401,6 +402,7 @@ def _row(
     trial: int,
     seconds: float,
     values: Mapping[str, float | None],
+    chosen: int | None = None,
 ) -> dict[str, Any]:
     row: dict[str, Any] = dict.fromkeys(COLUMNS, "")
     row.update(
@@ -418,7 +420,7 @@ def _row(
         runtime_s=f"{seconds:.6f}",
     )
     if config.experiment == "set-union":
-        row["max_contributions"] = "" if x is None else x
+        row["max_contributions"] = chosen if chosen is not None else ("" if x is None else x)
     else:
         row["k"] = x
         row["max_contributions"] = config.max_contributions if v.method.startswith("wgm") else ""

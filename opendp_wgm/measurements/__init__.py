@@ -1,5 +1,6 @@
 """Measurements: the paper's mechanisms, their known-domain stages and the baselines."""
 
+from opendp_wgm.measurements.auto_contributions import AutoRelease, make_auto_contributions
 from opendp_wgm.measurements.baselines import (
     greedy_hitting_set,
     greedy_threshold_delta,
@@ -72,6 +73,7 @@ from opendp_wgm.privacy.calibrate import (
 )
 
 __all__ = [
+    "AutoRelease",
     "GroupByCalibration",
     "HittingSetCalibration",
     "calibrate_user_peeling",
@@ -80,6 +82,7 @@ __all__ = [
     "discover_keys",
     "greedy_hitting_set",
     "greedy_threshold_delta",
+    "make_auto_contributions",
     "make_dp_sips",
     "make_dp_sips_from_budget",
     "make_limited_domain_top_k",

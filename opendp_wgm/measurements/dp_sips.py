@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import opendp.prelude as dp
@@ -38,7 +38,9 @@ from opendp_wgm.engines.polars import (
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.kernel import histogram as kernel_histogram
 from opendp_wgm.measurements._spark import spark_space
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
 from opendp_wgm.privacy.sips import DENSE_SHARE, dp_sips_privacy_loss
@@ -386,7 +388,7 @@ def make_dp_sips_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    max_contributions: int,
+    max_contributions: int | Literal["auto"],
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
@@ -398,6 +400,7 @@ def make_dp_sips_from_budget(
     item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
+    auto_fraction: float = DEFAULT_AUTO_FRACTION,
 ) -> dp.Measurement:
     r"""DP-SIPS calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -421,7 +424,9 @@ def make_dp_sips_from_budget(
     input_domain, input_metric
         As for :func:`make_dp_sips`.
     max_contributions
-        Δ0 ≥ 1.
+        Δ0 ≥ 1, or ``"auto"``: a private choice of Δ0 with ``auto_fraction`` of the budget, the rest calibrating
+        DP-SIPS at it (:func:`opendp_wgm.make_auto_contributions`, ``docs/auto.md``); at Δ0 = 1 under (ε, δ)-DP
+        the optimal partition selection runs instead (``noisy_weight`` null, ``round`` 1).
     delta
         δ ∈ (0, 1), for one user.
     epsilon, rho
@@ -436,11 +441,14 @@ def make_dp_sips_from_budget(
         Share of δ spent on the noise under (ε, δ)-DP, in (0, 1).
     noise, item, passes, engine
         As for :func:`make_dp_sips`.
+    auto_fraction
+        With ``max_contributions="auto"`` only: the share of the budget spent on the choice, in (0, 0.5].
 
     Returns
     -------
     opendp.mod.Measurement
-        :func:`make_dp_sips` with the calibrated ``scales`` and ``thresholds``.
+        :func:`make_dp_sips` with the calibrated ``scales`` and ``thresholds``; with ``"auto"``, a measurement
+        whose release is an :class:`~opendp_wgm.measurements.auto_contributions.AutoRelease`.
 
     Examples
     --------
@@ -451,6 +459,15 @@ def make_dp_sips_from_budget(
     True
     """
     _assert_features()
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
+        single = {"noisy_weight": pl.lit(None, dtype=pl.Float64), ROUND: pl.lit(1, dtype=pl.Int16)}
+        return auto_from_budget(
+            make_dp_sips_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
+            auto_fraction=auto_fraction, single_item_columns=single, fractions=fractions, rounds=rounds,
+            ratio=ratio, noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes,
+            engine=engine,
+        )
     calibration = calibrate_dp_sips(
         max_contributions=max_contributions,
         delta=delta,

@@ -46,8 +46,10 @@ from opendp_wgm.measurements._group_by_stage_2 import (
     _stage_2_kind,
 )
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, KeyMechanism, _key_release_from_budget, discover_keys
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
 from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind, measure_of
 from opendp_wgm.privacy.calibrate import smallest_passing
 
@@ -367,7 +369,7 @@ def make_wgm_group_by_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    max_contributions: int,
+    max_contributions: int | Literal["auto"],
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
@@ -379,6 +381,7 @@ def make_wgm_group_by_from_budget(
     means: Bounds | None = None,
     noise: Literal["lattice", "opendp"] = "lattice",
     item: str | Sequence[str] | None = None,
+    auto_fraction: float = DEFAULT_AUTO_FRACTION,
 ) -> dp.Measurement:
     r"""Keys with counts, sums and means in one per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -392,7 +395,10 @@ def make_wgm_group_by_from_budget(
     input_domain, input_metric, max_rows_per_key, sums, means, item
         As for :func:`make_wgm_group_by`.
     max_contributions
-        Δ0 ≥ 1, of the key release and of the aggregates.
+        Δ0 ≥ 1, of the key release and of the aggregates; or ``"auto"``: ``auto_fraction`` of the budget (in
+        (0, 0.5]) buys a private choice of Δ0 (:func:`opendp_wgm.make_auto_contributions`, ``docs/auto.md``) and
+        the rest is split as below; at Δ0 = 1 under (ε, δ)-DP a ``"wgm"`` or ``"dp-sips"`` key release is the
+        optimal partition selection (``"partition-selection"``: no ``noisy_weight`` column).
     delta
         δ ∈ (0, 1), for one user.
     epsilon, rho
@@ -419,6 +425,13 @@ def make_wgm_group_by_from_budget(
     """
     _assert_features()
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
+        return auto_from_budget(
+            _group_by_candidate, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
+            auto_fraction=auto_fraction, key_fraction=key_fraction, mechanism=mechanism, k=k,
+            max_rows_per_key=max_rows_per_key, sums=sums, means=means, noise=noise, item=item,
+        )
     calibration = calibrate_wgm_group_by(
         max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, key_fraction=key_fraction,
         max_rows_per_key=max_rows_per_key, sums=sums, means=means,
@@ -440,6 +453,20 @@ def make_wgm_group_by_from_budget(
     if not measurement.check(1, budget.d_out):  # pragma: no cover - a bug guard
         raise AssertionError(f"calibration produced {measurement.map(1)}, over the budget {budget.d_out}")
     return measurement
+
+
+def _group_by_candidate(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int, epsilon: float | None,
+    mechanism: KeyMechanism, **options: Any,
+) -> dp.Measurement:
+    """:func:`make_wgm_group_by_from_budget` at a grid point of ``max_contributions="auto"``: at Δ0 = 1 under
+    (ε, δ)-DP a WGM or DP-SIPS key release is the optimal partition selection."""
+    if max_contributions == 1 and epsilon is not None and mechanism in ("wgm", "dp-sips"):
+        mechanism = "partition-selection"
+    return make_wgm_group_by_from_budget(
+        input_domain, input_metric, max_contributions=max_contributions, epsilon=epsilon, mechanism=mechanism,
+        **options,
+    )
 
 
 def summarize_group_by(

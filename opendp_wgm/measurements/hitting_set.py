@@ -22,7 +22,7 @@ plus ``k`` exact noisy-max draws.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import opendp.prelude as dp
@@ -46,6 +46,7 @@ from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
 from opendp_wgm.measurements._spark import spark_space
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.two_stage import (
     StageParts,
     make_dp_sips_then_peeling,
@@ -55,6 +56,7 @@ from opendp_wgm.measurements.two_stage import (
     release_of,
 )
 from opendp_wgm.measurements.wgm import Engine
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure
 from opendp_wgm.privacy.calibrate import (
     HittingSetCalibration,
@@ -363,7 +365,7 @@ def make_wgm_hitting_set_from_budget(
     input_metric: dp.Metric,
     *,
     k: int,
-    max_contributions: int,
+    max_contributions: int | Literal["auto"],
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
@@ -376,6 +378,7 @@ def make_wgm_hitting_set_from_budget(
     stage_1: Stage1Mechanism = "wgm",
     rounds: int | None = None,
     ratio: float | None = None,
+    auto_fraction: float = DEFAULT_AUTO_FRACTION,
 ) -> dp.Measurement:
     r"""WGM-then-user-peeling calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -397,6 +400,8 @@ def make_wgm_hitting_set_from_budget(
     stage_1, rounds, ratio
         Stage 1's mechanism (``'wgm'``, the default, or ``'dp-sips'``) and DP-SIPS's schedule, as for
         :func:`opendp_wgm.make_wgm_top_k_from_budget`.
+    auto_fraction
+        With ``max_contributions="auto"`` only: as for :func:`opendp_wgm.make_wgm_top_k_from_budget`.
 
     Examples
     --------
@@ -409,6 +414,13 @@ def make_wgm_hitting_set_from_budget(
     True
     """
     _assert_features()
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
+        return auto_from_budget(
+            make_wgm_hitting_set_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
+            auto_fraction=auto_fraction, k=k, split=split, noise_delta_fraction=noise_delta_fraction, noise=noise,
+            item=item, passes=passes, engine=engine, stage_1=stage_1, rounds=rounds, ratio=ratio,
+        )
     cal = calibrate_wgm_hitting_set(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
         noise_delta_fraction=noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio,

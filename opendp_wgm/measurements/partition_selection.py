@@ -26,7 +26,7 @@ import polars as pl
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_execution
-from opendp_wgm.measurements.wgm import Engine
+from opendp_wgm._validation import _Engine as Engine
 from opendp_wgm.privacy.budget import measure_kind, measure_of
 from opendp_wgm.privacy.partition import partition_selection_loss, release_table
 from opendp_wgm.samplers.bernoulli import sample_bernoulli

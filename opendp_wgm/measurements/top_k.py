@@ -43,6 +43,7 @@ from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._spark import spark_space
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.two_stage import (
     StageParts,
     make_dp_sips_then_peeling,
@@ -53,6 +54,7 @@ from opendp_wgm.measurements.two_stage import (
     release_of,
 )
 from opendp_wgm.measurements.wgm import Engine
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure
 from opendp_wgm.privacy.calibrate import Stage1Mechanism, WGMTopKCalibration, calibrate_wgm_top_k
 from opendp_wgm.privacy.peeling import TOP_K
@@ -352,7 +354,7 @@ def make_wgm_top_k_from_budget(
     input_metric: dp.Metric,
     *,
     k: int,
-    max_contributions: int,
+    max_contributions: int | Literal["auto"],
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
@@ -365,6 +367,7 @@ def make_wgm_top_k_from_budget(
     stage_1: Stage1Mechanism = "wgm",
     rounds: int | None = None,
     ratio: float | None = None,
+    auto_fraction: float = DEFAULT_AUTO_FRACTION,
 ) -> dp.Measurement:
     r"""WGM-then-top-k calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -399,6 +402,10 @@ def make_wgm_top_k_from_budget(
     rounds, ratio
         ``stage_1="dp-sips"`` only: a geometric schedule of R ≥ 1 rounds and ratio r (both None: the adaptive
         schedule of :func:`opendp_wgm.make_dp_sips_from_budget`, ``docs/dp_sips.md``).
+    auto_fraction
+        With ``max_contributions="auto"`` (a private choice of Δ0, :func:`opendp_wgm.make_auto_contributions`,
+        ``docs/auto.md``) only: the share of the budget spent on the choice, in (0, 0.5]; both stages share the
+        rest, split by ``split``.
 
     Examples
     --------
@@ -411,6 +418,13 @@ def make_wgm_top_k_from_budget(
     True
     """
     _assert_features()
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
+        return auto_from_budget(
+            make_wgm_top_k_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
+            auto_fraction=auto_fraction, k=k, split=split, noise=noise, method=method, item=item, passes=passes,
+            engine=engine, stage_1=stage_1, rounds=rounds, ratio=ratio,
+        )
     calibration = calibrate_wgm_top_k(
         k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
         stage_1=stage_1, rounds=rounds, ratio=ratio,

@@ -29,6 +29,8 @@ from opendp_wgm._validation import _check_choice, _check_d_in, _check_execution,
 from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
 from opendp_wgm.engines.spark import wgm_function
 from opendp_wgm.measurements._spark import spark_space
+from opendp_wgm.measurements.auto_contributions import auto_from_budget
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
@@ -333,7 +335,7 @@ def make_wgm_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     *,
-    max_contributions: int,
+    max_contributions: int | Literal["auto"],
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
@@ -342,6 +344,7 @@ def make_wgm_from_budget(
     item: str | Sequence[str] | None = None,
     passes: int = 1,
     engine: Engine = "auto",
+    auto_fraction: float = DEFAULT_AUTO_FRACTION,
 ) -> dp.Measurement:
     r"""The WGM calibrated to a per-user budget: (ε, δ)-DP or approximate (ρ, δ)-zCDP.
 
@@ -357,7 +360,9 @@ def make_wgm_from_budget(
     input_domain, input_metric
         As for :func:`make_wgm`.
     max_contributions
-        Δ0 ≥ 1.
+        Δ0 ≥ 1, or ``"auto"``: ``auto_fraction`` of the budget buys a private choice of Δ0 from the data, and the
+        rest calibrates the WGM at it (:func:`opendp_wgm.make_auto_contributions`, ``docs/auto.md``); at Δ0 = 1
+        under (ε, δ)-DP the optimal partition selection runs instead (``noisy_weight`` is then null).
     delta
         δ ∈ (0, 1), for one user.
     epsilon, rho
@@ -366,11 +371,15 @@ def make_wgm_from_budget(
         Share of δ spent on the noise under (ε, δ)-DP, in (0, 1).
     noise, item, passes, engine
         As for :func:`make_wgm`.
+    auto_fraction
+        With ``max_contributions="auto"`` only: the share of the budget spent on the choice, in (0, 0.5].
 
     Returns
     -------
     opendp.mod.Measurement
-        :func:`make_wgm` with the calibrated ``scale`` and ``threshold``.
+        :func:`make_wgm` with the calibrated ``scale`` and ``threshold``; with ``"auto"``, a measurement whose
+        release is an :class:`~opendp_wgm.measurements.auto_contributions.AutoRelease` (the chosen Δ0 as its
+        ``max_contributions``).
 
     Examples
     --------
@@ -381,6 +390,13 @@ def make_wgm_from_budget(
     True
     """
     _assert_features()
+    max_contributions = check_max_contributions_or_auto(max_contributions)
+    if max_contributions == "auto":
+        return auto_from_budget(
+            make_wgm_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
+            auto_fraction=auto_fraction, single_item_columns={"noisy_weight": pl.lit(None, dtype=pl.Float64)},
+            noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes, engine=engine,
+        )
     return of_wgm_budget(
         make_wgm, input_domain, input_metric, max_contributions=max_contributions, delta=delta, epsilon=epsilon,
         rho=rho, noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes, engine=engine,

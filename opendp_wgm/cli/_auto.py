@@ -1,0 +1,70 @@
+"""``--max-contributions auto``: the plan of a command whose Δ0 is chosen privately, its summary lines, and the
+release curve of every candidate Δ0 for ``--dry-run`` (the curve depends on the private choice)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from opendp_wgm.cli._args import _Budget
+from opendp_wgm.cli._errors import CLIError
+
+if TYPE_CHECKING:
+    import opendp.prelude as dp
+    import polars as pl
+
+    from opendp_wgm.cli._report import _Plan
+    from opendp_wgm.privacy.budget import Budget
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration
+
+    #: A candidate's thresholded stage at a grid point and the mechanism's share of the budget.
+    CurveAt = Callable[[int, Budget], WGMCalibration | DPSIPSCalibration]
+
+
+def refuse_auto(budget: _Budget, what: str) -> None:
+    """A command (or mechanism) ``what`` that has no ``--max-contributions auto``."""
+    if budget.auto:
+        raise CLIError(f"--max-contributions auto does not apply to {what}")
+
+
+def auto_plan(
+    budget: _Budget,
+    *,
+    name: str,
+    measurement: dp.Measurement,
+    curve_at: CurveAt,
+    released: str = "released",
+    outcome: Callable[[pl.DataFrame], list[str]] | None = None,
+    note: str | None = None,
+) -> _Plan:
+    """The plan of ``measurement`` (a ``*_from_budget`` constructor's, with ``max_contributions="auto"``): a line on
+    the choice, the chosen Δ0 read from the release, and for ``--dry-run`` the release curves of the candidates
+    (``curve_at`` calibrates a candidate's thresholded stage at a grid point); ``note``: one more line on the
+    choice."""
+    from opendp_wgm.cli._report import _Plan
+    from opendp_wgm.privacy.auto import GRID, split_auto_budget
+    from opendp_wgm.privacy.budget import Budget
+
+    assert budget.auto_fraction is not None  # set with --max-contributions auto
+    total = Budget.of(epsilon=budget.epsilon, rho=budget.rho, delta=budget.delta)
+    auto = split_auto_budget(total, budget.auto_fraction)
+    grid = ", ".join(str(g) for g in GRID)
+    lines = [
+        f"  Δ0            auto: {budget.auto_fraction:g} of the budget buys a private choice of Δ0 in {{{grid}}} "
+        f"(noisy histogram of the users' distinct-item counts, σ = {auto.scale:.4g} users); the rest calibrates "
+        f"{name} at the chosen Δ0",
+        *([f"                {note}"] if note else []),
+    ]
+
+    def chosen(release: pl.DataFrame) -> list[str]:
+        value = getattr(release, "max_contributions", None)
+        single = value == 1 and budget.epsilon is not None  # discover's partition selection: no rounds to read
+        more = outcome(release) if outcome is not None and not single else []
+        return [f"  chosen Δ0     {value} (private: part of the release)", *more]
+
+    def candidates() -> dict[int, WGMCalibration | DPSIPSCalibration]:
+        return {g: curve_at(g, auto.rest) for g in GRID}
+
+    return _Plan(
+        f"{name} (Δ0 auto)", measurement, lines, released=released, outcome=chosen, candidates=candidates
+    )

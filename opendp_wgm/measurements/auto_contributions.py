@@ -1,0 +1,278 @@
+r"""``max_contributions="auto"``: a private choice of Δ0, then the mechanism at the chosen Δ0, as one measurement.
+
+:func:`make_auto_contributions` composes two stages on the same data:
+
+1. the users' distinct-item counts, binned over the public grid :data:`~opendp_wgm.privacy.auto.GRID`
+   (one bin per user), get exact discrete Gaussian noise bought with ``auto_fraction`` of the budget; the rule
+   :func:`~opendp_wgm.privacy.auto.choose_max_contributions` reads Δ0 off the noisy bins;
+2. the candidate measurement at that Δ0 (built, and so validated, for every grid point at construction, at the
+   rest of the budget) runs on the data.
+
+The release is an :class:`AutoRelease`: the candidate's ``pl.DataFrame`` with the chosen Δ0 attached as
+``max_contributions`` (private output, covered by the map). Every ``*_from_budget`` constructor of the Polars
+engine accepts ``max_contributions="auto"`` and builds its measurement here (``docs/auto.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+from numpy.typing import NDArray
+
+from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
+from opendp_wgm._validation import _check_execution, _Engine
+from opendp_wgm.engines.polars import noisy_above_threshold
+from opendp_wgm.measurements.partition_selection import make_partition_selection
+from opendp_wgm.privacy.auto import (
+    GRID,
+    AutoBudget,
+    auto_loss,
+    bin_of,
+    check_auto_fraction,
+    choice_loss,
+    choose_max_contributions,
+    split_auto_budget,
+)
+from opendp_wgm.privacy.budget import Budget
+from opendp_wgm.privacy.threshold import LATTICE_BITS
+from opendp_wgm.samplers import NoiseMethod
+
+__all__ = [
+    "AutoRelease",
+    "auto_from_budget",
+    "make_auto_contributions",
+    "noisy_count_bins",
+    "single_item_candidate",
+    "user_count_bins",
+]
+
+#: Builds the candidate measurement at Δ0 (a grid point) and the mechanism's share of the budget.
+Candidate = Callable[[int, Budget], dp.Measurement]
+
+
+class AutoRelease(pl.DataFrame):
+    """A release of ``max_contributions="auto"``: the mechanism's frame, and the Δ0 it ran at.
+
+    Attributes
+    ----------
+    max_contributions
+        The privately chosen Δ0 (a point of :data:`~opendp_wgm.privacy.auto.GRID`): released, and covered by
+        the measurement's map. Polars operations on the frame return plain ``pl.DataFrame`` objects, without it.
+    """
+
+    max_contributions: int
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame, max_contributions: int) -> AutoRelease:
+        """``frame`` (not copied) with the chosen Δ0."""
+        release = cls._from_pydf(frame._df)
+        assert isinstance(release, AutoRelease)  # the classmethod builds this class
+        release.max_contributions = max_contributions
+        return release
+
+
+def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Metric, *,
+                    item: str | tuple[str, ...] | None = None, engine: _Engine = "auto") -> NDArray[np.int64]:
+    """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID` (11
+    bins: bin ``j`` holds the users with ``GRID[j-1] < count <= GRID[j]``, the last those above ``GRID[-1]``).
+
+    Not private: :func:`make_auto_contributions` noises it; exposed for tests and the auditor.
+    """
+    space = _resolve_space(input_domain, input_metric, item)
+    return _count_bins(_prepare_frame(frame, space), space.user, space.item, engine)  # type: ignore[arg-type]
+
+
+def _count_bins(lf: pl.LazyFrame, user: str, item: str, engine: _Engine) -> NDArray[np.int64]:
+    counts = lf.group_by(user).agg(pl.col(item).n_unique()).collect(engine=engine)
+    bins = bin_of(counts.get_column(item).to_numpy().astype(np.int64))
+    return np.bincount(bins, minlength=len(GRID) + 1).astype(np.int64)
+
+
+def noisy_count_bins(bins: NDArray[np.int64], scale: float, noise: NoiseMethod = "lattice") -> NDArray[np.float64]:
+    """``bins`` plus exact discrete Gaussian noise of scale ``scale`` (in users), drawn on the WGM's lattice
+    (:func:`~opendp_wgm.engines.polars.noisy_above_threshold`); exact floats (multiples of 2^-20)."""
+    noisy, _ = noisy_above_threshold(bins.astype(np.int64) << LATTICE_BITS, scale=scale, threshold=0.0, noise=noise)
+    return noisy.astype(np.float64) / 2.0**LATTICE_BITS
+
+
+def _check_not_spark(input_domain: dp.Domain) -> None:
+    # imported here: the Spark engine's module imports the measurements (pyspark itself is not imported)
+    from opendp_wgm.engines.spark import SparkUserItemsDescriptor
+
+    if isinstance(getattr(input_domain, "descriptor", None), SparkUserItemsDescriptor):
+        msg = (
+            "max_contributions='auto' runs on the Polars engine only: give Spark data a fixed `max_contributions` "
+            "(found a Spark input domain)"
+        )
+        raise ValueError(msg)
+
+
+def make_auto_contributions(
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    candidate: Candidate,
+    delta: float,
+    epsilon: float | None = None,
+    rho: float | None = None,
+    auto_fraction: float = 0.02,
+    item: str | tuple[str, ...] | None = None,
+    noise: NoiseMethod = "lattice",
+    engine: Literal["auto", "in-memory", "streaming"] = "auto",
+) -> dp.Measurement:
+    r"""A private choice of Δ0 with ``auto_fraction`` of the budget, then ``candidate`` at that Δ0 with the rest.
+
+    The ``*_from_budget`` constructors call this for ``max_contributions="auto"``; call it directly to choose Δ0
+    for a mechanism of your own.
+
+    Parameters
+    ----------
+    input_domain, input_metric
+        As for :func:`opendp_wgm.make_wgm` (Polars data; a Spark space is refused).
+    candidate
+        ``candidate(max_contributions, budget)``: the mechanism at a grid point, calibrated to ``budget`` (a
+        :class:`~opendp_wgm.privacy.budget.Budget`, the rest after the choice), on the same input space and in
+        ``budget.measure``. It is called once per grid point, here: every candidate is validated before any
+        data is read.
+    delta, epsilon, rho
+        The total budget for one user: δ ∈ (0, 1) and exactly one of ε (then (ε, δ)-DP) and ρ (approximate
+        zCDP).
+    auto_fraction
+        Share of the budget that buys the choice, in (0, 0.5]: (fε, fδ) under (ε, δ)-DP, fρ (and no δ) under
+        approximate zCDP.
+    item
+        As for :func:`opendp_wgm.make_wgm`.
+    noise
+        The choice's discrete Gaussian sampler, as for :func:`opendp_wgm.make_wgm`.
+    engine
+        Polars engine that collects the per-user counts.
+
+    Returns
+    -------
+    opendp.mod.Measurement
+        Maps a frame to an :class:`AutoRelease`: the chosen candidate's frame, with the chosen Δ0 as attribute
+        ``max_contributions``.
+
+    Notes
+    -----
+    Each user falls in one bin of its distinct-item count, so ``d_in`` users move the histogram by at most
+    ``d_in`` in ℓ1 and ℓ2. The candidate run depends on the data and on the noisy histogram only through the
+    chosen Δ0, so the stages compose adaptively (``docs/privacy.md`` §8): the map is
+    :func:`~opendp_wgm.privacy.auto.auto_loss`, the choice's loss plus the largest candidate loss, part by part.
+
+    Required features: ``contrib``, ``honest-but-curious``.
+
+    Examples
+    --------
+    >>> import opendp.prelude as dp, opendp_wgm as wgm
+    >>> dp.enable_features("contrib", "honest-but-curious")
+    >>> m = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", epsilon=1.0, delta=1e-5)
+    >>> m.check(1, (1.0, 1e-5))
+    True
+    >>> data = wgm.datasets.synthetic_zipf(n_users=20_000, items_per_user=1, seed=0)
+    >>> m(data).max_contributions
+    1
+    """
+    _assert_features()
+    _check_not_spark(input_domain)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    auto = split_auto_budget(budget, check_auto_fraction(auto_fraction))
+    _, engine = _check_execution(1, engine)
+    space = _resolve_space(input_domain, input_metric, item)
+    candidates = {g: candidate(g, auto.rest) for g in GRID}
+    for g, measurement in candidates.items():
+        if measurement.output_measure != budget.measure:  # pragma: no cover - a bug guard of the callers
+            msg = f"the candidate at max_contributions={g} measures {measurement.output_measure}, not {budget.measure}"
+            raise ValueError(msg)
+    user, item_column = space.user, space.item
+
+    def function(frame: pl.DataFrame | pl.LazyFrame) -> AutoRelease:
+        bins = _count_bins(_prepare_frame(frame, space), user, item_column, engine)
+        chosen = choose_max_contributions(noisy_count_bins(bins, auto.scale, noise))
+        return AutoRelease.of(candidates[chosen](frame), chosen)
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return _auto_map(d_in, auto, [c.map(d_in) for c in candidates.values()])
+
+    return dp.m.make_user_measurement(input_domain, input_metric, budget.measure, function, privacy_map)
+
+
+def single_item_candidate(
+    candidate: Candidate,
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    columns: dict[str, pl.Expr],
+    item: str | tuple[str, ...] | None = None,
+    passes: int = 1,
+    engine: Literal["auto", "in-memory", "streaming"] = "auto",
+) -> Candidate:
+    """``candidate``, except at Δ0 = 1 under (ε, δ)-DP: the optimal partition selection
+    (:func:`opendp_wgm.make_partition_selection`) at the same budget, its release given the mechanism's other
+    ``columns`` (e.g. ``noisy_weight`` as a null Float64: partition selection releases no weight). Under
+    approximate zCDP, which partition selection does not state, ``candidate`` runs at Δ0 = 1 too."""
+
+    def chosen(max_contributions: int, budget: Budget) -> dp.Measurement:
+        if max_contributions != 1 or budget.epsilon is None:
+            return candidate(max_contributions, budget)
+        selection = make_partition_selection(
+            input_domain, input_metric, epsilon=budget.epsilon, delta=budget.delta, item=item, passes=passes,
+            engine=engine,
+        )
+
+        def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
+            released: pl.DataFrame = selection(frame)
+            return released.with_columns(**columns)
+
+        return dp.m.make_user_measurement(
+            input_domain, input_metric, selection.output_measure, function, selection.map
+        )
+
+    return chosen
+
+
+def auto_from_budget(
+    make: Callable[..., dp.Measurement],
+    input_domain: dp.Domain,
+    input_metric: dp.Metric,
+    *,
+    delta: float,
+    epsilon: float | None,
+    rho: float | None,
+    auto_fraction: float,
+    single_item_columns: dict[str, pl.Expr] | None = None,
+    **options: Any,
+) -> dp.Measurement:
+    """``max_contributions="auto"`` for a ``*_from_budget`` constructor ``make``: :func:`make_auto_contributions`
+    over ``make(input_domain, input_metric, max_contributions=Δ0, delta=…, epsilon=…, rho=…, **options)`` at
+    the rest of the budget. With ``single_item_columns`` the candidate at Δ0 = 1 is the optimal partition
+    selection under (ε, δ)-DP (:func:`single_item_candidate`, the release given those columns)."""
+
+    def candidate(max_contributions: int, budget: Budget) -> dp.Measurement:
+        return make(
+            input_domain, input_metric, max_contributions=max_contributions, delta=budget.delta,
+            epsilon=budget.epsilon, rho=budget.rho, **options,
+        )
+
+    item: str | Sequence[str] | None = options.get("item")
+    key = item if item is None or isinstance(item, str) else tuple(item)
+    chosen: Candidate = candidate
+    if single_item_columns is not None:
+        chosen = single_item_candidate(
+            candidate, input_domain, input_metric, columns=single_item_columns, item=key,
+            passes=options.get("passes", 1), engine=options.get("engine", "auto"),
+        )
+    return make_auto_contributions(
+        input_domain, input_metric, candidate=chosen, delta=delta, epsilon=epsilon, rho=rho,
+        auto_fraction=auto_fraction, item=key, noise=options.get("noise", "lattice"),
+        engine=options.get("engine", "auto"),
+    )
+
+
+def _auto_map(d_in: int, auto: AutoBudget, losses: list[tuple[float, float]]) -> tuple[float, float]:
+    choice = choice_loss(d_in, scale=auto.scale, epsilon=auto.choice.epsilon)
+    return auto_loss(d_in, choice, losses)

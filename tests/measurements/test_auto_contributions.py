@@ -1,0 +1,280 @@
+"""max_contributions="auto": the composed map, the choice rule (exact and under noise), the release, the checks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import opendp.prelude as dp
+import polars as pl
+import pytest
+
+import opendp_wgm as wgm
+from opendp_wgm.engines.spark import SparkUserItemsDescriptor
+from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
+from opendp_wgm.privacy.auto import (
+    GRID,
+    auto_loss,
+    bin_of,
+    choice_loss,
+    choose_max_contributions,
+    split_auto_budget,
+)
+from opendp_wgm.privacy.budget import Budget
+from opendp_wgm.privacy.partition import partition_selection_loss
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    dp.enable_features("contrib", "honest-but-curious")
+
+
+def _users_with(sizes: dict[int, int]) -> pl.DataFrame:
+    """``sizes[s]`` users holding ``s`` distinct items each (items drawn from a shared pool of 2000)."""
+    counts = np.concatenate([np.full(n, s) for s, n in sizes.items()])
+    users = np.repeat(np.arange(counts.size), counts)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    offsets = np.arange(users.size) - starts
+    return pl.DataFrame({"user": users, "item": (users * 7 + offsets) % 2000})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the map
+
+
+BUDGETS: list[dict[str, float]] = [
+    {"epsilon": 0.5, "delta": 1e-6},
+    {"epsilon": 1.0, "delta": 1e-5},
+    {"epsilon": 4.0, "delta": 1e-3},
+    {"rho": 0.05, "delta": 1e-6},
+    {"rho": 0.5, "delta": 1e-5},
+]
+
+
+@pytest.mark.parametrize("budget", BUDGETS, ids=lambda b: ",".join(f"{k}={v:g}" for k, v in b.items()))
+@pytest.mark.parametrize("fraction", [0.02, 0.1])
+def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, float], fraction: float) -> None:
+    m = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", auto_fraction=fraction, **budget)
+    total = Budget.of(**budget)
+    assert m.output_measure == total.measure
+    assert m.check(1, total.d_out)
+    auto = split_auto_budget(total, fraction)
+    # the choice costs its fraction (of ε and δ, or of ρ and no δ) and the rest is the mechanism's
+    choice = choice_loss(1, scale=auto.scale, epsilon=auto.choice.epsilon)
+    assert choice[0] <= fraction * total.value and choice[1] <= fraction * total.delta
+    if total.epsilon is None:
+        assert choice[1] == 0.0 and auto.rest.delta == total.delta
+    for d_in in (1, 2, 5):
+        candidates = []
+        for g in GRID:
+            if g == 1 and total.epsilon is not None:  # the optimal partition selection at Δ0 = 1
+                candidates.append(partition_selection_loss(d_in, epsilon=auto.rest.value, delta=auto.rest.delta))
+            else:
+                c = wgm.make_wgm_from_budget(
+                    *wgm.user_items_space(), max_contributions=g, delta=auto.rest.delta,
+                    epsilon=auto.rest.epsilon, rho=auto.rest.rho,
+                )
+                candidates.append(c.map(d_in))
+        expected = auto_loss(d_in, choice_loss(d_in, scale=auto.scale, epsilon=auto.choice.epsilon), candidates)
+        assert m.map(d_in) == expected
+        # each part at least the choice's plus every candidate's (adaptive composition)
+        for loss in candidates:
+            got = m.map(d_in)
+            choice_d = choice_loss(d_in, scale=auto.scale, epsilon=auto.choice.epsilon)
+            assert got[0] >= choice_d[0] + loss[0] - 1e-15
+            assert got[1] >= min(1.0, choice_d[1] + loss[1]) - 1e-20
+    assert m.map(0) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("make", "options"),
+    [
+        (wgm.make_dp_sips_from_budget, {}),
+        (wgm.make_wgm_top_k_from_budget, {"k": 10}),
+        (wgm.make_wgm_hitting_set_from_budget, {"k": 10}),
+    ],
+    ids=["dp-sips", "top-k", "hitting-set"],
+)
+@pytest.mark.parametrize("budget", [BUDGETS[1], BUDGETS[4]], ids=["approx-dp", "zcdp"])
+def test_every_constructor_fits_the_budget(
+    make: Callable[..., dp.Measurement], options: dict[str, Any], budget: dict[str, float]
+) -> None:
+    m = make(*wgm.user_items_space(), max_contributions="auto", **options, **budget)
+    total = Budget.of(**budget)
+    assert m.output_measure == total.measure
+    assert m.check(1, total.d_out)
+    rho_or_eps, delta = m.map(2)
+    assert rho_or_eps > total.value and delta > 0.0  # the group map grows
+
+
+def test_the_choice_costs_the_stated_fraction() -> None:
+    total = Budget.of(epsilon=1.0, delta=1e-5)
+    auto = split_auto_budget(total, 0.02)
+    assert math.isclose(auto.fraction, 0.02, rel_tol=1e-9)
+    assert math.isclose(auto.choice.delta, 2e-7, rel_tol=1e-9) and math.isclose(auto.rest.value, 0.98)
+    eps, delta = choice_loss(1, scale=auto.scale, epsilon=auto.choice.epsilon)
+    assert eps == auto.choice.value and 0.99 * auto.choice.delta < delta <= auto.choice.delta  # σ is the smallest
+    assert 150 < auto.scale < 200  # the analytic Gaussian at ε = 0.02, δ = 2e-7
+    rho = split_auto_budget(Budget.of(rho=0.5, delta=1e-5), 0.1)
+    assert choice_loss(1, scale=rho.scale)[0] <= 0.05 and rho.rest.delta == 1e-5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the rule
+
+
+def test_bins_round_counts_up_to_the_grid() -> None:
+    counts = np.array([1, 2, 3, 5, 6, 1000, 1001, 10**6])
+    assert bin_of(counts).tolist() == [0, 1, 2, 2, 3, 9, 10, 10]
+    data = _users_with({1: 5, 3: 2, 1001: 1})
+    assert user_count_bins(data, *wgm.user_items_space()).tolist() == [5, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("bins", "expected"),
+    [
+        ([75, 25, 0, 0, 0, 0, 0, 0, 0, 0, 0], 1),  # three quarters hold one item
+        ([74, 26, 0, 0, 0, 0, 0, 0, 0, 0, 0], 2),
+        ([50, 47, 3, 0, 0, 0, 0, 0, 0, 0, 0], 2),  # 3% above 2: within the tail share
+        ([50, 46, 4, 0, 0, 0, 0, 0, 0, 0, 0], 5),
+        ([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100], 1000),  # nobody fits: the last grid point
+        ([0] * 11, 1),  # no users: Δ0 = 1
+        ([-5, -3, 0, 0, 0, 0, 0, 0, 0, 0, -1], 1),  # noise below 0 everywhere
+        ([10, 10, 10, 10, 10, 10, 10, 10, 10, -20, 0], 500),  # tails sum the clamped bins (-20 counts as 0)
+    ],
+)
+def test_rule_on_exact_bins(bins: list[int], expected: int) -> None:
+    assert choose_max_contributions(bins) == expected
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        ({1: 100_000, 2: 10_000}, 1),  # 91% hold one item
+        ({3: 90_000, 40: 10_000}, 50),  # 10% above 20, none above 50
+        ({1: 100_000, 2: 80_000, 7: 16_000, 15: 4_000}, 10),  # 2% above 10, 10% above 5
+    ],
+)
+def test_rule_under_the_default_noise(sizes: dict[int, int], expected: int) -> None:
+    # the bins of 10^5 to 2·10^5 users at the default budget (σ ≈ 180 users per bin; the clamped empty bins add
+    # about 72 each to a tail): the rule returns the noise-free answer in at least 195 of 200 draws (every margin
+    # is at least 4 standard deviations of the clamped sums)
+    bins = np.zeros(len(GRID) + 1, dtype=np.int64)
+    np.add.at(bins, bin_of(np.array(list(sizes))), np.array(list(sizes.values())))
+    assert choose_max_contributions(bins) == expected
+    scale = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.02).scale
+    chosen = [choose_max_contributions(noisy_count_bins(bins, scale)) for _ in range(200)]
+    assert sum(c == expected for c in chosen) >= 195, np.unique(chosen, return_counts=True)
+
+
+def test_noise_is_centred_at_the_counts() -> None:
+    # 4000 draws of σ = 100 noise on 11 bins: each bin's mean within 6 standard errors (6 · 100/√4000 ≈ 9.5)
+    bins = np.arange(11, dtype=np.int64) * 1000
+    draws = np.stack([noisy_count_bins(bins, 100.0) for _ in range(4000)])
+    assert np.all(np.abs(draws.mean(axis=0) - bins) < 6 * 100 / math.sqrt(4000))
+    assert np.all(np.abs(draws.std(axis=0) - 100.0) < 6.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the release
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"), [({1: 3000}, 1), ({3: 3000}, 5), ({30: 1000, 1: 10}, 50)]
+)
+def test_release_carries_the_chosen_max_contributions(sizes: dict[int, int], expected: int) -> None:
+    # a large budget and half of it on the choice: σ ≈ 0.1 user, the choice is the noise-free one
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, epsilon=100.0, delta=1e-3
+    )
+    release = m(_users_with(sizes))
+    assert isinstance(release, wgm.AutoRelease) and isinstance(release, pl.DataFrame)
+    assert release.max_contributions == expected
+    assert release.columns == ["item", "noisy_weight"]
+    if expected == 1:  # the optimal partition selection released: no weights
+        assert release.height > 0 and release["noisy_weight"].null_count() == release.height
+    else:
+        assert release["noisy_weight"].null_count() == 0
+
+
+def test_zcdp_runs_the_wgm_at_one_item() -> None:
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, rho=1000.0, delta=1e-3
+    )
+    release = m(_users_with({1: 3000}))
+    assert release.max_contributions == 1 and release.height > 0
+    assert release["noisy_weight"].null_count() == 0
+
+
+def test_dp_sips_and_two_stage_releases_carry_it() -> None:
+    data = _users_with({3: 3000})
+    options: dict[str, Any] = {"max_contributions": "auto", "auto_fraction": 0.5, "epsilon": 100.0, "delta": 1e-3}
+    sips = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **options)(data)
+    assert sips.max_contributions == 5 and sips.columns == ["item", "noisy_weight", "round"]
+    one = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **options)(_users_with({1: 3000}))
+    assert one.max_contributions == 1 and set(one["round"].to_list()) <= {1}
+    top = wgm.make_wgm_top_k_from_budget(*wgm.user_items_space(), k=5, **options)(data)
+    assert top.max_contributions == 5 and top.height == 5
+
+
+def test_group_by_release_carries_it() -> None:
+    data = _users_with({3: 3000}).with_columns(value=pl.lit(1.0))
+    m = wgm.make_wgm_group_by_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, epsilon=50.0, delta=1e-3,
+        sums={"value": (0.0, 1.0)},
+    )
+    release = m(data)
+    assert release.max_contributions == 5 and release.columns == ["item", "noisy_weight", "count", "value_sum"]
+    # at Δ0 = 1 the keys are the optimal partition selection's: no weight column
+    single = m(_users_with({1: 3000}).with_columns(value=pl.lit(1.0)))
+    assert single.max_contributions == 1 and single.columns == ["item", "count", "value_sum"]
+
+
+def test_composite_keys() -> None:
+    data = _users_with({3: 2000}).with_columns(a=pl.col("item") % 7, b=pl.col("item") // 7).drop("item")
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space("user", ["a", "b"]), max_contributions="auto", auto_fraction=0.5, epsilon=100.0,
+        delta=1e-3,
+    )
+    release = m(data)
+    assert release.max_contributions == 5 and release.columns == ["a", "b", "noisy_weight"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# checks, from public information only
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.1, 0.51, 1.0, math.nan])
+def test_auto_fraction_is_checked(fraction: float) -> None:
+    with pytest.raises(ValueError, match="auto_fraction"):
+        wgm.make_wgm_from_budget(
+            *wgm.user_items_space(), max_contributions="auto", auto_fraction=fraction, epsilon=1.0, delta=1e-5
+        )
+
+
+@pytest.mark.parametrize("value", ["Auto", "100", ""])
+def test_only_auto_is_a_string(value: str) -> None:
+    with pytest.raises(ValueError, match=r"max_contributions.*'auto'"):
+        wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=value, epsilon=1.0, delta=1e-5)
+
+
+def test_spark_input_is_refused() -> None:
+    domain = dp.user_domain("SparkUserItemsDomain", lambda _: True, descriptor=SparkUserItemsDescriptor("user", "item"))
+    metric = dp.symmetric_id_distance(pl.col("user"))
+    with pytest.raises(ValueError, match="Polars engine only"):
+        wgm.make_auto_contributions(
+            domain, metric, candidate=lambda d0, b: None, epsilon=1.0, delta=1e-5  # type: ignore[arg-type,return-value]
+        )
+
+
+def test_a_budget_too_small_for_a_candidate_raises_at_construction() -> None:
+    with pytest.raises(ValueError, match="noise scale above 2"):
+        wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", epsilon=1e-9, delta=1e-12)
+
+
+def test_empty_data_releases_an_empty_frame() -> None:
+    m = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", epsilon=1.0, delta=1e-5)
+    release = m(pl.DataFrame({"user": [], "item": []}, schema={"user": pl.Int64, "item": pl.Int64}))
+    assert release.height == 0 and release.max_contributions in GRID
