@@ -283,8 +283,9 @@ def _kept_items(frame: DataFrame, space: SparkUserItemsDescriptor, max_contribut
     ``collect_set`` gathers each user's distinct non-null items in the one shuffle by user (partial sets are
     merged map-side first); a user with at most Δ0 of them keeps them all; a larger set is sorted by
     (``xxhash64(s1, s2, user, item)``, item) under a secret 128-bit seed fresh from the OS and its first Δ0 kept
-    (so exactly Δ0, whatever the hash collisions). No window and no sort over all rows: only heavy users' arrays
-    are sorted, each on its own.
+    (so exactly Δ0, whatever the hash collisions). No window and no sort by key over all rows: beyond what the
+    aggregation itself does (Spark's object hash aggregate sorts by user once a task holds many users), only heavy
+    users' arrays are sorted, each on its own.
     """
     sql = _pyspark()
     functions = sql.functions
