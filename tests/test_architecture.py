@@ -180,18 +180,11 @@ def test_the_kernel_reaches_no_measurement_through_the_engines() -> None:
 #: The longest a module may be (docs/architecture.md): one concept per module.
 MAX_LINES = 600
 
-#: Modules allowed over :data:`MAX_LINES` for now, each with its reason. Being split by other lanes of the
-#: structure work (issue 22) as this test lands: remove an entry when its module is split.
-TOO_LONG_FOR_NOW = {
-    "opendp_wgm/engines/tumult.py": "being split (one generic Tumult wrapper)",
-}
-
-
 def test_no_module_is_longer_than_600_lines() -> None:
     lengths = {str(path.relative_to(PACKAGE.parent)): len(path.read_text(encoding="utf-8").splitlines())
                for path in SOURCES}
     offenders = [f"{name}: {lines} lines" for name, lines in sorted(lengths.items())
-                 if lines > MAX_LINES and name not in TOO_LONG_FOR_NOW]
+                 if lines > MAX_LINES]
     assert offenders == [], "\n".join(offenders)
 
 

@@ -8,8 +8,9 @@ steps they run, on a frame with a user column and an item column:
 
 1. rows with a null user or item are dropped and duplicate (user, item) rows removed (``distinct``);
 2. each user keeps the at most Δ0 items of smallest key ``xxhash64(s1, s2, user, item)`` under a secret
-   128-bit seed drawn from the OS for every release (``row_number`` over a window by user, ties broken by
-   the item, so never more than Δ0 rows); the kept subset is a function of that user's rows and the seed;
+   128-bit seed drawn from the OS for every release (one ``collect_set`` by user; only a set larger than Δ0 is
+   sorted, by (key, item), so exactly min(t, Δ0) items); the kept subset is a function of that user's rows and
+   the seed;
 3. a user keeping ``t`` items gives each the lattice weight :func:`opendp_wgm.privacy.threshold.lattice_weights`
    ``(Δ0)[t - 1]`` :math:`= \lfloor 2^{20}/\sqrt t\rfloor` (integers, exact), summed per item (``groupBy``);
 4. in the executors (``mapInArrow``), every item's integer sum gets discrete Gaussian noise
@@ -29,7 +30,6 @@ The executors import this package (step 4 is the Polars kernel's ``noisy_above_t
 
 from __future__ import annotations
 
-import importlib
 import secrets
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -262,50 +262,73 @@ def _fresh_name(base: str, taken: set[str]) -> str:
     return name
 
 
+def _kept_items(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int) -> tuple[DataFrame, str]:
+    """Steps 1–2 as one aggregation by user: a lazy plan of (user, ``kept``), ``kept`` the array of the user's
+    min(t, Δ0) kept distinct items, and the name of that column.
+
+    ``collect_set`` gathers each user's distinct non-null items in the one shuffle by user (partial sets are
+    merged map-side first); a user with at most Δ0 of them keeps them all; a larger set is sorted by
+    (``xxhash64(s1, s2, user, item)``, item) under a secret 128-bit seed fresh from the OS and its first Δ0 kept
+    (so exactly Δ0, whatever the hash collisions). No window and no sort by key over all rows: beyond what the
+    aggregation itself does (Spark's object hash aggregate sorts by user once a task holds many users), only heavy
+    users' arrays are sorted, each on its own.
+    """
+    sql = _pyspark()
+    functions = sql.functions
+    user, item = space.user, space.item
+    kept, key, value = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("kept", "key", "value"))
+    # 128 secret bits from the OS, fed to xxhash64 before the row's values (Spark's hash chains its inputs)
+    seeds = [functions.lit(secrets.randbits(64) - 2**63).cast("bigint") for _ in range(2)]
+    items = functions.col(kept)
+
+    def keyed(x: Any) -> Any:
+        return functions.struct(functions.xxhash64(*seeds, functions.col(user), x).alias(key), x.alias(value))
+
+    sampled = functions.slice(
+        functions.transform(functions.array_sort(functions.transform(items, keyed)), lambda pair: pair[value]),
+        1,
+        max_contributions,
+    )
+    sets = (
+        frame.select(user, item)
+        .where(functions.col(user).isNotNull() & functions.col(item).isNotNull())
+        .groupBy(user)
+        .agg(functions.collect_set(item).alias(kept))
+    )
+    bounded = functions.when(functions.size(items) <= max_contributions, items).otherwise(sampled)
+    return sets.select(user, bounded.alias(kept)), kept
+
+
 def bound_plan(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int) -> DataFrame:
     """Steps 1–2: distinct (user, item) rows, at most Δ0 per user, as a lazy Spark plan.
 
     The kernel's bound step (``opendp_wgm.engines.polars.bound_plan``) in Spark: nulls dropped, duplicates
-    removed, then each user keeps its distinct items of smallest key ``xxhash64(s1, s2, user, item)``
-    (``row_number`` over the user's rows ordered by key then item, so at most Δ0 rows whatever the hash
-    collisions). The seed is fresh from the OS on every call; a user's kept rows are a function of that user's
-    rows and the seed only (``docs/privacy.md`` §1).
+    removed, then each user keeps its distinct items of smallest key ``xxhash64(s1, s2, user, item)`` (ties
+    broken by the item, so exactly min(t, Δ0) rows whatever the hash collisions), by one aggregation by user
+    (:func:`_kept_items`). The seed is fresh from the OS on every call; a user's kept rows are a function of that
+    user's rows and the seed only (``docs/privacy.md`` §1).
     """
-    sql = _pyspark()
-    functions, Window = sql.functions, sql.window.Window
-    user, item = space.user, space.item
-    key, rank = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("key", "rank"))
-    # 128 secret bits from the OS, fed to xxhash64 before the row's values (Spark's hash chains its inputs)
-    seeds = [functions.lit(secrets.randbits(64) - 2**63).cast("bigint") for _ in range(2)]
-    rows = (
-        frame.select(user, item)
-        .where(functions.col(user).isNotNull() & functions.col(item).isNotNull())
-        .distinct()
-        .withColumn(key, functions.xxhash64(*seeds, functions.col(user), functions.col(item)))
-    )
-    ordered = Window.partitionBy(user).orderBy(key, item)
-    return (
-        rows.withColumn(rank, functions.row_number().over(ordered))
-        .where(functions.col(rank) <= max_contributions)
-        .select(user, item)
-    )
+    functions = _pyspark().functions
+    sets, kept = _kept_items(frame, space, max_contributions)
+    return sets.select(space.user, functions.explode(kept).alias(space.item))
 
 
 def lattice_histogram_plan(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int) -> DataFrame:
     """Steps 1–3: a lazy Spark plan of (item, ``weight_lat``) with ``weight_lat`` the Int64 lattice sum.
 
     The kernel's histogram step (``opendp_wgm.engines.polars.lattice_histogram_plan`` on the bounded lists) in Spark,
-    with the same integer weights ``lattice_weights(Δ0)``: a user keeping ``t`` items adds ``w_lat(t)`` to each.
+    with the same integer weights ``lattice_weights(Δ0)``: a user keeping ``t`` items (the size of its kept array,
+    :func:`_kept_items`) adds ``w_lat(t)`` to each; the exploded rows are summed by item (a partial sum map-side,
+    then one shuffle of per-item sums, as a bare ``groupBy(item).count()`` does).
     """
-    sql = _pyspark()
-    functions, Window = sql.functions, sql.window.Window
-    user, item = space.user, space.item
-    kept, weight = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("kept", "weight"))
+    functions = _pyspark().functions
+    item = space.item
+    weight = _fresh_name("__wgm_weight", {space.user, item})
     table = functions.array(*[functions.lit(int(w)).cast("bigint") for w in lattice_weights(max_contributions)])
+    sets, kept = _kept_items(frame, space, max_contributions)
+    weights = functions.element_at(table, functions.size(kept)).alias(weight)
     return (
-        bound_plan(frame, space, max_contributions)
-        .withColumn(kept, functions.count(functions.lit(1)).over(Window.partitionBy(user)))
-        .withColumn(weight, functions.element_at(table, functions.col(kept).cast("int")))
+        sets.select(functions.explode(kept).alias(item), weights)
         .groupBy(item)
         .agg(functions.sum(weight).cast("bigint").alias("weight_lat"))
     )
@@ -493,24 +516,3 @@ def candidate_pairs(frame: DataFrame, space: SparkUserItemsDescriptor, candidate
         {space.user: [_value(r[0]) for r in rows], space.item: [_value(r[1]) for r in rows]},
         schema={space.user: user_dtype, space.item: candidates.dtype},
     ).lazy()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# the names this module had when it declared the Spark twins of the constructors
-
-
-#: The constructors that lived here until the one API (``docs/engines.md``), by the module that holds them now:
-#: the constructors of :mod:`opendp_wgm.measurements` (the same objects), resolved on first use for the callers
-#: that still import them from here. Nothing in this module uses them.
-_MOVED = {
-    "make_wgm": "wgm", "make_wgm_from_budget": "wgm", "make_dp_sips": "dp_sips", "make_dp_sips_from_budget": "dp_sips",
-    "make_wgm_top_k": "top_k", "make_wgm_top_k_from_budget": "top_k", "_make_dp_sips_top_k": "top_k",
-    "make_wgm_hitting_set": "hitting_set", "make_wgm_hitting_set_from_budget": "hitting_set",
-    "_make_dp_sips_hitting_set": "hitting_set",
-}  # fmt: skip
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return getattr(importlib.import_module(f"opendp_wgm.measurements.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""The Tumult Core adapter (``opendp_wgm.tumult``): contract, privacy function, release, and composition.
+"""The Tumult Core adapter (``opendp_wgm.tumult``): one generic wrapper of the Spark measurements, its contract,
+privacy function (the OpenDP map), releases and composition.
 
 Needs ``tmlt.core`` 0.20 and pyspark (``pip install "opendp-wgm[tumult]"``, in an environment with
 ``numpy < 2``: see docs/engines.md); every test that needs them skips with the reason when they are missing.
@@ -7,16 +8,12 @@ The "not installed" error is tested everywhere.
 
 from __future__ import annotations
 
-import math
-
 import opendp.prelude as dp
 import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.privacy.calibrate import calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
-from opendp_wgm.privacy.sips import dp_sips_privacy_loss
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning"),
@@ -36,6 +33,14 @@ def tmlt():
     from opendp_wgm.engines import tumult
 
     return tumult
+
+
+@pytest.fixture(scope="module")
+def ws(tmlt):
+    """The Spark engine's public constructors (``opendp_wgm.spark``)."""
+    from opendp_wgm import spark
+
+    return spark
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +91,15 @@ def core(tmlt):
     }
 
 
+APPROX_DP = dp.approximate(dp.max_divergence())
+
+
 def domain(core, item_descriptor=None):
     return core["SparkDataFrameDomain"](
-        {"user": core["SparkIntegerColumnDescriptor"](), "item": item_descriptor or core["SparkStringColumnDescriptor"]()}
+        {
+            "user": core["SparkIntegerColumnDescriptor"](),
+            "item": item_descriptor or core["SparkStringColumnDescriptor"](),
+        }
     )
 
 
@@ -115,72 +126,131 @@ def launch_accountant(core, dom, budget, data):
     )
 
 
-PARAMS = dict(max_contributions=64, scale=3.884141, threshold=20.4975, epsilon=1)
+def wrapped(tmlt, core, make, **params):
+    """``TumultMeasurement`` of ``make(*spark_user_items_space(), output_measure=(ε, δ), **params)``."""
+    from opendp_wgm.spark import spark_user_items_space
+
+    return tmlt.TumultMeasurement(domain(core), make(*spark_user_items_space(), output_measure=APPROX_DP, **params))
+
+
+WGM = dict(max_contributions=64, scale=3.884141, threshold=20.4975, epsilon=1.0)
+TWO_STAGE = dict(
+    k=3, max_contributions=3, wgm_scale=1e-6, wgm_threshold=1.5, peel_scale=1e-3, wgm_epsilon=1.0, peel_delta=1e-6
+)
+# σ = 2^-20, the least the (ε, δ) map allows: about one lattice step of noise
+SIPS = dict(max_contributions=4, scales=[2.0**-20] * 3, thresholds=[5.0, 5.0, 2.5], epsilon=1.0)
+
+
+def every_measurement(ws):
+    """(name, constructor, parameters): every Spark constructor in its (ε, δ) form, explicit and from a budget
+    (given ε), both stage 1s."""
+    budget = dict(epsilon=1.0, delta=1e-5, max_contributions=10)
+    return [
+        ("wgm", ws.make_wgm, {"output_measure": APPROX_DP, **WGM}),
+        ("dp-sips", ws.make_dp_sips, {"output_measure": APPROX_DP, **SIPS}),
+        ("top-k", ws.make_wgm_top_k, {"output_measure": APPROX_DP, **TWO_STAGE}),
+        ("hitting-set", ws.make_wgm_hitting_set, {"output_measure": APPROX_DP, **TWO_STAGE}),
+        ("wgm budget", ws.make_wgm_from_budget, budget),
+        ("dp-sips budget", ws.make_dp_sips_from_budget, budget),
+        ("top-k dp-sips budget", ws.make_wgm_top_k_from_budget, dict(k=3, stage_1="dp-sips", **budget)),
+        ("hitting-set budget", ws.make_wgm_hitting_set_from_budget, dict(k=3, split=0.3, **budget)),
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------
 # contract and privacy function
 
 
-def test_contract(tmlt, core) -> None:
-    m = tmlt.WGMMeasurement(domain(core), "user", "item", **PARAMS)
-    assert m.input_domain == domain(core)
-    assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
-    assert m.output_measure == core["ApproxDP"]()
-    assert not m.is_interactive
-    assert (m.user, m.item, m.max_contributions, m.scale, m.threshold, m.epsilon) == ("user", "item", 64, 3.884141, 20.4975, 1.0)
-
-
-def test_privacy_function_is_the_package_map_exactly(tmlt, core) -> None:
-    m = tmlt.WGMMeasurement(domain(core), "user", "item", **PARAMS)
+def test_one_wrapper_privacy_function_is_the_opendp_map_exactly(tmlt, core, ws) -> None:
     exact = core["ExactNumber"]
-    kwargs = {k: v for k, v in PARAMS.items() if k != "epsilon"}
-    for d_in in (1, 2, 3):
-        eps, delta = wgm_privacy_loss(d_in, epsilon=1.0, **kwargs)
-        assert m.privacy_function(d_in) == (exact.from_float(eps, round_up=True), exact.from_float(delta, round_up=True))
-        assert m.privacy_function(d_in)[1].to_float(round_up=False) == delta  # no rounding on the way
-    # and it is the OpenDP measurement's map under the (ε, δ) measure
-    reference = wgm.make_wgm(
-        *wgm.user_items_space(), output_measure=dp.approximate(dp.max_divergence()), epsilon=1.0, **kwargs
+    for name, make, params in every_measurement(ws):
+        opendp_m = make(*ws.spark_user_items_space(), **params)
+        m = tmlt.TumultMeasurement(domain(core), opendp_m)
+        assert m.input_domain == domain(core), name
+        assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
+        assert m.output_measure == core["ApproxDP"]() and not m.is_interactive
+        assert (m.user, m.item, m.opendp_measurement) == ("user", "item", opendp_m)
+        for d_in in (1, 2, 3, 5):
+            eps, delta = opendp_m.map(d_in)
+            assert m.privacy_function(d_in) == (
+                exact.from_float(eps, round_up=True),
+                exact.from_float(delta, round_up=True),
+            ), (name, d_in)
+            assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == (eps, delta)  # no rounding
+        assert m.privacy_function(0) == (exact(0), exact(0))
+        assert m.privacy_function("1/2") == (exact(0), exact(0))  # datasets are an integer number of users apart
+        assert m.privacy_function("5/2") == m.privacy_function(2)
+        assert m.privacy_function(float("inf")) == (exact(float("inf")), exact(1))
+        with pytest.raises(ValueError, match="Invalid value for IfGroupedBy metric"):
+            m.privacy_function(-1)
+    # and the WGM's map is the package's Gaussian + threshold loss
+    m = wrapped(tmlt, core, ws.make_wgm, **WGM)
+    kwargs = {k: v for k, v in WGM.items() if k != "epsilon"}
+    assert [m.privacy_function(d)[1].to_float(round_up=False) for d in (1, 2)] == [
+        wgm_privacy_loss(d, epsilon=1.0, **kwargs)[1] for d in (1, 2)
+    ]
+
+
+def test_other_columns_and_bad_arguments(tmlt, core, ws) -> None:
+    named = ws.make_wgm(*ws.spark_user_items_space("uid", "query"), output_measure=APPROX_DP, **WGM)
+    dom = core["SparkDataFrameDomain"](
+        {"uid": core["SparkStringColumnDescriptor"](), "query": core["SparkIntegerColumnDescriptor"]()}
     )
-    assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
-    assert m.privacy_function(0) == (exact(0), exact(0))
-    assert m.privacy_function("1/2") == (exact(0), exact(0))  # datasets are an integer number of users apart
-    assert m.privacy_function("3/2") == m.privacy_function(1)
-    assert m.privacy_function(float("inf")) == (exact(float("inf")), exact(1))
-    with pytest.raises(ValueError, match="Invalid value for IfGroupedBy metric"):
-        m.privacy_function(-1)
-
-
-def test_relation_and_calibrated_factory(tmlt, core) -> None:
-    sp = core["sp"]
-    budget = (1, sp.Rational(1, 10**5))
-    m = tmlt.create_wgm_measurement(domain(core), "user", "item", epsilon=budget[0], delta=budget[1], max_contributions=100)
-    calibration = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5)
-    assert (m.scale, m.threshold) == (calibration.scale, calibration.threshold)
-    assert math.isclose(m.scale, 3.88414, rel_tol=1e-5) and math.isclose(m.threshold, 20.7898, rel_tol=1e-5)
-    assert m.privacy_relation(1, budget)  # exact comparison against the exact budget
-    eps, delta = m.privacy_function(1)
-    assert eps == 1 and delta <= budget[1]
-    assert not m.privacy_relation(1, (1, sp.Rational(1, 10**6)))
-    assert not m.privacy_relation(2, budget)
-
-
-def test_bad_parameters(tmlt, core) -> None:
+    m = tmlt.TumultMeasurement(dom, named)
+    assert (m.user, m.item) == ("uid", "query")
+    assert m.input_metric == core["IfGroupedBy"](["uid"], core["SymmetricDifference"]())
+    with pytest.raises(ValueError, match="user column 'uid' not found in `input_domain`"):
+        tmlt.TumultMeasurement(domain(core), named)
+    opendp_m = ws.make_wgm(*ws.spark_user_items_space(), output_measure=APPROX_DP, **WGM)
     with pytest.raises(ValueError, match=r"not rho-zCDP.*RhoZCDPToApproxDP"):
-        tmlt.WGMMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), **PARAMS)
-    with pytest.raises(ValueError, match="item column 'thing' not found in `input_domain`"):
-        tmlt.WGMMeasurement(domain(core), "user", "thing", **PARAMS)
+        tmlt.TumultMeasurement(domain(core), opendp_m, output_measure=core["RhoZCDP"]())
     with pytest.raises(ValueError, match="`item` column 'item' must not be floating point"):
-        tmlt.WGMMeasurement(domain(core, core["SparkFloatColumnDescriptor"]()), "user", "item", **PARAMS)
+        tmlt.TumultMeasurement(domain(core, core["SparkFloatColumnDescriptor"]()), opendp_m)
     with pytest.raises(TypeError, match=r"must be a tmlt\.core SparkDataFrameDomain"):
-        tmlt.WGMMeasurement(wgm.user_items_space()[0], "user", "item", **PARAMS)
-    with pytest.raises(ValueError, match=r"`max_contributions` must be an integer >= 1 \(found 0\)"):
-        tmlt.WGMMeasurement(domain(core), "user", "item", **{**PARAMS, "max_contributions": 0})
-    with pytest.raises(ValueError, match="`epsilon` must be in"):
-        tmlt.WGMMeasurement(domain(core), "user", "item", **{**PARAMS, "epsilon": 0})
+        tmlt.TumultMeasurement(wgm.user_items_space()[0], opendp_m)
+    zcdp = ws.make_wgm(*ws.spark_user_items_space(), max_contributions=4, scale=3.0, threshold=20.0)
+    with pytest.raises(ValueError, match=r"must have the \(epsilon, delta\) output measure"):
+        tmlt.TumultMeasurement(domain(core), zcdp)
+    polars_m = wgm.make_wgm(*wgm.user_items_space(), output_measure=APPROX_DP, **WGM)
+    with pytest.raises(TypeError, match=r"must be built by an opendp_wgm\.spark constructor"):
+        tmlt.TumultMeasurement(domain(core), polars_m)
+    with pytest.raises(TypeError, match=r"must be built by an opendp_wgm\.spark constructor"):
+        tmlt.TumultMeasurement(domain(core), object())
+
+
+def test_calibrated_create_functions(tmlt, core, ws) -> None:
+    """Each create_* is the Spark _from_budget constructor on the budget rounded down, wrapped: the same map, and
+    the exact budget holds exactly."""
+    sp = core["sp"]
+    dom, space = domain(core), ws.spark_user_items_space()
+    rational = (1, sp.Rational(1, 10**5))
+    cases = (
+        (tmlt.create_wgm_measurement, ws.make_wgm_from_budget, dict(max_contributions=100)),
+        (tmlt.create_dp_sips_measurement, ws.make_dp_sips_from_budget, dict(max_contributions=100)),
+        (tmlt.create_dp_sips_measurement, ws.make_dp_sips_from_budget, dict(max_contributions=10, rounds=2, ratio=0.5)),
+        (tmlt.create_wgm_top_k_measurement, ws.make_wgm_top_k_from_budget, dict(k=3, max_contributions=10)),
+        (tmlt.create_wgm_top_k_measurement, ws.make_wgm_top_k_from_budget, dict(k=3, max_contributions=10, stage_1="dp-sips")),
+        (tmlt.create_wgm_hitting_set_measurement, ws.make_wgm_hitting_set_from_budget, dict(k=3, max_contributions=10, split=0.3)),
+        (tmlt.create_wgm_hitting_set_measurement, ws.make_wgm_hitting_set_from_budget, dict(k=3, max_contributions=10, stage_1="dp-sips", rounds=2, ratio=0.5)),
+    )  # fmt: skip
+    for create, spark_make, params in cases:
+        m = create(dom, "user", "item", epsilon=rational[0], delta=rational[1], **params)
+        delta_down = core["ExactNumber"](rational[1]).to_float(round_up=False)
+        reference = spark_make(*space, epsilon=1.0, delta=delta_down, **params)
+        for d_in in (1, 2):
+            assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in)
+        assert m.privacy_relation(1, rational)  # exact comparison against the exact budget
+        assert not m.privacy_relation(2, rational)
     with pytest.raises(ValueError, match="`delta` must be in"):
-        tmlt.create_wgm_measurement(domain(core), "user", "item", epsilon=1, delta=1, max_contributions=10)
+        tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=1, max_contributions=10)
+    with pytest.raises(ValueError, match="`epsilon` must be in"):
+        tmlt.create_wgm_measurement(dom, "user", "item", epsilon=0, delta=1e-5, max_contributions=10)
+    with pytest.raises(ValueError, match=r"`max_contributions` must be an integer >= 1 \(found 0\)"):
+        tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=1e-5, max_contributions=0)
+    with pytest.raises(ValueError, match=r"`stage_1` must be one of \{'wgm', 'dp-sips'\} \(found 'sips'\)"):
+        tmlt.create_wgm_top_k_measurement(
+            dom, "user", "item", k=3, epsilon=1, delta=1e-5, max_contributions=10, stage_1="sips"
+        )
 
 
 def test_missing_tumult_names_the_extra(monkeypatch) -> None:
@@ -189,48 +259,92 @@ def test_missing_tumult_names_the_extra(monkeypatch) -> None:
 
     monkeypatch.setattr(tumult, "_IMPORT_ERROR", ImportError("No module named 'tmlt'"))
     with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
-        tumult.WGMMeasurement(None, "user", "item", **PARAMS)
-    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
-        tumult.create_wgm_measurement(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
-    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
-        tumult.DPSIPSMeasurement(None, "user", "item", max_contributions=2, scales=[1.0], thresholds=[5.0], epsilon=1)
-    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
-        tumult.create_dp_sips_measurement(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
-    for cls in (tumult.DPSIPSTopKMeasurement, tumult.DPSIPSHittingSetMeasurement):
+        tumult.TumultMeasurement(None, None)
+    for create in (tumult.create_wgm_measurement, tumult.create_dp_sips_measurement):
         with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
-            cls(None, "user", "item", k=2, max_contributions=2, sips_scales=[1.0], sips_thresholds=[5.0],
-                peel_scale=1.0, sips_epsilon=1, peel_delta=1e-6)  # fmt: skip
-    with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
-        tumult.create_wgm_top_k_measurement(
-            None, "user", "item", k=2, epsilon=1, delta=1e-5, max_contributions=10, stage_1="dp-sips"
-        )
+            create(None, "user", "item", epsilon=1, delta=1e-5, max_contributions=10)
+    for create in (tumult.create_wgm_top_k_measurement, tumult.create_wgm_hitting_set_measurement):
+        with pytest.raises(ModuleNotFoundError, match=r'pip install "opendp-wgm\[tumult\]"'):
+            create(None, "user", "item", k=2, epsilon=1, delta=1e-5, max_contributions=10, stage_1="dp-sips")
 
 
 # --------------------------------------------------------------------------------------------------------------
-# release and composition
+# releases and composition
 
 
-def test_no_noise_release_equals_polars(tmlt, core, spark) -> None:
-    frame = wgm.datasets.synthetic_zipf(n_users=300, items_per_user=6, seed=3).with_columns(pl.col("item").cast(pl.String))
-    m = tmlt.WGMMeasurement(domain(core), "user", "item", max_contributions=8, scale=1e-7, threshold=2.5, epsilon=1)
-    out = m(spark_frame(spark, frame))
-    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [("item", "string"), ("noisy_weight", "double")]
+def coverage_frame() -> pl.DataFrame:
+    """Items with distinct user counts and greedy gains: A 30 users, B 25 (inside A's), C 20, D 10, E 5."""
+    holders = {"A": range(30), "B": range(25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
+    rows = [(u, item) for item, users in holders.items() for u in users]
+    return pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
+
+
+def sips_frame() -> pl.DataFrame:
+    """tests/measurements/test_dp_sips.py's two-round example: at Δ0 = 4 and T = 5, round 1 releases p1..p4,
+    round 2 the rich users' r (6 users at weight 1), a third round at T = 2.5 the loners' q (3 users)."""
+    popular = ["p1", "p2", "p3", "p4"]
+    users = [popular] * 20 + [[*popular, "r"]] * 6 + [["q"]] * 3
+    return pl.DataFrame(
+        {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
+    )
+
+
+def columns(out) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in out.schema.fields]
+
+
+def test_releases_are_the_opendp_releases_as_spark_frames(tmlt, core, ws, spark) -> None:
+    """The wrapper runs the OpenDP measurement: with (almost) no noise its rows are the Polars engine's, with the
+    item's Spark type and each statistic's; the frame is materialised (collecting again draws nothing)."""
+    from opendp_wgm.measurements import hitting_set, top_k
+
+    frame = wgm.datasets.synthetic_zipf(n_users=300, items_per_user=6, seed=3).with_columns(
+        pl.col("item").cast(pl.String)
+    )
+    no_noise = dict(max_contributions=8, scale=2.0**-20, threshold=2.5, epsilon=1.0)  # one lattice step
+    out = wrapped(tmlt, core, ws.make_wgm, **no_noise)(spark_frame(spark, frame))
+    assert columns(out) == [("item", "string"), ("noisy_weight", "double")]
     rows = out.collect()
-    expected = wgm.make_wgm(*wgm.user_items_space(), max_contributions=8, scale=1e-7, threshold=2.5)(frame)
+    expected = wgm.make_wgm(*wgm.user_items_space(), output_measure=APPROX_DP, **no_noise)(frame)
     assert [r[0] for r in rows] == expected["item"].to_list()
     assert [r[1] for r in rows] == pytest.approx(expected["noisy_weight"].to_list(), abs=1e-5)
-    assert out.collect() == rows  # materialised: collecting again draws no new noise
+    assert out.collect() == rows
+
+    out = wrapped(tmlt, core, ws.make_dp_sips, **SIPS)(spark_frame(spark, sips_frame()))
+    assert columns(out) == [("item", "string"), ("noisy_weight", "double"), ("round", "smallint")]
+    expected = wgm.make_dp_sips(*wgm.user_items_space(), output_measure=APPROX_DP, **SIPS)(sips_frame())
+    assert [(r[0], r[2]) for r in out.collect()] == expected.select("item", "round").rows()
+    assert expected.select("item", "round").rows() == [("p1", 1), ("p2", 1), ("p3", 1), ("p4", 1), ("q", 3), ("r", 2)]
+
+    data = spark_frame(spark, coverage_frame())
+    for make, polars_make, items in (
+        (ws.make_wgm_top_k, top_k.make_wgm_top_k, ["A", "B", "C"]),
+        (ws.make_wgm_hitting_set, hitting_set.make_wgm_hitting_set, ["A", "C", "D"]),
+    ):
+        out = wrapped(tmlt, core, make, **TWO_STAGE)(data)
+        assert columns(out) == [("item", "string"), ("rank", "bigint")]  # UInt32 ranks, held by a bigint
+        assert [(r[0], r[1]) for r in out.collect()] == list(zip(items, [1, 2, 3], strict=True))
+        assert (
+            polars_make(*wgm.user_items_space(), output_measure=APPROX_DP, **TWO_STAGE)(coverage_frame())[
+                "item"
+            ].to_list()
+            == items
+        )
 
 
 def test_composes_in_a_privacy_accountant_that_enforces_the_budget(tmlt, core, spark) -> None:
     sp, exact = core["sp"], core["ExactNumber"]
-    frame = wgm.datasets.synthetic_zipf(n_users=2000, items_per_user=10, seed=4).with_columns(pl.col("item").cast(pl.String))
+    frame = wgm.datasets.synthetic_zipf(n_users=2000, items_per_user=10, seed=4).with_columns(
+        pl.col("item").cast(pl.String)
+    )
     data = spark_frame(spark, frame)
     dom = domain(core)
     budget = (exact(3), exact(sp.Rational(1, 10**4)))
     accountant = launch_accountant(core, dom, budget, data)
     # ours: (1, ~1e-5)
-    ours = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10)
+    ours = tmlt.create_wgm_measurement(
+        dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10
+    )
     released = accountant.measure(ours)
     assert released.count() > 0 and "1" in {r[0] for r in released.collect()}  # item 1 is held by most users
     spent_ours = ours.privacy_function(1)
@@ -251,293 +365,48 @@ def test_composes_in_a_privacy_accountant_that_enforces_the_budget(tmlt, core, s
     assert remaining == (budget[0] - spent_ours[0] - spent_builtin[0], budget[1] - spent_ours[1] - spent_builtin[1])
 
     # a WGM that asks for more epsilon than is left is refused, and nothing is spent
-    greedy = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=10)
+    greedy = tmlt.create_wgm_measurement(
+        dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=10
+    )
     with pytest.raises(core["InsufficientBudgetError"]):
         accountant.measure(greedy)
     assert accountant.privacy_budget == remaining
     # one that fits is answered
-    fitting = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=remaining[0], delta=sp.Rational(1, 10**6), max_contributions=10)
+    fitting = tmlt.create_wgm_measurement(
+        dom, "user", "item", epsilon=remaining[0], delta=sp.Rational(1, 10**6), max_contributions=10
+    )
     accountant.measure(fitting)
     assert accountant.privacy_budget[0] == 0
 
 
-# --------------------------------------------------------------------------------------------------------------
-# two-stage mechanisms
-
-
-def coverage_frame() -> pl.DataFrame:
-    """Items with distinct user counts and greedy gains: A 30 users, B 25 (inside A's), C 20, D 10, E 5."""
-    holders = {"A": range(30), "B": range(25), "C": range(30, 50), "D": range(50, 60), "E": range(60, 65)}
-    rows = [(u, item) for item, users in holders.items() for u in users]
-    return pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String}, orient="row")
-
-
-def test_two_stage_measurements(tmlt, core, spark) -> None:
-    from opendp_wgm.measurements import hitting_set, top_k
-
-    dp.enable_features("contrib", "honest-but-curious")
-    approx_dp = dp.approximate(dp.max_divergence())
-    params = dict(k=3, max_contributions=3, wgm_scale=1e-6, wgm_threshold=1.5, peel_scale=1e-3, wgm_epsilon=1.0, peel_delta=1e-6)
-    data = spark_frame(spark, coverage_frame())
-    cases = (
-        (tmlt.WGMTopKMeasurement, top_k.make_wgm_top_k, ["A", "B", "C"]),
-        (tmlt.WGMHittingSetMeasurement, hitting_set.make_wgm_hitting_set, ["A", "C", "D"]),
-    )
-    for cls, polars_make, expected in cases:
-        m = cls(domain(core), "user", "item", **params)
-        assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
-        assert m.output_measure == core["ApproxDP"]()
-        reference = polars_make(*wgm.user_items_space(), output_measure=approx_dp, **params)
-        for d_in in (1, 2):
-            assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in)
-        assert m.privacy_function(0) == (core["ExactNumber"](0), core["ExactNumber"](0))
-        rows = m(data).collect()
-        assert [(r[0], r[1]) for r in rows] == list(zip(expected, [1, 2, 3], strict=False))
-    with pytest.raises(ValueError, match="not rho-zCDP"):
-        tmlt.WGMTopKMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), **params)
-
-
-def test_calibrated_two_stage_measurements_compose(tmlt, core, spark) -> None:
+def test_every_mechanism_composes_in_one_accountant(tmlt, core, spark) -> None:
+    """DP-SIPS, top-k and the hitting set (stage 1 the WGM or the adaptive DP-SIPS) from budgets, released through
+    one accountant, which subtracts each privacy function exactly and refuses what no longer fits."""
     sp, exact = core["sp"], core["ExactNumber"]
     dom = domain(core)
-    budget = (exact(2), exact(sp.Rational(1, 10**4)))
-    top = tmlt.create_wgm_top_k_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=3)
-    cover = tmlt.create_wgm_hitting_set_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=3)
-    for m in (top, cover):
-        assert m.privacy_relation(1, (1, sp.Rational(1, 10**5)))
-    accountant = launch_accountant(core, dom, budget, spark_frame(spark, coverage_frame()))
-    accountant.measure(top)
-    accountant.measure(cover)
-    spent = [m.privacy_function(1) for m in (top, cover)]
-    assert accountant.privacy_budget == (budget[0] - spent[0][0] - spent[1][0], budget[1] - spent[0][1] - spent[1][1])
-    with pytest.raises(core["InsufficientBudgetError"]):
-        accountant.measure(top)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# DP-SIPS
-
-
-def sips_frame() -> pl.DataFrame:
-    """tests/measurements/test_dp_sips.py's two-round example: at Δ0 = 4 and T = 5, round 1 releases p1..p4,
-    round 2 the rich users' r (6 users at weight 1), a third round at T = 2.5 the loners' q (3 users)."""
-    popular = ["p1", "p2", "p3", "p4"]
-    users = [popular] * 20 + [[*popular, "r"]] * 6 + [["q"]] * 3
-    return pl.DataFrame(
+    users = [["a", "b", "c", "d", "e", f"solo{u}"] for u in range(400)]
+    frame = pl.DataFrame(
         {"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]}
     )
-
-
-# σ = 2^-20, the least the (ε, δ) map allows: about one lattice step of noise
-SIPS = dict(max_contributions=4, scales=[2.0**-20] * 3, thresholds=[5.0, 5.0, 2.5])
-
-
-def test_dp_sips_privacy_function_is_the_map(tmlt, core) -> None:
-    params = dict(max_contributions=20, scales=(6.0, 3.0, 2.0), thresholds=(30.0, 15.0, 9.0))
-    m = tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1.5, **params)
-    assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
-    assert m.output_measure == core["ApproxDP"]()
-    for d_in in (1, 2):
-        expected = dp_sips_privacy_loss(d_in, epsilon=1.5, **params)
-        assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == expected
-    reference = wgm.make_dp_sips(*wgm.user_items_space(), output_measure=dp.approximate(dp.max_divergence()), epsilon=1.5, **params)
-    assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
-    assert m.privacy_function(0) == (core["ExactNumber"](0), core["ExactNumber"](0))
-    with pytest.raises(ValueError, match="not rho-zCDP"):
-        tmlt.DPSIPSMeasurement(domain(core), "user", "item", output_measure=core["RhoZCDP"](), epsilon=1, **params)
-    with pytest.raises(ValueError, match=r"`thresholds` must have one entry per round"):
-        tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1, **{**params, "thresholds": (1.0,)})
-    with pytest.raises(ValueError, match="`epsilon` must be in"):
-        tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=0, **params)
-
-
-def test_dp_sips_release_and_composition(tmlt, core, spark) -> None:
-    sp, exact = core["sp"], core["ExactNumber"]
-    frame = sips_frame()
-    data = spark_frame(spark, frame)
-    m = tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1, **SIPS)
-    out = m(data)
-    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [
-        ("item", "string"), ("noisy_weight", "double"), ("round", "smallint")
-    ]
-    rows = out.collect()
-    expected = wgm.make_dp_sips(*wgm.user_items_space(), **SIPS)(frame)
-    assert [(r[0], r[2]) for r in rows] == expected.select("item", "round").rows()
-    assert [(r[0], r[2]) for r in rows] == [("p1", 1), ("p2", 1), ("p3", 1), ("p4", 1), ("q", 3), ("r", 2)]
-    assert out.collect() == rows  # materialised: collecting again draws no new noise
-
-    dom = domain(core)
-    budget = (exact(3), exact(sp.Rational(1, 10**4)))
-    accountant = launch_accountant(core, dom, budget, data)
-    sips = tmlt.create_dp_sips_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=4)
-    assert sips.privacy_relation(1, (1, sp.Rational(1, 10**5)))
-    wgm_m = tmlt.create_wgm_measurement(dom, "user", "item", epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=4)
-    accountant.measure(sips)
-    accountant.measure(wgm_m)
-    spent = [x.privacy_function(1) for x in (sips, wgm_m)]
-    assert accountant.privacy_budget == (budget[0] - spent[0][0] - spent[1][0], budget[1] - spent[0][1] - spent[1][1])
-    greedy = tmlt.create_dp_sips_measurement(dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=4)
-    with pytest.raises(core["InsufficientBudgetError"]):
-        accountant.measure(greedy)
-
-
-@pytest.mark.parametrize(
-    "budget",
-    [
-        {"epsilon": 1.0, "delta": 1e-5},
-        {"epsilon": 0.3, "delta": 1e-7, "max_contributions": 10},
-        {"epsilon": 4.0, "delta": 1e-4, "noise_delta_fraction": 0.3},
-    ],
-)
-def test_dp_sips_default_is_the_adaptive_schedule_with_the_polars_map(tmlt, core, budget) -> None:
-    """create_dp_sips_measurement without a schedule is the adaptive DP-SIPS: it takes and reports the adaptive
-    parameters and its privacy function is the Polars default's map (the fixed (0.05, 0.95) map differs)."""
-    from opendp_wgm.privacy.calibrate import calibrate_dp_sips
-    from opendp_wgm.privacy.sips import DEFAULT_FRACTIONS
-
-    budget = {"max_contributions": 100, **budget}
-    m = tmlt.create_dp_sips_measurement(domain(core), "user", "item", **budget)
-    cal = calibrate_dp_sips(**budget, adaptive=True)
-    assert m.schedule == {
-        "scales": cal.scales, "thresholds": cal.thresholds, "statistic_scale": cal.statistic_scale,
-        "branch_scales": cal.branch_scales, "branch_thresholds": cal.branch_thresholds,
-    }  # fmt: skip
-    reference = wgm.make_dp_sips_from_budget(*wgm.user_items_space(), **budget)
-    for d_in in (1, 2, 3):
-        assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in) == cal.loss(d_in)
-    assert reference.map(1) != calibrate_dp_sips(**budget, fractions=DEFAULT_FRACTIONS).loss(1)
-    assert reference.check(1, (budget["epsilon"], budget["delta"]))  # so the Tumult privacy function fits too
-    fixed = tmlt.create_dp_sips_measurement(domain(core), "user", "item", **budget, fractions=DEFAULT_FRACTIONS)
-    assert fixed.schedule["statistic_scale"] is None and fixed.schedule["branch_scales"] is None
-    with pytest.raises(ValueError, match=r"`branch_scales` must be given with `statistic_scale`"):
-        tmlt.DPSIPSMeasurement(
-            domain(core), "user", "item", epsilon=1, max_contributions=2, scales=[1.0, 1.0], thresholds=[5.0, 5.0],
-            statistic_scale=1.0,
-        )  # fmt: skip
-
-
-def test_dp_sips_adaptive_release_takes_the_branch(tmlt, core, spark) -> None:
-    """The adaptive DP-SIPS on Tumult runs the Spark release: on the two-round data every user still holding an
-    unreleased item after round 1 (the 6 rich users: r) is boosted, so the dense branch runs (rounds 2 and 3 at
-    T = 1e6 then 2.5: r in round 3; q, 3 loners of weight 1 each, too); σ_s = 2^-20 cannot change the rule."""
-    params = dict(
-        SIPS, scales=[2.0**-20] * 2, thresholds=[5.0, 5.0], statistic_scale=2.0**-20,
-        branch_scales=[2.0**-20] * 2, branch_thresholds=[1e6, 2.5],
-    )  # fmt: skip
-    m = tmlt.DPSIPSMeasurement(domain(core), "user", "item", epsilon=1, **params)
-    rows = m(spark_frame(spark, sips_frame())).collect()
-    assert [(r[0], r[2]) for r in rows] == [("p1", 1), ("p2", 1), ("p3", 1), ("p4", 1), ("q", 3), ("r", 3)]
-    reference = wgm.make_dp_sips(*wgm.user_items_space(), output_measure=dp.approximate(dp.max_divergence()), epsilon=1, **params)
-    assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# DP-SIPS as stage 1 of the two-stage mechanisms
-
-
-def polars_dp_sips_two_stage(mechanism: str, **params):
-    """The Polars twin of DPSIPSTopKMeasurement / DPSIPSHittingSetMeasurement, under (ε, δ)."""
-    from opendp_wgm.measurements.hitting_set import make_user_peeling
-    from opendp_wgm.measurements.top_k import make_peeling_top_k
-    from opendp_wgm.measurements.two_stage import make_dp_sips_then_peeling
-    from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING
-
-    peeling, accounting = (make_peeling_top_k, TOP_K) if mechanism == "top-k" else (make_user_peeling, USER_PEELING)
-    return make_dp_sips_then_peeling(
-        *wgm.user_items_space(), **params, output_measure=dp.approximate(dp.max_divergence()), noise="lattice",
-        item=None, passes=1, engine="auto", peeling=peeling, accounting=accounting,
-    )  # fmt: skip
-
-
-# SIPS's rounds (p1..p4, then r, then q), then peeling with no noise to speak of
-SIPS_TWO_STAGE = dict(
-    max_contributions=4, sips_scales=[2.0**-20] * 3, sips_thresholds=[5.0, 5.0, 2.5], peel_scale=1e-3, sips_epsilon=1.0,
-    peel_delta=1e-6,
-)  # fmt: skip
-
-
-def test_dp_sips_two_stage_measurements(tmlt, core, spark) -> None:
-    data = spark_frame(spark, sips_frame())
-    popular = {"p1", "p2", "p3", "p4"}
-    for cls, mechanism, k in ((tmlt.DPSIPSTopKMeasurement, "top-k", 6), (tmlt.DPSIPSHittingSetMeasurement, "hitting-set", 2)):
-        m = cls(domain(core), "user", "item", k=k, **SIPS_TWO_STAGE)
-        assert m.input_metric == core["IfGroupedBy"](["user"], core["SymmetricDifference"]())
-        assert m.output_measure == core["ApproxDP"]()
-        reference = polars_dp_sips_two_stage(mechanism, k=k, **SIPS_TWO_STAGE)
-        for d_in in (1, 2, 3):
-            assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == reference.map(d_in)
-        assert m.privacy_function(0) == (core["ExactNumber"](0), core["ExactNumber"](0))
-        out = m(data)
-        assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [("item", "string"), ("rank", "int")]
-        rows = [(r[0], r[1]) for r in out.collect()]
-        assert [rank for _, rank in rows] == list(range(1, k + 1))
-        items = [item for item, _ in rows]
-        # r is a candidate only from round 2, q only from round 3
-        assert items == ([*items[:4], "r", "q"] if mechanism == "top-k" else [items[0], "q"])
-        assert set(items[: k - 2 if mechanism == "top-k" else 1]) <= popular
-    with pytest.raises(ValueError, match="not rho-zCDP"):
-        tmlt.DPSIPSTopKMeasurement(domain(core), "user", "item", k=2, output_measure=core["RhoZCDP"](), **SIPS_TWO_STAGE)
-    with pytest.raises(ValueError, match="`sips_epsilon` must be in"):
-        tmlt.DPSIPSHittingSetMeasurement(domain(core), "user", "item", k=2, **{**SIPS_TWO_STAGE, "sips_epsilon": 0})
-    with pytest.raises(ValueError, match="`thresholds` must have one entry per round"):
-        tmlt.DPSIPSTopKMeasurement(domain(core), "user", "item", k=2, **{**SIPS_TWO_STAGE, "sips_thresholds": [5.0]})
-
-
-@pytest.mark.parametrize("budget", [{"epsilon": 1.0, "delta": 1e-5}, {"epsilon": 0.5, "delta": 1e-7, "split": 0.3}])
-def test_dp_sips_two_stage_default_is_the_adaptive_schedule(tmlt, core, budget) -> None:
-    """With ``stage_1="dp-sips"`` and no schedule, stage 1 is the adaptive DP-SIPS: the two-stage classes take
-    its parameters (``sips_statistic_scale``, ``sips_branch_*``) and the maps are the Polars twin's, whose stage
-    1 map is the adaptive calibration's."""
-    from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set, calibrate_wgm_top_k
-
-    cases = (
-        (tmlt.create_wgm_top_k_measurement, calibrate_wgm_top_k, tmlt.DPSIPSTopKMeasurement, "top-k"),
-        (tmlt.create_wgm_hitting_set_measurement, calibrate_wgm_hitting_set, tmlt.DPSIPSHittingSetMeasurement, "hitting-set"),
-    )  # fmt: skip
-    for create, calibrate, cls, mechanism in cases:
-        params = dict(k=3, max_contributions=10, stage_1="dp-sips", **budget)
-        cal = calibrate(**params)
-        assert cal.sips is not None and cal.sips.statistic_scale is not None
-        arguments = tmlt._stage_1_parameters(cal)
-        assert arguments["sips_statistic_scale"] == cal.sips.statistic_scale
-        assert arguments["sips_branch_scales"] == cal.sips.branch_scales
-        explicit = cls(domain(core), "user", "item", **arguments)
-        created = create(domain(core), "user", "item", **params)
-        reference = polars_dp_sips_two_stage(mechanism, **arguments)
-        for d_in in (1, 2, 3):
-            expected = reference.map(d_in)
-            for m in (explicit, created):
-                assert tuple(x.to_float(round_up=False) for x in m.privacy_function(d_in)) == expected
-
-
-def test_calibrated_dp_sips_two_stage_measurements(tmlt, core, spark) -> None:
-    sp, exact = core["sp"], core["ExactNumber"]
-    dom = domain(core)
-    cases = (
-        (tmlt.create_wgm_top_k_measurement, wgm.make_wgm_top_k_from_budget, tmlt.DPSIPSTopKMeasurement),
-        (tmlt.create_wgm_hitting_set_measurement, wgm.make_wgm_hitting_set_from_budget, tmlt.DPSIPSHittingSetMeasurement),
-    )
-    for create, polars_make, cls in cases:
-        for budget in ({"epsilon": 1.0, "delta": 1e-5}, {"epsilon": 0.5, "delta": 1e-7, "split": 0.3}):
-            for schedule in ({}, {"rounds": 2, "ratio": 0.5}):
-                params = dict(k=3, max_contributions=10, stage_1="dp-sips", **budget, **schedule)
-                m = create(dom, "user", "item", **params)
-                assert isinstance(m, cls)
-                reference = polars_make(*wgm.user_items_space(), **params)  # the same calibration and map
-                assert tuple(x.to_float(round_up=False) for x in m.privacy_function(1)) == reference.map(1)
-                assert tuple(x.to_float(round_up=False) for x in m.privacy_function(2)) == reference.map(2)
-        rational = (1, sp.Rational(1, 10**5))
-        m = create(dom, "user", "item", k=3, epsilon=rational[0], delta=rational[1], max_contributions=10, stage_1="dp-sips")
-        assert m.privacy_relation(1, rational)
-        with pytest.raises(ValueError, match=r"`stage_1` must be one of \{'wgm', 'dp-sips'\} \(found 'sips'\)"):
-            create(dom, "user", "item", k=3, epsilon=1, delta=1e-5, max_contributions=10, stage_1="sips")
-        with pytest.raises(ValueError, match=r"`rounds` must be None unless stage_1='dp-sips' \(found 2\)"):
-            create(dom, "user", "item", k=3, epsilon=1, delta=1e-5, max_contributions=10, rounds=2)
-    # released through a Tumult accountant: k ranked items of those every user holds
-    users = [["a", "b", "c", "d", "e", f"solo{u}"] for u in range(400)]
-    frame = pl.DataFrame({"user": [u for u, items in enumerate(users) for _ in items], "item": [x for items in users for x in items]})
-    budget = (exact(1), exact(sp.Rational(1, 10**5)))
+    budget = (exact(4), exact(sp.Rational(1, 10**4)))
     accountant = launch_accountant(core, dom, budget, spark_frame(spark, frame))
-    top = tmlt.create_wgm_top_k_measurement(dom, "user", "item", k=3, epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10, stage_1="dp-sips")
-    rows = accountant.measure(top).collect()
-    assert [r[1] for r in rows] == [1, 2, 3] and len({r[0] for r in rows}) == 3 and {r[0] for r in rows} <= set("abcde")
+    each = dict(epsilon=1, delta=sp.Rational(1, 10**5), max_contributions=10)
+    measurements = [
+        tmlt.create_dp_sips_measurement(dom, "user", "item", **each),
+        tmlt.create_wgm_top_k_measurement(dom, "user", "item", k=3, stage_1="dp-sips", **each),
+        tmlt.create_wgm_hitting_set_measurement(dom, "user", "item", k=3, **each),
+    ]
+    sips_rows = accountant.measure(measurements[0]).collect()
+    assert {r[0] for r in sips_rows} >= set("abcde")
+    top = accountant.measure(measurements[1]).collect()
+    assert [r[1] for r in top] == [1, 2, 3] and len({r[0] for r in top}) == 3 and {r[0] for r in top} <= set("abcde")
+    cover = accountant.measure(measurements[2]).collect()
+    assert len(cover) >= 1 and cover[0][0] in set("abcde")  # one pick covers every user
+    spent = [m.privacy_function(1) for m in measurements]
+    assert accountant.privacy_budget == (budget[0] - sum(s[0] for s in spent), budget[1] - sum(s[1] for s in spent))
+    with pytest.raises(core["InsufficientBudgetError"]):
+        accountant.measure(
+            tmlt.create_wgm_measurement(
+                dom, "user", "item", epsilon=2, delta=sp.Rational(1, 10**6), max_contributions=10
+            )
+        )
