@@ -22,7 +22,6 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor, spark_user_items_space
@@ -185,11 +184,9 @@ def make_spark_group_by(
 ) -> dp.Measurement:
     """:func:`opendp_wgm.make_wgm_group_by` on a Spark space (its parameters; ``item`` must be None: the space
     names the key columns). ``key_release`` is built on the packed Spark space (the user column and one key
-    column: a composite key's packed string), e.g. a Spark WGM; the release is the Polars engine's frame."""
-    _assert_features()
-    if not callable(key_release):
-        msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
-        raise TypeError(msg)
+    column: a composite key's packed string), e.g. a Spark WGM; the release is the Polars engine's frame. Called
+    by :func:`~opendp_wgm.measurements.group_by.make_wgm_group_by` after its checks of the features and of
+    ``key_release``."""
     space = _spark_space(input_domain, input_metric, item)
     keys = space.keys or (space.item,)
     aggregates = _Aggregates.of(keys, max_contributions, max_rows_per_key, sums, means)

@@ -234,6 +234,9 @@ def make_wgm_group_by(
     (0.045, True)
     """
     _assert_features()
+    if not callable(key_release):
+        msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
+        raise TypeError(msg)
     # --- Spark: a Spark input space releases on the Spark engine (measurements/_group_by_spark.py) -----------
     from opendp_wgm.measurements import _group_by_spark
 
@@ -244,9 +247,6 @@ def make_wgm_group_by(
             item=item,
         )
     # --- end Spark ----------------------------------------------------------------------------------------------
-    if not callable(key_release):
-        msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
-        raise TypeError(msg)
     space = _resolve_space(input_domain, input_metric, item)
     aggregates = _Aggregates.of(space.keys, max_contributions, max_rows_per_key, sums, means)
     scale = _check_positive("scale", scale)
