@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import opendp.prelude as dp
 import polars as pl
@@ -34,6 +34,7 @@ from opendp_wgm._validation import (
 )
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import bound_key, fresh_seeds
+from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._group_by_stage_2 import (
     _ACCOUNTING,
     _ORDER,
@@ -46,10 +47,9 @@ from opendp_wgm.measurements._group_by_stage_2 import (
     _stage_2_kind,
 )
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, KeyMechanism, _key_release_from_budget, discover_keys
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
 from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind, measure_of
 from opendp_wgm.privacy.calibrate import smallest_passing
 
@@ -365,6 +365,22 @@ def calibrate_wgm_group_by(
         means=tuple((c, (lo, hi)) for c, lo, hi in _check_bounds("means", means)),
     )
 
+
+def _group_by_candidate(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int, epsilon: float | None,
+    mechanism: KeyMechanism, **options: Any,
+) -> dp.Measurement:
+    """:func:`make_wgm_group_by_from_budget` at a grid point of ``max_contributions="auto"``: at Δ0 = 1 under
+    (ε, δ)-DP a WGM or DP-SIPS key release is the optimal partition selection."""
+    if max_contributions == 1 and epsilon is not None and mechanism in ("wgm", "dp-sips"):
+        mechanism = "partition-selection"
+    return make_wgm_group_by_from_budget(
+        input_domain, input_metric, max_contributions=max_contributions, epsilon=epsilon, mechanism=mechanism,
+        **options,
+    )
+
+
+@budget_boundary(candidate=_group_by_candidate)
 def make_wgm_group_by_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -423,15 +439,8 @@ def make_wgm_group_by_from_budget(
     >>> m.check(1, (1.0, 1e-6))
     True
     """
-    _assert_features()
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
-    max_contributions = check_max_contributions_or_auto(max_contributions)
-    if max_contributions == "auto":
-        return auto_from_budget(
-            _group_by_candidate, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
-            auto_fraction=auto_fraction, key_fraction=key_fraction, mechanism=mechanism, k=k,
-            max_rows_per_key=max_rows_per_key, sums=sums, means=means, noise=noise, item=item,
-        )
+    max_contributions = cast(int, max_contributions)  # checked by @budget_boundary: never "auto" here
     calibration = calibrate_wgm_group_by(
         max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, key_fraction=key_fraction,
         max_rows_per_key=max_rows_per_key, sums=sums, means=means,
@@ -453,20 +462,6 @@ def make_wgm_group_by_from_budget(
     if not measurement.check(1, budget.d_out):  # pragma: no cover - a bug guard
         raise AssertionError(f"calibration produced {measurement.map(1)}, over the budget {budget.d_out}")
     return measurement
-
-
-def _group_by_candidate(
-    input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int, epsilon: float | None,
-    mechanism: KeyMechanism, **options: Any,
-) -> dp.Measurement:
-    """:func:`make_wgm_group_by_from_budget` at a grid point of ``max_contributions="auto"``: at Δ0 = 1 under
-    (ε, δ)-DP a WGM or DP-SIPS key release is the optimal partition selection."""
-    if max_contributions == 1 and epsilon is not None and mechanism in ("wgm", "dp-sips"):
-        mechanism = "partition-selection"
-    return make_wgm_group_by_from_budget(
-        input_domain, input_metric, max_contributions=max_contributions, epsilon=epsilon, mechanism=mechanism,
-        **options,
-    )
 
 
 def summarize_group_by(
