@@ -15,7 +15,6 @@ Privacy arguments: ``docs/privacy.md`` §5.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -28,7 +27,6 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _PreparedFrame, _resolve_space, _Space
 from opendp_wgm._validation import (
     _check_choice,
-    _check_d_in,
     _check_positive,
     _check_probability,
 )
@@ -36,7 +34,6 @@ from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import bound_key, fresh_seeds
 from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._group_by_stage_2 import (
-    _ACCOUNTING,
     _ORDER,
     _SUBSET,
     _USER,
@@ -44,13 +41,13 @@ from opendp_wgm.measurements._group_by_stage_2 import (
     Bounds,
     _Aggregates,
     _check_bounds,
-    _stage_2_kind,
+    _GroupByRequest,
 )
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, KeyMechanism, _key_release_from_budget, discover_keys
-from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
+from opendp_wgm.measurements.two_stage import Preparation, Stage1
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
-from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind, measure_of
+from opendp_wgm.privacy.budget import Budget, MeasureKind
 from opendp_wgm.privacy.calibrate import smallest_passing
 
 __all__ = [
@@ -237,44 +234,31 @@ def make_wgm_group_by(
     if not callable(key_release):
         msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
         raise TypeError(msg)
+    request = _GroupByRequest(max_contributions, scale, max_rows_per_key, sums, means, output_measure, delta)
     # --- Spark: a Spark input space releases on the Spark engine (measurements/_group_by_spark.py) -----------
     from opendp_wgm.measurements import _group_by_spark
 
     if _group_by_spark.is_spark_space(input_domain):
-        return _group_by_spark.make_spark_group_by(
-            input_domain, input_metric, key_release=key_release, max_contributions=max_contributions, scale=scale,
-            max_rows_per_key=max_rows_per_key, sums=sums, means=means, output_measure=output_measure, delta=delta,
-            item=item,
-        )
+        return _group_by_spark.make_spark_group_by(input_domain, input_metric, key_release, request, item)
     # --- end Spark ----------------------------------------------------------------------------------------------
     space = _resolve_space(input_domain, input_metric, item)
-    aggregates = _Aggregates.of(space.keys, max_contributions, max_rows_per_key, sums, means)
-    scale = _check_positive("scale", scale)
-    kind, delta_value = _stage_2_kind(output_measure, delta)
+    checked = request.setup(space.keys)
+    aggregates = checked.aggregates
     aggregates.check_space(space, input_domain)
-    measure = measure_of(kind)
 
     def stage_2(domain: dp.Domain, metric: dp.Metric, keys: pl.Series) -> dp.Measurement:
         def function(data: pl.LazyFrame | _PreparedFrame) -> pl.DataFrame:
-            return _aggregate_release(data, space, aggregates, keys, scale, kind, delta_value)
+            return _aggregate_release(data, space, aggregates, keys, checked.scale, checked.kind, checked.delta)
 
-        return dp.m.make_user_measurement(domain, metric, measure, function, charged)
-
-    @functools.lru_cache(maxsize=64)
-    def charged(d_in: int) -> Loss:
-        return aggregates.loss(_check_d_in(d_in), scale, kind, delta_value)
+        return dp.m.make_user_measurement(domain, metric, checked.measure, function, checked.charged)
 
     def combine(released_keys: pl.DataFrame, statistics: pl.DataFrame) -> pl.DataFrame:
         return released_keys.join(statistics, on=list(aggregates.keys), how="left", maintain_order="left")
 
-    measurement = make_two_stage(
-        input_domain, input_metric, stage_1=key_release, stage_2=stage_2, stage_2_map=charged,
-        accounting=_ACCOUNTING, preparation=_preparation(space, aggregates), combine=combine,
+    return checked.compose(
+        input_domain, input_metric, key_release=key_release, stage_2=stage_2,
+        preparation=_preparation(space, aggregates), combine=combine,
     )
-    if measurement.output_measure != measure:
-        msg = f"`key_release` must measure privacy in {measure} (found {measurement.output_measure})"
-        raise ValueError(msg)
-    return measurement
 
 
 # --------------------------------------------------------------------------------------------------------------
