@@ -41,8 +41,7 @@ from opendp_wgm.privacy.threshold import (
 )
 from opendp_wgm.samplers import NOISE_METHODS, NoiseMethod
 from opendp_wgm.transformations import (
-    UserDistanceDescriptor,
-    WeightedHistogramDescriptor,
+    histogram_space,
     make_bound_user_items,
     make_weighted_histogram,
 )
@@ -174,20 +173,7 @@ floor`. The
     noise = check_noise(noise)
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     _check_lattice_scale(epsilon, scale)
-    histogram = getattr(input_domain, "descriptor", None)
-    distance = getattr(input_metric, "descriptor", None)
-    if not isinstance(histogram, WeightedHistogramDescriptor):
-        msg = (
-            "`input_domain` must be a weighted-histogram domain (the output of make_weighted_histogram) "
-            f"(found {input_domain})"
-        )
-        raise ValueError(msg)
-    if distance != UserDistanceDescriptor(histogram.max_contributions, histogram.lattice_bits):
-        msg = (
-            "`input_metric` must be the user distance of make_weighted_histogram with "
-            f"max_contributions={histogram.max_contributions} (found {input_metric})"
-        )
-        raise ValueError(msg)
+    histogram = histogram_space(input_domain, input_metric)
     item, unit = histogram.item, 2.0**histogram.lattice_bits
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
