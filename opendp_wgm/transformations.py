@@ -166,6 +166,32 @@ def user_distance(max_contributions: int) -> dp.Metric:
     return dp.user_distance(name, descriptor=descriptor)
 
 
+def histogram_space(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, single: bool = False
+) -> WeightedHistogramDescriptor:
+    """The descriptor of a weighted-histogram input space (:func:`make_weighted_histogram`'s output), its user
+    distance checked against it: the input of :func:`opendp_wgm.make_noisy_threshold` (any Δ0) or, with
+    ``single``, of :func:`opendp_wgm.make_partition_selection` (Δ0 = 1 only). Raises ``ValueError`` naming what
+    was expected otherwise."""
+    histogram = getattr(input_domain, "descriptor", None)
+    if not isinstance(histogram, WeightedHistogramDescriptor) or (single and histogram.max_contributions != 1):
+        what = (
+            "with max_contributions=1 (the output of make_weighted_histogram after "
+            "make_bound_user_items(max_contributions=1))"
+            if single
+            else "(the output of make_weighted_histogram)"
+        )
+        msg = f"`input_domain` must be a weighted-histogram domain {what} (found {input_domain})"
+        raise ValueError(msg)
+    if getattr(input_metric, "descriptor", None) != UserDistanceDescriptor(
+        histogram.max_contributions, histogram.lattice_bits
+    ):
+        at = "at max_contributions=1" if single else f"with max_contributions={histogram.max_contributions}"
+        msg = f"`input_metric` must be the user distance of make_weighted_histogram {at} (found {input_metric})"
+        raise ValueError(msg)
+    return histogram
+
+
 def weighted_histogram_l02inf(d_in: int, max_contributions: int) -> tuple[int, float, float]:
     r"""The (ℓ0, ℓ2, ℓ∞) distance between the weighted histograms of datasets ``d_in`` users apart.
 

@@ -4,7 +4,7 @@ release curve of every candidate Δ0 for ``--dry-run`` (the curve depends on the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opendp_wgm.cli._args import _Budget
 from opendp_wgm.cli._errors import CLIError
@@ -67,4 +67,44 @@ def auto_plan(
 
     return _Plan(
         f"{name} (Δ0 auto)", measurement, lines, released=released, outcome=chosen, candidates=candidates
+    )
+
+
+def two_stage_auto_plan(
+    budget: _Budget,
+    *,
+    space: tuple[dp.Domain, dp.Metric],
+    make: Callable[..., dp.Measurement],
+    calibrate: Callable[..., Any],
+    k: int,
+    split: float,
+    noise: str,
+    stage_1: dict[str, Any],
+    execution: dict[str, Any],
+    then: str,
+    **options: Any,
+) -> _Plan:
+    """The ``--max-contributions auto`` plan of a two-stage command (top-k, hitting set): ``make``, its
+    ``*_from_budget`` constructor, at ``max_contributions="auto"``, and for ``--dry-run`` stage 1's curve at each
+    grid point by ``calibrate``, the constructor's calibration. ``stage_1`` (``stage_1``, ``rounds``, ``ratio``)
+    and ``options`` (e.g. ``noise_delta_fraction``) go to both, ``execution`` to the constructor only; ``then``
+    names stage 2 in the plan's name (``WGM-then-<then>``, or ``DP-SIPS-then-<then>``)."""
+    assert budget.auto_fraction is not None  # set with --max-contributions auto
+    measurement = make(
+        *space, k=k, max_contributions="auto", delta=budget.delta, epsilon=budget.epsilon, rho=budget.rho,
+        auto_fraction=budget.auto_fraction, split=split, noise=noise, **options, **stage_1, **execution,
+    )
+
+    def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
+        calibration = calibrate(
+            k=k, split=split, max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon,
+            rho=rest.rho, **options, **stage_1,
+        )
+        first: WGMCalibration | DPSIPSCalibration = calibration.stage_1
+        return first
+
+    first = "DP-SIPS" if stage_1["stage_1"] == "dp-sips" else "WGM"
+    return auto_plan(
+        budget, name=f"{first}-then-{then}", measurement=measurement, curve_at=curve_at,
+        released="a stage-1 candidate",
     )

@@ -111,27 +111,15 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         )
 
     def plan_auto() -> _Plan:
-        from opendp_wgm.cli._auto import auto_plan
+        from opendp_wgm.cli._auto import two_stage_auto_plan
         from opendp_wgm.measurements import make_wgm_hitting_set_from_budget
-        from opendp_wgm.privacy.budget import Budget
-        from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration
 
-        assert budget.auto_fraction is not None  # set with --max-contributions auto
         fraction = 0.5 if budget.noise_delta_fraction is None else budget.noise_delta_fraction
-        measurement = make_wgm_hitting_set_from_budget(
-            *user_items_space(args.user, args.item), k=args.k, max_contributions="auto", delta=budget.delta,
-            epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, split=split, noise=noise,
-            noise_delta_fraction=fraction, **stage_1, **execution.kwargs(),
+        return two_stage_auto_plan(
+            budget, space=user_items_space(args.user, args.item), make=make_wgm_hitting_set_from_budget,
+            calibrate=calibrate_wgm_hitting_set, k=args.k, split=split, noise=noise, stage_1=stage_1,
+            execution=dict(execution.kwargs()), then="peeling", noise_delta_fraction=fraction,
         )
-
-        def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
-            return calibrate_wgm_hitting_set(
-                k=args.k, split=split, max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon,
-                rho=rest.rho, noise_delta_fraction=fraction, **stage_1,
-            ).stage_1
-
-        name = "DP-SIPS-then-peeling" if args.stage_1 == "dp-sips" else "WGM-then-peeling"
-        return auto_plan(budget, name=name, measurement=measurement, curve_at=curve_at, released="a stage-1 candidate")
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
         columns = {"user": args.user, "item": args.item}

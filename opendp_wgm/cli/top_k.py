@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     from opendp_wgm.measurements.baselines.limited_domain import LD_MAX_K_BAR
     from opendp_wgm.measurements.dp_sips import dp_sips_arguments
     from opendp_wgm.measurements.top_k import wgm_top_k_of_calibration
-    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration, calibrate_wgm_top_k
+    from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_wgm_top_k
     from opendp_wgm.privacy.peeling import TOP_K, peeling_loss
 
     budget = _budget(args)
@@ -179,25 +179,14 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan(name, measurement, [*lines, execution.line()], curve=first, released="a stage-1 candidate")
 
     def plan_auto() -> _Plan:
-        from opendp_wgm.cli._auto import auto_plan
+        from opendp_wgm.cli._auto import two_stage_auto_plan
         from opendp_wgm.measurements import make_wgm_top_k_from_budget
-        from opendp_wgm.privacy.budget import Budget
 
-        assert budget.auto_fraction is not None  # set with --max-contributions auto
-        measurement = make_wgm_top_k_from_budget(
-            *user_items_space(args.user, args.item), k=args.k, max_contributions="auto", delta=budget.delta,
-            epsilon=budget.epsilon, rho=budget.rho, auto_fraction=budget.auto_fraction, split=split, noise=noise,
-            **stage_1_options, **execution.kwargs(),
+        return two_stage_auto_plan(
+            budget, space=user_items_space(args.user, args.item), make=make_wgm_top_k_from_budget,
+            calibrate=calibrate_wgm_top_k, k=args.k, split=split, noise=noise, stage_1=stage_1_options,
+            execution=dict(execution.kwargs()), then="top-k",
         )
-
-        def curve_at(max_contributions: int, rest: Budget) -> WGMCalibration | DPSIPSCalibration:
-            return calibrate_wgm_top_k(
-                k=args.k, split=split, max_contributions=max_contributions, delta=rest.delta, epsilon=rest.epsilon,
-                rho=rest.rho, **stage_1_options,
-            ).stage_1
-
-        name = "DP-SIPS-then-top-k" if args.stage_1 == "dp-sips" else "WGM-then-top-k"
-        return auto_plan(budget, name=name, measurement=measurement, curve_at=curve_at, released="a stage-1 candidate")
 
     def plan_limited_domain() -> _Plan:
         refuse_auto(budget, "--mechanism limited-domain")

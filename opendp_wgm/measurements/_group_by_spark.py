@@ -22,7 +22,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
-from opendp_wgm._validation import _check_choice, _check_d_in, _check_positive
+from opendp_wgm._validation import _check_choice
 from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor, spark_user_items_space
 from opendp_wgm.engines.spark_aggregates import (
@@ -35,11 +35,11 @@ from opendp_wgm.engines.spark_aggregates import (
     unpack_keys,
     wgm_key_release,
 )
-from opendp_wgm.measurements._group_by_stage_2 import _ACCOUNTING, COUNT, Bounds, _Aggregates, _stage_2_kind
+from opendp_wgm.measurements._group_by_stage_2 import COUNT, _Aggregates, _GroupByRequest
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS
-from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release, make_two_stage
+from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release
 from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
-from opendp_wgm.privacy.budget import Budget, Loss, measure_of
+from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.calibrate import calibrate_wgm
 
 __all__ = ["is_spark_space", "make_spark_group_by", "spark_key_release"]
@@ -171,31 +171,21 @@ def _stage_2(
 def make_spark_group_by(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
-    *,
     key_release: Stage1,
-    max_contributions: int,
-    scale: float,
-    max_rows_per_key: int = 1,
-    sums: Bounds | None = None,
-    means: Bounds | None = None,
-    output_measure: dp.Measure | None = None,
-    delta: float | None = None,
-    item: str | Sequence[str] | None = None,
+    request: _GroupByRequest,
+    item: str | Sequence[str] | None,
 ) -> dp.Measurement:
-    """:func:`opendp_wgm.make_wgm_group_by` on a Spark space (its parameters; ``item`` must be None: the space
-    names the key columns). ``key_release`` is built on the packed Spark space (the user column and one key
-    column: a composite key's packed string), e.g. a Spark WGM; the release is the Polars engine's frame. Called
-    by :func:`~opendp_wgm.measurements.group_by.make_wgm_group_by` after its checks of the features and of
-    ``key_release``."""
+    """:func:`opendp_wgm.make_wgm_group_by` on a Spark space (its stage-2 parameters in ``request``; ``item`` must
+    be None: the space names the key columns). ``key_release`` is built on the packed Spark space (the user column
+    and one key column: a composite key's packed string), e.g. a Spark WGM; the release is the Polars engine's
+    frame. Called by :func:`~opendp_wgm.measurements.group_by.make_wgm_group_by` after its checks of the features
+    and of ``key_release``."""
     space = _spark_space(input_domain, input_metric, item)
-    keys = space.keys or (space.item,)
-    aggregates = _Aggregates.of(keys, max_contributions, max_rows_per_key, sums, means)
-    scale = _check_positive("scale", scale)
-    kind, delta_value = _stage_2_kind(output_measure, delta)
+    checked = request.setup(space.keys or (space.item,))
+    aggregates = checked.aggregates
     if space.user in aggregates.values:
         msg = f"`sums`/`means` must not name the user column (found {space.user!r})"
         raise ValueError(msg)
-    measure = measure_of(kind)
     # the values enter the plan under their internal names (a user column may share a key's name)
     renamed = [s.internal for s in aggregates.statistics]
     sources = [s.column for s in aggregates.statistics]
@@ -205,10 +195,6 @@ def make_spark_group_by(
         values = (out[c].alias(r) for c, r in zip(sources, renamed, strict=True))
         return out.select(space.user, space.item, *space.keys, *values)
 
-    @functools.lru_cache(maxsize=64)
-    def charged(d_in: int) -> Loss:
-        return aggregates.loss(_check_d_in(d_in), scale, kind, delta_value)
-
     def combine(released_keys: pl.DataFrame, statistics: pl.DataFrame) -> pl.DataFrame:
         joined = released_keys.join(statistics, on=space.item, how="left", maintain_order="left")
         if not space.keys:
@@ -216,12 +202,8 @@ def make_spark_group_by(
         return joined.with_columns(pl.col(_KEYS).alias(space.item)).drop(_KEYS).unnest(space.item)
 
     domain, metric = _packed_space(space)
-    measurement = make_two_stage(
-        input_domain, input_metric, stage_1=key_release,
-        stage_2=_stage_2(space, aggregates, _noise(aggregates, scale), measure), stage_2_map=charged,
-        accounting=_ACCOUNTING, preparation=Preparation(domain, metric, prepare, space.item), combine=combine,
+    stage_2 = _stage_2(space, aggregates, _noise(aggregates, checked.scale), checked.measure)
+    return checked.compose(
+        input_domain, input_metric, key_release=key_release, stage_2=stage_2,
+        preparation=Preparation(domain, metric, prepare, space.item), combine=combine,
     )
-    if measurement.output_measure != measure:
-        msg = f"`key_release` must measure privacy in {measure} (found {measurement.output_measure})"
-        raise ValueError(msg)
-    return measurement

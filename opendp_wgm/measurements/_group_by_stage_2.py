@@ -3,8 +3,9 @@ and means, on a fixed-point grid) and OpenDP's ``make_private_lazyframe`` plan o
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,11 +20,14 @@ from opendp_wgm._spaces import _Space
 from opendp_wgm._validation import (
     _check_absent,
     _check_column,
+    _check_d_in,
     _check_given,
     _check_int,
+    _check_positive,
     _check_probability,
 )
 from opendp_wgm.measurements._opendp_frame import series_domain
+from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release, make_two_stage
 from opendp_wgm.privacy.budget import Loss, MeasureKind, measure_kind, measure_of
 from opendp_wgm.privacy.peeling import Accounting
 from opendp_wgm.privacy.threshold import check_max_contributions
@@ -239,3 +243,68 @@ def _stage_2_kind(output_measure: dp.Measure | None, delta: Any) -> tuple[Measur
         return kind, 0.0
     _check_given("delta", delta, when=f"with {_APPROX_DP}")
     return kind, _check_probability("delta", delta)
+
+
+@dataclass(frozen=True)
+class _GroupByRequest:
+    """:func:`~opendp_wgm.measurements.group_by.make_wgm_group_by`'s stage-2 parameters as given (unchecked): what
+    either engine's constructor checks on its own key columns (:meth:`setup`)."""
+
+    max_contributions: Any
+    scale: Any
+    max_rows_per_key: Any
+    sums: Any
+    means: Any
+    output_measure: Any
+    delta: Any
+
+    def setup(self, keys: tuple[str, ...]) -> _Stage2:
+        """The checked stage 2 over the key columns ``keys``: the aggregates, then ``scale``, then the measure."""
+        aggregates = _Aggregates.of(keys, self.max_contributions, self.max_rows_per_key, self.sums, self.means)
+        scale = _check_positive("scale", self.scale)
+        kind, delta = _stage_2_kind(self.output_measure, self.delta)
+
+        @functools.lru_cache(maxsize=64)
+        def charged(d_in: int) -> Loss:
+            return aggregates.loss(_check_d_in(d_in), scale, kind, delta)
+
+        return _Stage2(aggregates, scale, kind, delta, charged)
+
+
+@dataclass(frozen=True)
+class _Stage2:
+    """Stage 2 of a group-by, checked, on either engine: the aggregates at OpenDP's ``scale``, the output measure's
+    kind, the aggregates' conversion δ (0 under zCDP) and their map, ``charged`` (cached)."""
+
+    aggregates: _Aggregates
+    scale: float
+    kind: MeasureKind
+    delta: float
+    charged: Callable[[int], Loss]
+
+    @property
+    def measure(self) -> dp.Measure:
+        """The output measure of both stages."""
+        return measure_of(self.kind)
+
+    def compose(
+        self,
+        input_domain: dp.Domain,
+        input_metric: dp.Metric,
+        *,
+        key_release: Stage1,
+        stage_2: Callable[[dp.Domain, dp.Metric, pl.Series], dp.Measurement | Stage2Release],
+        preparation: Preparation,
+        combine: Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame],
+    ) -> dp.Measurement:
+        """``key_release``, then the engine's ``stage_2`` over the released keys, composed
+        (:func:`~opendp_wgm.measurements.two_stage.make_two_stage`) with the aggregates' map; raises if the key
+        release does not measure privacy in :attr:`measure`."""
+        measurement = make_two_stage(
+            input_domain, input_metric, stage_1=key_release, stage_2=stage_2, stage_2_map=self.charged,
+            accounting=_ACCOUNTING, preparation=preparation, combine=combine,
+        )
+        if measurement.output_measure != self.measure:
+            msg = f"`key_release` must measure privacy in {self.measure} (found {measurement.output_measure})"
+            raise ValueError(msg)
+        return measurement

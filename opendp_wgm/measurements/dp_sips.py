@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import opendp.prelude as dp
@@ -37,10 +37,10 @@ from opendp_wgm.engines.polars import (
 )
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.kernel import histogram as kernel_histogram
+from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._spark import spark_space
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
 from opendp_wgm.privacy.sips import DENSE_SHARE, dp_sips_privacy_loss
@@ -384,6 +384,9 @@ def make_dp_sips(
     return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
 
 
+@budget_boundary(
+    single_item_columns={"noisy_weight": pl.lit(None, dtype=pl.Float64), ROUND: pl.lit(1, dtype=pl.Int16)}
+)
 def make_dp_sips_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -458,18 +461,8 @@ def make_dp_sips_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    _assert_features()
-    max_contributions = check_max_contributions_or_auto(max_contributions)
-    if max_contributions == "auto":
-        single = {"noisy_weight": pl.lit(None, dtype=pl.Float64), ROUND: pl.lit(1, dtype=pl.Int16)}
-        return auto_from_budget(
-            make_dp_sips_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
-            auto_fraction=auto_fraction, single_item_columns=single, fractions=fractions, rounds=rounds,
-            ratio=ratio, noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes,
-            engine=engine,
-        )
     calibration = calibrate_dp_sips(
-        max_contributions=max_contributions,
+        max_contributions=cast(int, max_contributions),  # checked by @budget_boundary: never "auto" here
         delta=delta,
         epsilon=epsilon,
         rho=rho,

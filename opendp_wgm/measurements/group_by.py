@@ -15,10 +15,9 @@ Privacy arguments: ``docs/privacy.md`` §5.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import opendp.prelude as dp
 import polars as pl
@@ -28,14 +27,13 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _PreparedFrame, _resolve_space, _Space
 from opendp_wgm._validation import (
     _check_choice,
-    _check_d_in,
     _check_positive,
     _check_probability,
 )
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines.polars import bound_key, fresh_seeds
+from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._group_by_stage_2 import (
-    _ACCOUNTING,
     _ORDER,
     _SUBSET,
     _USER,
@@ -43,14 +41,13 @@ from opendp_wgm.measurements._group_by_stage_2 import (
     Bounds,
     _Aggregates,
     _check_bounds,
-    _stage_2_kind,
+    _GroupByRequest,
 )
 from opendp_wgm.measurements._opendp_frame import canonical_item, canonical_user, check_key_dtype
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, KeyMechanism, _key_release_from_budget, discover_keys
-from opendp_wgm.measurements.two_stage import Preparation, Stage1, make_two_stage
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
-from opendp_wgm.privacy.budget import Budget, Loss, MeasureKind, measure_of
+from opendp_wgm.measurements.two_stage import Preparation, Stage1
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
+from opendp_wgm.privacy.budget import Budget, MeasureKind
 from opendp_wgm.privacy.calibrate import smallest_passing
 
 __all__ = [
@@ -237,44 +234,31 @@ def make_wgm_group_by(
     if not callable(key_release):
         msg = f"`key_release` must be a partial constructor such as wgm.then_wgm(...) (found {key_release!r})"
         raise TypeError(msg)
+    request = _GroupByRequest(max_contributions, scale, max_rows_per_key, sums, means, output_measure, delta)
     # --- Spark: a Spark input space releases on the Spark engine (measurements/_group_by_spark.py) -----------
     from opendp_wgm.measurements import _group_by_spark
 
     if _group_by_spark.is_spark_space(input_domain):
-        return _group_by_spark.make_spark_group_by(
-            input_domain, input_metric, key_release=key_release, max_contributions=max_contributions, scale=scale,
-            max_rows_per_key=max_rows_per_key, sums=sums, means=means, output_measure=output_measure, delta=delta,
-            item=item,
-        )
+        return _group_by_spark.make_spark_group_by(input_domain, input_metric, key_release, request, item)
     # --- end Spark ----------------------------------------------------------------------------------------------
     space = _resolve_space(input_domain, input_metric, item)
-    aggregates = _Aggregates.of(space.keys, max_contributions, max_rows_per_key, sums, means)
-    scale = _check_positive("scale", scale)
-    kind, delta_value = _stage_2_kind(output_measure, delta)
+    checked = request.setup(space.keys)
+    aggregates = checked.aggregates
     aggregates.check_space(space, input_domain)
-    measure = measure_of(kind)
 
     def stage_2(domain: dp.Domain, metric: dp.Metric, keys: pl.Series) -> dp.Measurement:
         def function(data: pl.LazyFrame | _PreparedFrame) -> pl.DataFrame:
-            return _aggregate_release(data, space, aggregates, keys, scale, kind, delta_value)
+            return _aggregate_release(data, space, aggregates, keys, checked.scale, checked.kind, checked.delta)
 
-        return dp.m.make_user_measurement(domain, metric, measure, function, charged)
-
-    @functools.lru_cache(maxsize=64)
-    def charged(d_in: int) -> Loss:
-        return aggregates.loss(_check_d_in(d_in), scale, kind, delta_value)
+        return dp.m.make_user_measurement(domain, metric, checked.measure, function, checked.charged)
 
     def combine(released_keys: pl.DataFrame, statistics: pl.DataFrame) -> pl.DataFrame:
         return released_keys.join(statistics, on=list(aggregates.keys), how="left", maintain_order="left")
 
-    measurement = make_two_stage(
-        input_domain, input_metric, stage_1=key_release, stage_2=stage_2, stage_2_map=charged,
-        accounting=_ACCOUNTING, preparation=_preparation(space, aggregates), combine=combine,
+    return checked.compose(
+        input_domain, input_metric, key_release=key_release, stage_2=stage_2,
+        preparation=_preparation(space, aggregates), combine=combine,
     )
-    if measurement.output_measure != measure:
-        msg = f"`key_release` must measure privacy in {measure} (found {measurement.output_measure})"
-        raise ValueError(msg)
-    return measurement
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -365,6 +349,22 @@ def calibrate_wgm_group_by(
         means=tuple((c, (lo, hi)) for c, lo, hi in _check_bounds("means", means)),
     )
 
+
+def _group_by_candidate(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int, epsilon: float | None,
+    mechanism: KeyMechanism, **options: Any,
+) -> dp.Measurement:
+    """:func:`make_wgm_group_by_from_budget` at a grid point of ``max_contributions="auto"``: at Δ0 = 1 under
+    (ε, δ)-DP a WGM or DP-SIPS key release is the optimal partition selection."""
+    if max_contributions == 1 and epsilon is not None and mechanism in ("wgm", "dp-sips"):
+        mechanism = "partition-selection"
+    return make_wgm_group_by_from_budget(
+        input_domain, input_metric, max_contributions=max_contributions, epsilon=epsilon, mechanism=mechanism,
+        **options,
+    )
+
+
+@budget_boundary(candidate=_group_by_candidate)
 def make_wgm_group_by_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -423,15 +423,8 @@ def make_wgm_group_by_from_budget(
     >>> m.check(1, (1.0, 1e-6))
     True
     """
-    _assert_features()
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
-    max_contributions = check_max_contributions_or_auto(max_contributions)
-    if max_contributions == "auto":
-        return auto_from_budget(
-            _group_by_candidate, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
-            auto_fraction=auto_fraction, key_fraction=key_fraction, mechanism=mechanism, k=k,
-            max_rows_per_key=max_rows_per_key, sums=sums, means=means, noise=noise, item=item,
-        )
+    max_contributions = cast(int, max_contributions)  # checked by @budget_boundary: never "auto" here
     calibration = calibrate_wgm_group_by(
         max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, key_fraction=key_fraction,
         max_rows_per_key=max_rows_per_key, sums=sums, means=means,
@@ -453,20 +446,6 @@ def make_wgm_group_by_from_budget(
     if not measurement.check(1, budget.d_out):  # pragma: no cover - a bug guard
         raise AssertionError(f"calibration produced {measurement.map(1)}, over the budget {budget.d_out}")
     return measurement
-
-
-def _group_by_candidate(
-    input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int, epsilon: float | None,
-    mechanism: KeyMechanism, **options: Any,
-) -> dp.Measurement:
-    """:func:`make_wgm_group_by_from_budget` at a grid point of ``max_contributions="auto"``: at Δ0 = 1 under
-    (ε, δ)-DP a WGM or DP-SIPS key release is the optimal partition selection."""
-    if max_contributions == 1 and epsilon is not None and mechanism in ("wgm", "dp-sips"):
-        mechanism = "partition-selection"
-    return make_wgm_group_by_from_budget(
-        input_domain, input_metric, max_contributions=max_contributions, epsilon=epsilon, mechanism=mechanism,
-        **options,
-    )
 
 
 def summarize_group_by(

@@ -22,7 +22,7 @@ plus ``k`` exact noisy-max draws.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import opendp.prelude as dp
@@ -40,13 +40,13 @@ from opendp_wgm._spaces import (
 from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import prepared_input
+from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 
 # re-exported: the Spark engine, the benchmarks and the tests reach the rounds through this module
 from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa: PLC0414
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
 from opendp_wgm.measurements._spark import spark_space
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.two_stage import (
     StageParts,
     make_dp_sips_then_peeling,
@@ -56,7 +56,7 @@ from opendp_wgm.measurements.two_stage import (
     release_of,
 )
 from opendp_wgm.measurements.wgm import Engine
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
 from opendp_wgm.privacy.budget import Budget, check_peeling_measure
 from opendp_wgm.privacy.calibrate import (
     HittingSetCalibration,
@@ -360,6 +360,7 @@ def make_wgm_hitting_set(
     )
 
 
+@budget_boundary()
 def make_wgm_hitting_set_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -413,16 +414,8 @@ def make_wgm_hitting_set_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    _assert_features()
-    max_contributions = check_max_contributions_or_auto(max_contributions)
-    if max_contributions == "auto":
-        return auto_from_budget(
-            make_wgm_hitting_set_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
-            auto_fraction=auto_fraction, k=k, split=split, noise_delta_fraction=noise_delta_fraction, noise=noise,
-            item=item, passes=passes, engine=engine, stage_1=stage_1, rounds=rounds, ratio=ratio,
-        )
-    cal = calibrate_wgm_hitting_set(
-        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
+    cal = calibrate_wgm_hitting_set(  # @budget_boundary checked max_contributions: never "auto" here
+        k=k, max_contributions=cast(int, max_contributions), delta=delta, epsilon=epsilon, rho=rho, split=split,
         noise_delta_fraction=noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
     return wgm_hitting_set_of_calibration(

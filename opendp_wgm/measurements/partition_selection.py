@@ -31,8 +31,7 @@ from opendp_wgm.privacy.budget import measure_kind, measure_of
 from opendp_wgm.privacy.partition import partition_selection_loss, release_table
 from opendp_wgm.samplers.bernoulli import sample_bernoulli
 from opendp_wgm.transformations import (
-    UserDistanceDescriptor,
-    WeightedHistogramDescriptor,
+    histogram_space,
     make_bound_user_items,
     make_weighted_histogram,
 )
@@ -83,19 +82,7 @@ def make_partition_release(
     _assert_features()
     output_measure = _check_measure(output_measure)
     table = release_table(epsilon, delta)  # checks ε and δ, and the table's length
-    histogram = getattr(input_domain, "descriptor", None)
-    if not isinstance(histogram, WeightedHistogramDescriptor) or histogram.max_contributions != 1:
-        msg = (
-            "`input_domain` must be a weighted-histogram domain with max_contributions=1 (the output of "
-            f"make_weighted_histogram after make_bound_user_items(max_contributions=1)) (found {input_domain})"
-        )
-        raise ValueError(msg)
-    if getattr(input_metric, "descriptor", None) != UserDistanceDescriptor(1, histogram.lattice_bits):
-        msg = (
-            "`input_metric` must be the user distance of make_weighted_histogram at max_contributions=1 "
-            f"(found {input_metric})"
-        )
-        raise ValueError(msg)
+    histogram = histogram_space(input_domain, input_metric, single=True)
     item, words = histogram.item, table.words()
     certain = np.uint64(table.n_star)
 

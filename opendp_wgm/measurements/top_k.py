@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import opendp.prelude as dp
@@ -41,9 +41,9 @@ from opendp_wgm._validation import (
 )
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
+from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._spark import spark_space
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.two_stage import (
     StageParts,
     make_dp_sips_then_peeling,
@@ -54,7 +54,7 @@ from opendp_wgm.measurements.two_stage import (
     release_of,
 )
 from opendp_wgm.measurements.wgm import Engine
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
 from opendp_wgm.privacy.budget import MeasureKind, check_peeling_measure
 from opendp_wgm.privacy.calibrate import Stage1Mechanism, WGMTopKCalibration, calibrate_wgm_top_k
 from opendp_wgm.privacy.peeling import TOP_K
@@ -349,6 +349,7 @@ def make_wgm_top_k(
     )
 
 
+@budget_boundary()
 def make_wgm_top_k_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -417,16 +418,8 @@ def make_wgm_top_k_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    _assert_features()
-    max_contributions = check_max_contributions_or_auto(max_contributions)
-    if max_contributions == "auto":
-        return auto_from_budget(
-            make_wgm_top_k_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
-            auto_fraction=auto_fraction, k=k, split=split, noise=noise, method=method, item=item, passes=passes,
-            engine=engine, stage_1=stage_1, rounds=rounds, ratio=ratio,
-        )
-    calibration = calibrate_wgm_top_k(
-        k=k, max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho, split=split,
+    calibration = calibrate_wgm_top_k(  # @budget_boundary checked max_contributions: never "auto" here
+        k=k, max_contributions=cast(int, max_contributions), delta=delta, epsilon=epsilon, rho=rho, split=split,
         stage_1=stage_1, rounds=rounds, ratio=ratio,
     )
     return wgm_top_k_of_calibration(

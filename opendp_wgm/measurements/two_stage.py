@@ -303,44 +303,23 @@ def make_wgm_then_peeling(
     r"""Stage 1, the WGM, releases candidates; stage 2, ``peeling``, peels ``k`` of them on the *unclipped* data
     (the paper's reference code), charged ``k`` rounds whatever the number of candidates.
 
-    The caller asserts the features and checks its own parameters first; this checks the shared ones, in
-    signature order and composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``:
-    :func:`opendp_wgm.make_wgm` by default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; at one
-    in-memory pass the prepared input is collected once and stage 2 reads it, otherwise stage 2 is one more pass;
-    it keeps only the candidates' rows.
+    The caller asserts the features and checks its own parameters first; this checks the shared ones (stage 2's
+    ``k``, ``peel_scale`` and measure first, as :func:`make_dp_sips_then_peeling` does, then stage 1's) and
+    composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``: :func:`opendp_wgm.make_wgm` by
+    default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; at one in-memory pass the prepared
+    input is collected once and stage 2 reads it, otherwise stage 2 is one more pass; it keeps only the
+    candidates' rows.
     """
-    k = _check_int("k", k, minimum=1)
+    stage_2 = _Peeling.checked(k, peel_scale, output_measure, wgm_epsilon, peel_delta, peeling, accounting)
     max_contributions = check_max_contributions(max_contributions)
     wgm_scale = _check_positive("wgm_scale", wgm_scale)
     wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
-    peel_scale = _check_positive("peel_scale", peel_scale)
     noise = check_noise(noise)
-    output_measure, kind, wgm_epsilon, peel_delta_value = check_two_stage_measure(
-        output_measure, wgm_epsilon, peel_delta, zero_delta=accounting.zero_delta
-    )
     passes, engine = _check_execution(passes, engine)
+    parameters = {"max_contributions": max_contributions, "scale": wgm_scale, "threshold": wgm_threshold}
     return _then_peeling(
-        input_domain,
-        input_metric,
-        make_stage_1=make_stage_1,
-        default_stage_1=make_wgm,
-        stage_1_parameters={
-            "max_contributions": max_contributions,
-            "scale": wgm_scale,
-            "threshold": wgm_threshold,
-            "epsilon": wgm_epsilon,
-        },
-        noise=noise,
-        k=k,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        kind=kind,
-        peel_delta=peel_delta_value,
-        item=item,
-        peeling=peeling,
-        accounting=accounting,
-        preparation=preparation,
-        passes=passes,
+        input_domain, input_metric, stage_2, make_stage_1=make_stage_1, default_stage_1=make_wgm,
+        stage_1_parameters=parameters, noise=noise, item=item, preparation=preparation, passes=passes,
         engine=engine,
     )
 
@@ -377,88 +356,104 @@ def make_dp_sips_then_peeling(
     :func:`make_wgm_then_peeling`. ``sips_statistic_scale``, ``sips_branch_scales``, ``sips_branch_thresholds``:
     DP-SIPS's adaptive schedule (its ``statistic_scale``, ``branch_scales``, ``branch_thresholds``; all three or
     none), which ``stage_1="dp-sips"`` of the ``_from_budget`` constructors calibrates by default."""
-    k = _check_int("k", k, minimum=1)
-    peel_scale = _check_positive("peel_scale", peel_scale)
-    output_measure, kind, sips_epsilon, peel_delta_value = check_two_stage_measure(
-        output_measure, sips_epsilon, peel_delta, zero_delta=accounting.zero_delta, stage_1_epsilon="sips_epsilon"
+    stage_2 = _Peeling.checked(
+        k, peel_scale, output_measure, sips_epsilon, peel_delta, peeling, accounting, epsilon_name="sips_epsilon"
     )
+    parameters = {
+        "max_contributions": max_contributions,
+        "scales": sips_scales,
+        "thresholds": sips_thresholds,
+        "statistic_scale": sips_statistic_scale,
+        "branch_scales": sips_branch_scales,
+        "branch_thresholds": sips_branch_thresholds,
+    }
     return _then_peeling(
-        input_domain,
-        input_metric,
-        make_stage_1=make_stage_1,
-        default_stage_1=make_dp_sips,
-        stage_1_parameters={
-            "max_contributions": max_contributions,
-            "scales": sips_scales,
-            "thresholds": sips_thresholds,
-            "epsilon": sips_epsilon,
-            "statistic_scale": sips_statistic_scale,
-            "branch_scales": sips_branch_scales,
-            "branch_thresholds": sips_branch_thresholds,
-        },
-        noise=noise,
-        k=k,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        kind=kind,
-        peel_delta=peel_delta_value,
-        item=item,
-        peeling=peeling,
-        accounting=accounting,
-        preparation=preparation,
-        passes=passes,
-        engine=engine,
+        input_domain, input_metric, stage_2, make_stage_1=make_stage_1, default_stage_1=make_dp_sips,
+        stage_1_parameters=parameters, noise=noise, item=item, preparation=preparation, passes=passes, engine=engine,
     )
+
+
+@dataclass(frozen=True)
+class _Peeling:
+    """Stage 2 of WGM-then-peeling or DP-SIPS-then-peeling, checked: ``peeling`` of ``k`` rounds at ``scale``,
+    charged by ``accounting``, under ``output_measure`` (of ``kind``) with the (ε, δ) conversion's ``delta`` (0
+    under approximate zCDP); ``stage_1_epsilon`` is stage 1's checked ε under (ε, δ) (None under zCDP)."""
+
+    peeling: Peeling
+    accounting: Accounting
+    k: int
+    scale: float
+    output_measure: dp.Measure
+    kind: MeasureKind
+    delta: float
+    stage_1_epsilon: float | None
+
+    @classmethod
+    def checked(
+        cls, k: int, scale: float, output_measure: dp.Measure | None, stage_1_epsilon: float | None,
+        peel_delta: float | None, peeling: Peeling, accounting: Accounting, *, epsilon_name: str = "wgm_epsilon",
+    ) -> _Peeling:
+        """``k``, the peeling's ``scale`` (named ``peel_scale``), then the measure and its two ε/δ parameters
+        (:func:`~opendp_wgm.privacy.budget.check_two_stage_measure`; stage 1's ε named ``epsilon_name``)."""
+        k = _check_int("k", k, minimum=1)
+        scale = _check_positive("peel_scale", scale)
+        measure, kind, epsilon, delta = check_two_stage_measure(
+            output_measure, stage_1_epsilon, peel_delta, zero_delta=accounting.zero_delta,
+            stage_1_epsilon=epsilon_name,
+        )
+        return cls(peeling, accounting, k, scale, measure, kind, delta, epsilon)
 
 
 def _then_peeling(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
+    stage_2: _Peeling,
     *,
     make_stage_1: Callable[..., dp.Measurement] | None,
     default_stage_1: Callable[..., dp.Measurement],
     stage_1_parameters: dict[str, Any],
     noise: NoiseMethod,
-    k: int,
-    peel_scale: float,
-    output_measure: dp.Measure,
-    kind: MeasureKind,
-    peel_delta: float,
     item: str | Sequence[str] | None,
-    peeling: Peeling,
-    accounting: Accounting,
     preparation: Preparation | None,
     passes: int,
     engine: Engine,
 ) -> dp.Measurement:
     """Stage 1, ``make_stage_1`` (a key release: an engine's, without the Polars execution options; None:
-    ``default_stage_1`` with ``noise``, ``passes``, ``engine``) on ``stage_1_parameters`` at ``output_measure``,
-    then ``peeling`` of ``k`` rounds on its candidates (stage 2, on the unclipped data), charged ``k`` rounds
-    whatever the number of candidates (:func:`make_two_stage`). Without a ``preparation``, the Polars frame's
-    at stage 1's ``passes`` and ``engine`` (collected once at one in-memory pass)."""
+    ``default_stage_1`` with ``noise``, ``passes``, ``engine``) on ``stage_1_parameters`` at ``stage_2``'s output
+    measure (and stage 1's ε under (ε, δ)), then ``stage_2``'s peeling of ``k`` rounds on its candidates (on the
+    unclipped data), charged ``k`` rounds whatever the number of candidates (:func:`make_two_stage`). Without a
+    ``preparation``, the Polars frame's at stage 1's ``passes`` and ``engine`` (collected once at one in-memory
+    pass)."""
     options: dict[str, Any] = {}  # an engine's key release has its own execution options
     if make_stage_1 is None:
         make_stage_1, options = default_stage_1, {"noise": noise, "passes": passes, "engine": engine}
-    stage_1 = functools.partial(make_stage_1, **stage_1_parameters, output_measure=output_measure, **options)
-    delta = peel_delta if kind == "approx_dp" else None
+    stage_1 = functools.partial(
+        make_stage_1, **stage_1_parameters, epsilon=stage_2.stage_1_epsilon, output_measure=stage_2.output_measure,
+        **options,
+    )
+    delta = stage_2.delta if stage_2.kind == "approx_dp" else None
     if preparation is None:
         preparation = _preparation(input_domain, input_metric, item, passes=passes, engine=engine)
 
-    def stage_2(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement | Stage2Release:
-        return peeling(
-            domain, metric, candidates=candidates, k=k, scale=peel_scale, output_measure=output_measure, delta=delta
+    def peel(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement | Stage2Release:
+        return stage_2.peeling(
+            domain, metric, candidates=candidates, k=stage_2.k, scale=stage_2.scale,
+            output_measure=stage_2.output_measure, delta=delta,
         )
 
     def stage_2_map(d_in: int) -> Any:  # k rounds, whatever the number of candidates
-        return peeling_loss(d_in, k=k, scale=peel_scale, kind=kind, accounting=accounting, delta=peel_delta)
+        return peeling_loss(
+            d_in, k=stage_2.k, scale=stage_2.scale, kind=stage_2.kind, accounting=stage_2.accounting,
+            delta=stage_2.delta,
+        )
 
     return make_two_stage(
         input_domain,
         input_metric,
         stage_1=stage_1,
-        stage_2=stage_2,
+        stage_2=peel,
         stage_2_map=stage_2_map,
-        accounting=accounting,
+        accounting=stage_2.accounting,
         item=item,
         preparation=preparation,
     )

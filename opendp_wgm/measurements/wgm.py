@@ -18,7 +18,7 @@ Steps 1–2 are :func:`opendp_wgm.make_bound_user_items` and :func:`opendp_wgm.m
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import opendp.prelude as dp
 import polars as pl
@@ -28,9 +28,9 @@ from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_execution, _check_positive, _check_real
 from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
 from opendp_wgm.engines.spark import wgm_function
+from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._spark import spark_space
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, check_max_contributions_or_auto
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
 from opendp_wgm.privacy.budget import check_gaussian_measure
 from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
@@ -41,8 +41,7 @@ from opendp_wgm.privacy.threshold import (
 )
 from opendp_wgm.samplers import NOISE_METHODS, NoiseMethod
 from opendp_wgm.transformations import (
-    UserDistanceDescriptor,
-    WeightedHistogramDescriptor,
+    histogram_space,
     make_bound_user_items,
     make_weighted_histogram,
 )
@@ -174,20 +173,7 @@ floor`. The
     noise = check_noise(noise)
     output_measure, epsilon = check_gaussian_measure(output_measure, epsilon)
     _check_lattice_scale(epsilon, scale)
-    histogram = getattr(input_domain, "descriptor", None)
-    distance = getattr(input_metric, "descriptor", None)
-    if not isinstance(histogram, WeightedHistogramDescriptor):
-        msg = (
-            "`input_domain` must be a weighted-histogram domain (the output of make_weighted_histogram) "
-            f"(found {input_domain})"
-        )
-        raise ValueError(msg)
-    if distance != UserDistanceDescriptor(histogram.max_contributions, histogram.lattice_bits):
-        msg = (
-            "`input_metric` must be the user distance of make_weighted_histogram with "
-            f"max_contributions={histogram.max_contributions} (found {input_metric})"
-        )
-        raise ValueError(msg)
+    histogram = histogram_space(input_domain, input_metric)
     item, unit = histogram.item, 2.0**histogram.lattice_bits
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
@@ -331,6 +317,7 @@ def make_wgm(
     return bound >> histogram >> release
 
 
+@budget_boundary(single_item_columns={"noisy_weight": pl.lit(None, dtype=pl.Float64)})
 def make_wgm_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -389,17 +376,11 @@ def make_wgm_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    _assert_features()
-    max_contributions = check_max_contributions_or_auto(max_contributions)
-    if max_contributions == "auto":
-        return auto_from_budget(
-            make_wgm_from_budget, input_domain, input_metric, delta=delta, epsilon=epsilon, rho=rho,
-            auto_fraction=auto_fraction, single_item_columns={"noisy_weight": pl.lit(None, dtype=pl.Float64)},
-            noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes, engine=engine,
-        )
+    # @budget_boundary checked max_contributions: an integer here, never "auto"
     return of_wgm_budget(
-        make_wgm, input_domain, input_metric, max_contributions=max_contributions, delta=delta, epsilon=epsilon,
-        rho=rho, noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes, engine=engine,
+        make_wgm, input_domain, input_metric, max_contributions=cast(int, max_contributions), delta=delta,
+        epsilon=epsilon, rho=rho, noise_delta_fraction=noise_delta_fraction, noise=noise, item=item, passes=passes,
+        engine=engine,
     )
 
 
