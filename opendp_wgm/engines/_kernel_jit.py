@@ -2,16 +2,14 @@ r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogra
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); without it, :func:`opendp_wgm.kernel.plan_for`
 chooses a Polars plan and refuses the compiled ones. The result is **identical** to the Polars plans' for the
-same seeds: users and items come in as exact integer codes (one per distinct value: a value's offset from the smallest,
-or that offset's rank in a bitmap of the offsets present, computed as the passes read the values, or a hashed
-code), a user with at most Δ0 distinct items
+same seeds: users and items come in as exact integer codes (one per distinct value: a value's offset from the
+smallest, or its rank in a bitmap of the offsets present, or a hashed code), a user with at most Δ0 distinct items
 keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
 Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
 
-No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
-place), each user's items are deduplicated with a per-item marker, and the Δ0-th smallest key of a user above
-Δ0 is found by a linear selection (:func:`smallest`). Where most rows belong to users above Δ0,
-:func:`keyed_weights` weighs each user's rows from their keys alone (no item codes).
+No comparison sort of the rows: the rows are bucketed by user (a counting sort), each user's items deduplicated
+with a per-item marker, and the Δ0-th smallest key of a user above Δ0 found by a linear selection
+(:func:`smallest`). :func:`keyed_weights` weighs each user's run of rows from their keys alone (no item codes).
 
 The passes over rows take a range (``first``, ``stop``) so that the caller may run them on disjoint chunks in
 threads (the functions release the GIL): chunks of rows for the coding and the counting sort, ranges of users
@@ -36,6 +34,7 @@ __all__ = [
     "histogram_distinct",
     "histogram_user_range",
     "items_by_user",
+    "keep_smallest",
     "keyed_weights",
     "mark_bits",
     "max_threads",
@@ -351,11 +350,8 @@ def histogram_above(
 ) -> None:  # pragma: no cover - compiled
     """Add to ``histogram`` (in place) the users above Δ0: each keeps its ``max_contributions`` distinct items of
     smallest key, with weight ``weight``. ``rows[offsets[a]:offsets[a + 1]]`` are user ``a``'s rows and
-    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys).
-
-    The Δ0-th smallest key is found by :func:`smallest` (linear) and the items of keys up to it kept: the
-    Δ0 items a sort by key would keep. Only where two distinct items of a user share that key (a tie at the cut,
-    a 64-bit collision) does the user's list go through the sort by key, which then decides the tie as before."""
+    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys); each user's distinct items
+    are cut by :func:`keep_smallest` (a linear selection)."""
     n_items = histogram.size
     seen = np.full(n_items, -1, dtype=np.int32)
     longest = 0
@@ -373,19 +369,35 @@ def histogram_above(
                 distinct[t] = i
                 distinct_keys[t] = keys[j]
                 t += 1
-        scratch[:t] = distinct_keys[:t]
-        cut = smallest(scratch, t, max_contributions - 1)
-        below = 0
+        keep_smallest(histogram, distinct, distinct_keys, scratch, t, max_contributions, weight)
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def keep_smallest(
+    histogram: np.ndarray,
+    distinct: np.ndarray,
+    distinct_keys: np.ndarray,
+    scratch: np.ndarray,
+    t: int,
+    max_contributions: int,
+    weight: int,
+) -> None:  # pragma: no cover - compiled
+    """Add ``weight`` at the Δ0 of the distinct items ``distinct[:t]`` of smallest key (``distinct_keys[:t]``):
+    the items up to the Δ0-th smallest key (:func:`smallest`, linear; ``scratch`` reordered), the Δ0 a sort by key
+    keeps. Only where two share that key (a tie at the cut, a 64-bit collision) does the sort by key decide."""
+    scratch[:t] = distinct_keys[:t]
+    cut = smallest(scratch, t, max_contributions - 1)
+    below = 0
+    for k in range(t):
+        below += distinct_keys[k] <= cut
+    if below == max_contributions:
         for k in range(t):
-            below += distinct_keys[k] <= cut
-        if below == max_contributions:
-            for k in range(t):
-                if distinct_keys[k] <= cut:
-                    histogram[distinct[k]] += weight
-        else:  # a tie at the cut: the sort by key decides it, as it always did
-            order = np.argsort(distinct_keys[:t])
-            for k in range(max_contributions):
-                histogram[distinct[order[k]]] += weight
+            if distinct_keys[k] <= cut:
+                histogram[distinct[k]] += weight
+    else:  # a tie at the cut: the sort by key decides it, as it always did
+        order = np.argsort(distinct_keys[:t])
+        for k in range(max_contributions):
+            histogram[distinct[order[k]]] += weight
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

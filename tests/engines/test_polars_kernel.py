@@ -398,9 +398,10 @@ def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() ->
     assert kernel.mostly_above(above, "user", MAX_CONTRIBUTIONS)
 
 
-def test_large_frames_take_the_route_on_runs_or_leave_text_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_frames_take_the_route_on_runs_or_the_hashed_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """From ``_LARGE_ROWS`` rows on: users whose rows are runs (sorted or not), the route on runs; other text users,
-    the Polars plans; other integer users, or fewer rows, the compiled step; the same histogram on every route."""
+    the hashed plan; other integer users (none above Δ0), or fewer rows, the compiled step; the same histogram on
+    every route."""
     pytest.importorskip("numba")
     frame, bound = _shape("below").sort("user"), 2 * MAX_CONTRIBUTIONS  # no user above the bound
     monkeypatch.setattr(plans, "_LARGE_ROWS", frame.height)  # the threshold, at this frame's size
@@ -409,7 +410,7 @@ def test_large_frames_take_the_route_on_runs_or_leave_text_users_to_polars(monke
     runs = frame.sample(fraction=1.0, shuffle=True, seed=8).sort("user", maintain_order=True).reverse()  # not sorted
     coded, on_runs = Plan.COMPILED_CODED, Plan.COMPILED_RUNS
     for rows, expected in ((frame, on_runs), (frame.head(-1), coded), (runs, on_runs), (_variant(frame, "shuffled"), coded),
-                           (text, Plan.POLARS_SPLIT), (text.head(-1), coded), (text.sort("user"), on_runs)):
+                           (text, Plan.COMPILED_HASHED), (text.head(-1), coded), (text.sort("user"), on_runs)):
         lists = kernel.BoundedLists(_prepare_frame(rows, SPACE), SPACE, bound, SEEDS)
         assert plan_for(lists) is expected
         histograms.append(dict(histogram("auto", lists, bound).collect().iter_rows()))

@@ -57,6 +57,7 @@ PLANS = (
     Plan.COMPILED_RUNS,
     Plan.COMPILED_RUNS_KEYED,
     Plan.CODED_PAIRS,
+    Plan.COMPILED_HASHED,
 )
 
 #: the other computations of the histogram or of its parts, beside the plans, each checked on every frame
@@ -68,6 +69,7 @@ ROUTES = (
     "stage-2 counts: in memory, no numba",
     "stage-2 counts: compiled codes",
     "stage-2 counts: users' runs",
+    "stage-2 counts: hashed user codes",
 )
 
 _PREFIX = "ü-" + "x" * 40  # long strings of one length sharing a prefix (and a view's inline bytes)
@@ -241,7 +243,8 @@ def _check_routes(
     counted(ROUTES[3], Prepared(frame.lazy(), in_memory=True))
     with without_numba():
         counted(ROUTES[4], Prepared(frame.lazy(), in_memory=True))
-    for name, plan in ((ROUTES[5], Plan.COMPILED_CODED), (ROUTES[6], Plan.COMPILED_RUNS)):
+    for name, plan in ((ROUTES[5], Plan.COMPILED_CODED), (ROUTES[6], Plan.COMPILED_RUNS),
+                       (ROUTES[7], Plan.COMPILED_HASHED)):
         if refusal(plan, passes=1, engine="auto", dtypes=dtypes) is None:  # stage 1's step fills the value
             prepared = Prepared(frame.lazy(), in_memory=True)
             shared = BoundedLists(prepared.lf, SPACE, bound, SEEDS, shared=prepared)
@@ -334,7 +337,7 @@ def _lists(frame: pl.DataFrame, bound: int) -> BoundedLists:
 
 def test_plan_for_follows_the_docs_table() -> None:
     """The rules of the table that small frames reach, in its order, through plan_for's explicit inputs (rules 4,
-    6 and 8 need 2^21 rows or more: ``tests/engines/test_polars_kernel.py``)."""
+    6 and 7 need 2^21 rows or more: ``tests/engines/test_polars_kernel.py``, ``tests/engines/test_hashed_histogram.py``)."""
     pytest.importorskip("numba")
     runs = pl.DataFrame({"user": [1, 1, 1, 2, 2, 2], "item": [1, 2, 3, 1, 2, 3]})  # each user one run, above Δ0 = 2
     shuffled = runs.sort("item")  # users not runs
@@ -350,5 +353,5 @@ def test_plan_for_follows_the_docs_table() -> None:
     coded = BoundedLists(lf, SPACE, 2, SEEDS, coded=coded_pairs(lf, SPACE, passes=1, engine="auto"))
     assert plan_for(coded, numba=ready) is Plan.CODED_PAIRS  # 3
     assert plan_for(_lists(runs, 2), numba=ready) is Plan.COMPILED_RUNS_KEYED  # 5
-    assert plan_for(_lists(shuffled, 2), numba=ready) is Plan.POLARS_KEYED  # 7
+    assert plan_for(_lists(shuffled, 2), numba=ready) is Plan.POLARS_KEYED  # 8
     assert plan_for(_lists(below, 2), numba=ready) is Plan.COMPILED_CODED  # 9

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Numba",
     "codes_dtype",
+    "hashed_jit",
     "in_threads",
     "kernel_jit",
     "kernel_threads",
@@ -348,6 +349,12 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     return codes, values.len(), values.gather
 
 
+
+
+def hashed_jit() -> ModuleType | None:
+    """The compiled steps of the ``compiled-hashed`` plan (:mod:`opendp_wgm.engines._hashed_jit`), or ``None`` when
+    Numba is not installed."""
+    return _compiled("_hashed_jit")
 
 
 def peel_jit() -> ModuleType | None:

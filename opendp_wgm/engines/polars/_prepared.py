@@ -20,6 +20,32 @@ if TYPE_CHECKING:
 __all__ = ["Prepared", "collect_once", "prepared_input", "shared_of"]
 
 
+def _positions_of(
+    decode: Callable[[NDArray[np.int64]], pl.Series], n_items: int, values: pl.Series
+) -> NDArray[np.int32]:
+    """Per item code ``0 … n_items - 1`` (``decode``: their values), the position among ``values`` (distinct, in
+    the data's item dtype) of the code's value, -1 where it is none of them. Integer items are matched in NumPy (a
+    sorted search: exact, and no Polars query's fixed cost, which was most of stage 2's lookup on steam_200k's
+    5·10^3 items); others by a join."""
+    decoded = decode(np.arange(n_items, dtype=np.int64))
+    position_of = np.full(n_items, -1, dtype=np.int32)
+    if values.len() == 0:
+        return position_of
+    if decoded.dtype.is_integer():
+        wanted = values.to_numpy()
+        order = np.argsort(wanted, kind="stable")
+        ranked, present = wanted[order], decoded.to_numpy()
+        at = np.minimum(np.searchsorted(ranked, present), ranked.size - 1)
+        hit = ranked[at] == present
+        position_of[hit] = order[at[hit]]
+        return position_of
+    position = pl.int_range(values.len(), eager=True, dtype=pl.Int32).alias("position")
+    table = pl.DataFrame([values.rename("value"), position])
+    found = pl.DataFrame([decoded.rename("value")]).join(table, on="value", how="left", maintain_order="left")
+    position_of[:] = found.get_column("position").fill_null(-1).to_numpy()
+    return position_of
+
+
 @dataclass(frozen=True)
 class _CodedRows:
     """The compiled step's coding of a prepared frame's rows (:func:`coded_histogram`): a user code and an
@@ -32,26 +58,28 @@ class _CodedRows:
     decode: Callable[[NDArray[np.int64]], pl.Series]
 
     def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
-        """Per item code, the position among ``values`` (distinct, in the data's item dtype) of the code's value,
-        -1 where it is none of them. Integer items are matched in NumPy (a sorted search: exact, and no Polars
-        query's fixed cost, which was most of stage 2's lookup on steam_200k's 5·10^3 items); others by a join."""
-        decoded = self.decode(np.arange(self.n_items, dtype=np.int64))
-        position_of = np.full(self.n_items, -1, dtype=np.int32)
-        if values.len() == 0:
-            return position_of
-        if decoded.dtype.is_integer():
-            wanted = values.to_numpy()
-            order = np.argsort(wanted, kind="stable")
-            ranked, present = wanted[order], decoded.to_numpy()
-            at = np.minimum(np.searchsorted(ranked, present), ranked.size - 1)
-            hit = ranked[at] == present
-            position_of[hit] = order[at[hit]]
-            return position_of
-        position = pl.int_range(values.len(), eager=True, dtype=pl.Int32).alias("position")
-        table = pl.DataFrame([values.rename("value"), position])
-        found = pl.DataFrame([decoded.rename("value")]).join(table, on="value", how="left", maintain_order="left")
-        position_of[:] = found.get_column("position").fill_null(-1).to_numpy()
-        return position_of
+        """Per item code, the position among ``values`` of the code's value, -1 where it is none
+        (:func:`_positions_of`)."""
+        return _positions_of(self.decode, self.n_items, values)
+
+
+@dataclass(frozen=True)
+class _UserCodes:
+    """The ``compiled-hashed`` plan's reading of a prepared frame's rows (:func:`hashed_histogram`): each user's
+    distinct item codes, ``held[start[u]:start[u] + distinct[u]]`` (users and items coded exactly: equal values,
+    equal codes), and the item values of codes (``decode``). Stage 2 reads the candidates among them
+    (:func:`opendp_wgm.engines._hashed_jit.user_candidates`): no coding, no sort, no dedup of the rows again."""
+
+    held: NDArray[np.int32]
+    start: NDArray[np.int64]
+    distinct: NDArray[np.int64]
+    n_items: int
+    decode: Callable[[NDArray[np.int64]], pl.Series]
+
+    def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
+        """Per item code, the position among ``values`` of the code's value, -1 where it is none
+        (:func:`_positions_of`)."""
+        return _positions_of(self.decode, self.n_items, values)
 
 
 @dataclass(frozen=True)
@@ -69,7 +97,8 @@ class Prepared:
 
     ``in_memory``: ``lf`` was collected (no file scan that a filter could reach: :func:`_candidate_rows` looks its
     rows up without filtering first). ``coding``: a slot the WGM's compiled step fills with its coding of ``lf``'s
-    rows (:class:`_CodedRows`, or the users' runs of its route on runs, :class:`_UserRuns`) when the bounded lists
+    rows (:class:`_CodedRows`, the users' runs of its route on runs, :class:`_UserRuns`, or each user's distinct
+    items of the ``compiled-hashed`` plan, :class:`_UserCodes`) when the bounded lists
     it reads carry this value (:attr:`BoundedLists.shared`), so that a later step of the same release (a two-stage
     release's stage 2: :func:`candidate_pairs`) reads it instead of the rows. The coding is a deterministic
     function of the rows: no seed, no noise.
@@ -77,7 +106,7 @@ class Prepared:
 
     lf: pl.LazyFrame
     in_memory: bool = False
-    coding: _CodedRows | _UserRuns | None = None
+    coding: _CodedRows | _UserRuns | _UserCodes | None = None
 
 
 def _as_prepared(data: pl.LazyFrame | Prepared) -> Prepared:
@@ -105,6 +134,10 @@ def _shared_codes(data: Prepared) -> _CodedRows | None:
 
 def _shared_runs(data: Prepared) -> _UserRuns | None:
     return data.coding if isinstance(data.coding, _UserRuns) else None
+
+
+def _shared_user_codes(data: Prepared) -> _UserCodes | None:
+    return data.coding if isinstance(data.coding, _UserCodes) else None
 
 
 def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> Prepared:

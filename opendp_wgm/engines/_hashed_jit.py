@@ -1,0 +1,136 @@
+r"""Compiled (Numba) steps of the ``compiled-hashed`` plan (:func:`opendp_wgm.engines.polars.hashed_histogram`):
+rows whose users interleave (logs in time order), bucketed by user code in a counting sort, each user's items
+deduplicated, weighted and, above Δ0, cut to the Δ0 of smallest secret key, in one pass over each user's rows; and
+stage 2's candidate pairs read from the same per-user distinct items (:func:`user_candidates`).
+
+The user and item codes come in exact (one per distinct value: :func:`opendp_wgm.engines.polars._compiled_steps.
+_text_codes`' checked hashes, or the compiled step's integer coding); the keys are the Polars plans' own secret
+keys (:func:`opendp_wgm.engines.polars.bound_key`), computed by Polars and passed in. The same histogram as the
+Polars plans, bit for bit: equal (user, item) rows have equal keys and equal item codes, so a user's distinct
+item codes are its distinct items, and the Δ0 of smallest key are found by
+:func:`opendp_wgm.engines._kernel_jit.keep_smallest` (a linear selection; the sort by key where keys tie).
+
+Imported only if Numba is installed (``opendp-wgm[fast]``). The passes take a range (rows or users) so that the
+caller runs them in threads (they release the GIL).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from opendp_wgm.engines._kernel_jit import keep_smallest
+
+__all__ = ["place_keyed", "user_candidates", "weigh_users"]
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is
+def place_keyed(
+    users: np.ndarray,
+    user_low: int,
+    items: np.ndarray,
+    item_low: int,
+    keys: np.ndarray,
+    first: int,
+    stop: int,
+    cursor: np.ndarray,
+    held: np.ndarray,
+    held_keys: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Place ``items[r] - item_low`` and ``keys[r]`` for the rows ``first <= r < stop`` at their user's ``cursor``
+    in ``held`` and ``held_keys`` (advancing it); user ``users[r] - user_low``. Without keys (``keys`` empty), the
+    items only (:func:`opendp_wgm.engines._kernel_jit.place_items`' pass)."""
+    keyed = keys.size > 0
+    for r in range(first, stop):
+        u = users[r] - user_low
+        c = cursor[u]
+        held[c] = items[r] - item_low
+        if keyed:
+            held_keys[c] = keys[r]
+        cursor[u] = c + 1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def weigh_users(
+    held: np.ndarray,
+    held_keys: np.ndarray,
+    start: np.ndarray,
+    first: int,
+    stop: int,
+    max_contributions: int,
+    weights: np.ndarray,
+    seen: np.ndarray,
+    histogram: np.ndarray,
+    distinct: np.ndarray,
+    above: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """The lattice histogram of the users ``first <= u < stop``, added to ``histogram`` (int64 per item code).
+
+    ``held[start[u]:start[u + 1]]`` are user ``u``'s item codes (with repeats, in row order), overwritten by its
+    distinct ones (their number into ``distinct[u]``: stage 2 reads them, :func:`user_candidates`); ``seen`` (int32
+    per item code, ``-1`` or a user code below ``first``) is the per-item marker of the dedup. A user with at most
+    Δ0 distinct items adds ``weights[t - 1]`` to each. A user with more: with keys (``held_keys``, placed with the
+    items), the Δ0 distinct items of smallest key get ``weights[Δ0 - 1]``; without (``held_keys`` empty), it is
+    flagged in ``above`` for the caller to key."""
+    keyed = held_keys.size > 0
+    longest = 0
+    if keyed:
+        for u in range(first, stop):
+            longest = max(longest, start[u + 1] - start[u])
+    distinct_items = np.empty(longest, dtype=np.int64)
+    distinct_keys = np.empty(longest, dtype=np.uint64)
+    scratch = np.empty(longest, dtype=np.uint64)
+    for u in range(first, stop):
+        at = start[u]
+        t = 0
+        for j in range(at, start[u + 1]):
+            i = held[j]
+            if seen[i] != u:
+                seen[i] = u
+                held[at + t] = i  # the distinct items, in place (t <= j - at)
+                if keyed:
+                    held_keys[at + t] = held_keys[j]
+                t += 1
+        distinct[u] = t
+        if t == 0:
+            continue
+        if t <= max_contributions:
+            w = weights[t - 1]
+            for j in range(at, at + t):
+                histogram[held[j]] += w
+        elif keyed:
+            for k in range(t):
+                distinct_items[k] = held[at + k]
+                distinct_keys[k] = held_keys[at + k]
+            keep_smallest(histogram, distinct_items, distinct_keys, scratch, t, max_contributions,
+                          weights[max_contributions - 1])
+        else:
+            above[u] = True
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def user_candidates(
+    held: np.ndarray, start: np.ndarray, distinct: np.ndarray, position_of: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """Stage 2's distinct (user, candidate) pairs from each user's distinct item codes
+    (``held[start[u]:start[u] + distinct[u]]``, :func:`weigh_users`): the candidate positions
+    (``position_of[item] >= 0``, int32) of each user's candidates, in the order of its distinct items, as CSR
+    arrays (positions, offsets); users holding none are dropped. No sort and no dedup: the items are distinct."""
+    n_users = distinct.size
+    n = 0
+    for u in range(n_users):
+        for j in range(start[u], start[u] + distinct[u]):
+            n += position_of[held[j]] >= 0
+    positions = np.empty(n + 1, dtype=np.int32)  # one spare slot: branch-free writes, as candidate_rows
+    offsets = np.zeros(n_users + 1, dtype=np.int64)
+    t, holders = 0, 0
+    for u in range(n_users):
+        before = t
+        for j in range(start[u], start[u] + distinct[u]):
+            p = position_of[held[j]]
+            positions[t] = p
+            t += p >= 0
+        if t > before:
+            holders += 1
+            offsets[holders] = t
+    return positions[:n], offsets[: holders + 1]
