@@ -8,7 +8,8 @@ _text_codes`' checked hashes, or the compiled step's integer coding); the keys a
 keys (:func:`opendp_wgm.engines.polars.bound_key`), computed by Polars and passed in. The same histogram as the
 Polars plans, bit for bit: equal (user, item) rows have equal keys and equal item codes, so a user's distinct
 item codes are its distinct items, and the Δ0 of smallest key are found by
-:func:`opendp_wgm.engines._kernel_jit.keep_smallest` (a linear selection; the sort by key where keys tie).
+:func:`keep_smallest` (a linear selection, :func:`smallest`; the sort by key where keys tie), which the other
+compiled steps (:mod:`opendp_wgm.engines._kernel_jit`) use too.
 
 Imported only if Numba is installed (``opendp-wgm[fast]``). The passes take a range (rows or users) so that the
 caller runs them in threads (they release the GIL).
@@ -19,9 +20,66 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from opendp_wgm.engines._kernel_jit import keep_smallest
+__all__ = ["keep_smallest", "place_keyed", "smallest", "user_candidates", "weigh_users"]
 
-__all__ = ["place_keyed", "user_candidates", "weigh_users"]
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def smallest(values: np.ndarray, count: int, k: int) -> np.uint64:  # pragma: no cover - compiled
+    """The ``k``-th smallest (from 0) of ``values[:count]``, reordering ``values[:count]`` in place: a quickselect
+    (median-of-three pivots), linear on average, where a full sort of the values costs ``count log count``."""
+    low, high = 0, count - 1
+    while high > low:
+        a, b, c = values[low], values[(low + high) >> 1], values[high]
+        if a > b:
+            a, b = b, a
+        if b > c:
+            b = max(a, c)
+        pivot = b
+        i, j = low, high
+        while i <= j:
+            while values[i] < pivot:
+                i += 1
+            while values[j] > pivot:
+                j -= 1
+            if i <= j:
+                values[i], values[j] = values[j], values[i]
+                i += 1
+                j -= 1
+        if k <= j:
+            high = j
+        elif k >= i:
+            low = i
+        else:
+            break
+    return values[k]  # type: ignore[no-any-return]
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def keep_smallest(
+    histogram: np.ndarray,
+    distinct: np.ndarray,
+    distinct_keys: np.ndarray,
+    scratch: np.ndarray,
+    t: int,
+    max_contributions: int,
+    weight: int,
+) -> None:  # pragma: no cover - compiled
+    """Add ``weight`` at the Δ0 of the distinct items ``distinct[:t]`` of smallest key (``distinct_keys[:t]``):
+    the items up to the Δ0-th smallest key (:func:`smallest`, linear; ``scratch`` reordered), the Δ0 a sort by key
+    keeps. Only where two share that key (a tie at the cut, a 64-bit collision) does the sort by key decide."""
+    scratch[:t] = distinct_keys[:t]
+    cut = smallest(scratch, t, max_contributions - 1)
+    below = 0
+    for k in range(t):
+        below += distinct_keys[k] <= cut
+    if below == max_contributions:
+        for k in range(t):
+            if distinct_keys[k] <= cut:
+                histogram[distinct[k]] += weight
+    else:  # a tie at the cut: the sort by key decides it, as it always did
+        order = np.argsort(distinct_keys[:t])
+        for k in range(max_contributions):
+            histogram[distinct[order[k]]] += weight
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import config, njit
 
+from opendp_wgm.engines._hashed_jit import keep_smallest, smallest
+
 __all__ = [
     "bit_offsets",
     "boosted_users",
@@ -30,6 +32,7 @@ __all__ = [
     "dense_codes",
     "distinct_items_by_user",
     "drop_items",
+    "first_rows",
     "histogram_above",
     "histogram_distinct",
     "histogram_user_range",
@@ -172,6 +175,18 @@ def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> i
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def first_rows(codes: np.ndarray, rows: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``rows[c]``: the first row of code ``c``, for codes numbered ``0, 1, …`` in order of first row
+    (:func:`dense_codes`' numbering; ``rows`` holds one slot per code): code ``c`` first appears where the codes
+    seen so far number ``c``."""
+    next_code = 0
+    for r in range(codes.size):
+        if codes[r] == next_code:
+            rows[next_code] = r
+            next_code += 1
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def place_holders(
     items: np.ndarray, offsets: np.ndarray, first: int, stop: int, cursor: np.ndarray, holders: np.ndarray
 ) -> None:  # pragma: no cover - compiled
@@ -308,37 +323,6 @@ def rows_above(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def smallest(values: np.ndarray, count: int, k: int) -> np.uint64:  # pragma: no cover - compiled
-    """The ``k``-th smallest (from 0) of ``values[:count]``, reordering ``values[:count]`` in place: a quickselect
-    (median-of-three pivots), linear on average, where a full sort of the values costs ``count log count``."""
-    low, high = 0, count - 1
-    while high > low:
-        a, b, c = values[low], values[(low + high) >> 1], values[high]
-        if a > b:
-            a, b = b, a
-        if b > c:
-            b = max(a, c)
-        pivot = b
-        i, j = low, high
-        while i <= j:
-            while values[i] < pivot:
-                i += 1
-            while values[j] > pivot:
-                j -= 1
-            if i <= j:
-                values[i], values[j] = values[j], values[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            high = j
-        elif k >= i:
-            low = i
-        else:
-            break
-    return values[k]  # type: ignore[no-any-return]
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def histogram_above(
     histogram: np.ndarray,
     items: np.ndarray,
@@ -370,34 +354,6 @@ def histogram_above(
                 distinct_keys[t] = keys[j]
                 t += 1
         keep_smallest(histogram, distinct, distinct_keys, scratch, t, max_contributions, weight)
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def keep_smallest(
-    histogram: np.ndarray,
-    distinct: np.ndarray,
-    distinct_keys: np.ndarray,
-    scratch: np.ndarray,
-    t: int,
-    max_contributions: int,
-    weight: int,
-) -> None:  # pragma: no cover - compiled
-    """Add ``weight`` at the Δ0 of the distinct items ``distinct[:t]`` of smallest key (``distinct_keys[:t]``):
-    the items up to the Δ0-th smallest key (:func:`smallest`, linear; ``scratch`` reordered), the Δ0 a sort by key
-    keeps. Only where two share that key (a tie at the cut, a 64-bit collision) does the sort by key decide."""
-    scratch[:t] = distinct_keys[:t]
-    cut = smallest(scratch, t, max_contributions - 1)
-    below = 0
-    for k in range(t):
-        below += distinct_keys[k] <= cut
-    if below == max_contributions:
-        for k in range(t):
-            if distinct_keys[k] <= cut:
-                histogram[distinct[k]] += weight
-    else:  # a tie at the cut: the sort by key decides it, as it always did
-        order = np.argsort(distinct_keys[:t])
-        for k in range(max_contributions):
-            histogram[distinct[order[k]]] += weight
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

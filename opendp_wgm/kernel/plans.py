@@ -187,12 +187,13 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
             plan, why = (Plan.COMPILED_RUNS_KEYED, "most of the first rows above Δ0") if keyed else (
                 Plan.COMPILED_RUNS, "2^21 rows or more")
             return _Choice(plan, f"each user's rows form one run and {why}", _Facts(frame, start))
-    if rows >= _LARGE_ROWS and (user_dtype == pl.String or user_dtype.is_integer()):
-        users = engine_polars.user_counts(frame, space, jit)
-        if user_dtype == pl.String or users.mostly_above(lists.max_contributions):
-            why = "String users" if user_dtype == pl.String else "most rows belong to users above Δ0"
-            facts = _Facts(frame, users=users)
-            return _Choice(Plan.COMPILED_HASHED, f"users not runs, 2^21 rows or more, {why}", facts)
+    if rows >= _LARGE_ROWS and user_dtype == pl.String:  # the plan codes the users (with the items, at once)
+        return _Choice(Plan.COMPILED_HASHED, "users not runs, 2^21 rows or more, String users", _Facts(frame))
+    if rows >= _LARGE_ROWS and user_dtype.is_integer():
+        users = engine_polars.user_counts(frame, space, jit)  # handed to the plan, which does not count again
+        if users.mostly_above(lists.max_contributions):
+            why = "users not runs, 2^21 rows or more, most rows belong to users above Δ0"
+            return _Choice(Plan.COMPILED_HASHED, why, _Facts(frame, users=users))
     if keyed:
         return _Choice(Plan.POLARS_KEYED, "most of the first rows belong to users above Δ0 and users are not runs")
     return _Choice(Plan.COMPILED_CODED, "Numba, one in-memory pass, coded dtypes", _Facts(frame))

@@ -47,6 +47,9 @@ class _MergingJit:
         codes[:] = 0
         return 1
 
+    def __getattr__(self, name: str) -> Any:  # the compiled module's other functions
+        return getattr(kernel.kernel_jit(), name)
+
 
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("collide", ["none", "user", "item"])

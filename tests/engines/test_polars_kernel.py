@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import sys
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -482,6 +483,9 @@ class _MergingJit:
     def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:
         codes[:] = 0
         return 1
+
+    def __getattr__(self, name: str) -> Any:  # the compiled module's other functions
+        return getattr(kernel.kernel_jit(), name)
 
 
 @pytest.mark.parametrize("order", ["runs", "shuffled"])

@@ -336,14 +336,14 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     if codes is None:
         hashes = column.hash(*_TEXT_SEEDS).to_numpy().view(np.int64)
         codes, uniques = np.empty(hashes.size, dtype=np.int32), np.empty(hashes.size, dtype=np.int64)
-        jit.dense_codes(hashes, codes, uniques)
+        size = int(jit.dense_codes(hashes, codes, uniques))
+    else:
+        size = int(codes[-1]) + 1 if codes.size else 0  # the run indices, sorted
     if not codes.size:
         return None
-    # codes come in increasing order: a code's first row is where the codes exceed all before
-    first = np.empty(codes.size, dtype=np.bool_)
-    first[0] = True
-    np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=first[1:])
-    values = column.gather(np.flatnonzero(first))
+    first = np.empty(size, dtype=np.int64)  # codes come in order of first row: one pass finds each code's first
+    jit.first_rows(codes, first)
+    values = column.gather(first)
     if hashed and not (values.gather(codes) == column).all():  # runs are checked by _user_runs (distinct heads)
         return None
     return codes, values.len(), values.gather

@@ -10,6 +10,7 @@ in the release's :class:`~opendp_wgm.engines.polars.Prepared` (:class:`_UserCode
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -83,6 +84,19 @@ def user_counts(frame: pl.DataFrame, space: _Space, jit: ModuleType) -> UserCoun
     return UserCounts(users, counts, threads)
 
 
+def _keys(lists: BoundedLists, frame: pl.DataFrame, threads: int) -> NDArray[np.uint64]:
+    """Every row's secret key (:func:`bound_key`), one Polars ``select`` per chunk of rows, the chunks in threads
+    (a ``select`` of one expression runs in one thread)."""
+    keys = np.empty(frame.height, dtype=np.uint64)
+    key = bound_key(frame.lazy(), lists.space, lists.seeds)
+
+    def chunk(_: int, first: int, stop: int) -> None:
+        keys[first:stop] = frame.slice(first, stop - first).select(key).to_series().to_numpy()
+
+    in_threads(_even_ranges(frame.height, threads), chunk)
+    return keys
+
+
 def hashed_histogram(
     lists: BoundedLists,
     frame: pl.DataFrame,
@@ -105,13 +119,14 @@ def hashed_histogram(
     :class:`~opendp_wgm.engines.polars.Prepared` (``lists.shared``), each user's distinct items are left in it
     (:class:`_UserCodes`) for stage 2."""
     space, bound = lists.space, lists.max_contributions
-    counted = user_counts(frame, space, jit) if users is None else users
-    coding, threads, rows = counted.coding, counted.threads, frame.height
-    items = _exact_coding(frame.get_column(space.item), jit, threads, compact=True)
-    keyed = counted.mostly_above(bound)
-    keys = np.zeros(0, dtype=np.uint64)
-    if keyed:
-        keys = frame.select(bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
+    threads, rows = kernel_threads(frame.height, jit), frame.height
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the two columns at once (each step releases the GIL)
+        counting = None if users is not None else pool.submit(user_counts, frame, space, jit)
+        items = _exact_coding(frame.get_column(space.item), jit, threads, compact=True)
+        counted = counting.result() if counting is not None else users
+    assert counted is not None  # given, or counted here
+    coding = counted.coding
+    keys = _keys(lists, frame, threads) if counted.mostly_above(bound) else np.zeros(0, dtype=np.uint64)
     cursors = counted.counts.copy()  # the counts become each chunk's cursors (the counts stay the facts')
     start = np.empty(coding.size + 1, dtype=np.int64)
     jit.user_cursors(cursors, start)
