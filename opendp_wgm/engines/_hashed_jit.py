@@ -121,6 +121,7 @@ def weigh_users(
     histogram: np.ndarray,
     distinct: np.ndarray,
     above: np.ndarray,
+    holders: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """The lattice histogram of the users ``first <= u < stop``, added to ``histogram`` (int64 per item code).
 
@@ -129,8 +130,9 @@ def weigh_users(
     per item code, ``-1`` or a user code below ``first``) is the per-item marker of the dedup. A user with at most
     Δ0 distinct items adds ``weights[t - 1]`` to each. A user with more: with keys (``held_keys``, placed with the
     items), the Δ0 distinct items of smallest key get ``weights[Δ0 - 1]``; without (``held_keys`` empty), it is
-    flagged in ``above`` for the caller to key."""
-    keyed = held_keys.size > 0
+    flagged in ``above`` for the caller to key. ``holders`` (int64 per item code, or empty: not counted) gets one
+    per user holding the item: stage 2's distinct-user counts."""
+    keyed, count = held_keys.size > 0, holders.size > 0
     longest = 0
     if keyed:
         for u in range(first, stop):
@@ -150,6 +152,9 @@ def weigh_users(
                     held_keys[at + t] = held_keys[j]
                 t += 1
         distinct[u] = t
+        if count:
+            for j in range(at, at + t):
+                holders[held[j]] += 1
         if t == 0:
             continue
         if t <= max_contributions:

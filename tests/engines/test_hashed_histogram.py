@@ -96,6 +96,9 @@ def test_stage_two_reads_each_users_distinct_items() -> None:
     counts = frame.unique().group_by("item").len()
     expected = [dict(counts.iter_rows()).get(item, 0) for item in candidates]
     assert list(kernel.candidate_counts(prepared, SPACE, candidates)) == expected
+    offsets, positions = kernel.candidate_csr(prepared, SPACE, candidates)  # the hitting set's pairs
+    pairs = {(user, position) for user in range(offsets.size - 1) for position in positions[offsets[user] : offsets[user + 1]]}
+    assert len(pairs) == positions.size and list(np.bincount(positions, minlength=4)) == expected
 
 
 def test_interleaved_users_take_the_hashed_plan_from_2_21_rows(monkeypatch: pytest.MonkeyPatch) -> None:

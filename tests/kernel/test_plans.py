@@ -37,6 +37,7 @@ from opendp_wgm.engines.polars import (
     Prepared,
     bounded_lists_plan,
     candidate_counts,
+    candidate_csr,
     coded_pairs,
     without_numba,
 )
@@ -70,6 +71,7 @@ ROUTES = (
     "stage-2 counts: compiled codes",
     "stage-2 counts: users' runs",
     "stage-2 counts: hashed user codes",
+    "stage-2 pairs: hashed user codes",
 )
 
 _PREFIX = "ü-" + "x" * 40  # long strings of one length sharing a prefix (and a view's inline bytes)
@@ -250,6 +252,11 @@ def _check_routes(
             shared = BoundedLists(prepared.lf, SPACE, bound, SEEDS, shared=prepared)
             histogram(plan, shared, max_contributions).collect()
             counted(name, prepared)
+            if plan is Plan.COMPILED_HASHED:  # the hitting set's CSR pairs on the same value: counted per candidate
+                offsets, positions = candidate_csr(prepared, SPACE, candidates)
+                assert offsets[0] == 0 and offsets[-1] == positions.size and (np.diff(offsets) > 0).all()
+                by_pairs = np.bincount(positions, minlength=candidates.len()).astype(np.int64)
+                _same(ROUTES[8], _counts_frame(candidates, by_pairs), counts, perturb, "count")
 
 
 def test_the_test_lists_every_plan() -> None:

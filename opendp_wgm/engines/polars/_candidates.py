@@ -451,5 +451,12 @@ def item_counts(lf: pl.LazyFrame | Prepared, space: _Space, items: pl.Series) ->
     caller that cast them for its release does not cast them again)."""
     if items.len() == 0:
         return np.zeros(0, dtype=np.int64)
+    coded = _shared_user_codes(_as_prepared(lf))
+    if coded is not None:  # the compiled-hashed plan counted each item's holders: read them, no pairs
+        position_of = coded.positions_of(items)
+        counts = np.zeros(items.len(), dtype=np.int64)
+        held = position_of >= 0
+        counts[position_of[held]] = coded.holders[held]
+        return counts
     positions = _candidate_pairs(lf, space, items, contiguous=False).positions  # no user code per pair
     return np.bincount(positions, minlength=items.len()).astype(np.int64)

@@ -142,12 +142,14 @@ def hashed_histogram(
     histograms = np.zeros((threads, items.size), dtype=np.int64)
     distinct = np.empty(coding.size, dtype=np.int64)
     above = np.zeros(coding.size, dtype=np.bool_)
+    shared = lists.shared  # a later step of the release reads the rows: each user's items, and their holders
+    holders = np.zeros((threads, items.size if shared is not None else 0), dtype=np.int64)
     in_threads(ranges, lambda k, first, stop: hashed.weigh_users(
-        held, held_keys, start, first, stop, bound, weights, seen[k], histograms[k], distinct, above))
+        held, held_keys, start, first, stop, bound, weights, seen[k], histograms[k], distinct, above, holders[k]))
     histogram: NDArray[np.int64] = histograms[0] if threads == 1 else histograms.sum(axis=0)
     if above.any():  # without keys: the users above Δ0, keyed on their rows only
         rows_of, offsets = jit.rows_above(coding.values, coding.low, start, above)
         add_above(jit, lists, frame, histogram, items, rows_of, offsets, weights)
-    if lists.shared is not None:  # a later step of the release reads the same rows: each user's distinct items
-        lists.shared.coding = _UserCodes(held, start, distinct, items.size, items.decode)
+    if shared is not None:
+        shared.coding = _UserCodes(held, start, distinct, holders.sum(axis=0), items.size, items.decode)
     return decoded_histogram(items, histogram)

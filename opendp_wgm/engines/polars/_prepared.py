@@ -67,12 +67,14 @@ class _CodedRows:
 class _UserCodes:
     """The ``compiled-hashed`` plan's reading of a prepared frame's rows (:func:`hashed_histogram`): each user's
     distinct item codes, ``held[start[u]:start[u] + distinct[u]]`` (users and items coded exactly: equal values,
-    equal codes), and the item values of codes (``decode``). Stage 2 reads the candidates among them
-    (:func:`opendp_wgm.engines._hashed_jit.user_candidates`): no coding, no sort, no dedup of the rows again."""
+    equal codes), the distinct users holding each item code (``holders``), and the item values of codes
+    (``decode``). Stage 2 reads the candidates among them (:func:`opendp_wgm.engines._hashed_jit.user_candidates`),
+    or their holders: no coding, no sort, no dedup of the rows again."""
 
     held: NDArray[np.int32]
     start: NDArray[np.int64]
     distinct: NDArray[np.int64]
+    holders: NDArray[np.int64]
     n_items: int
     decode: Callable[[NDArray[np.int64]], pl.Series]
 
