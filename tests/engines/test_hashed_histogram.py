@@ -17,7 +17,7 @@ from opendp_wgm.engines.polars import _compiled_steps, _hashed_histogram
 from opendp_wgm.engines.polars._prepared import _UserCodes
 from opendp_wgm.kernel import Plan, histogram, plan_for, plans
 from opendp_wgm.kernel.reference import reference_histogram
-from tests.engine_modules import patch_engine
+from tests.engine_modules import MergingJit, patch_engine
 
 SPACE = _Space("user", "item", None, False)
 SEEDS = (11, 22, 33, 44)
@@ -39,18 +39,6 @@ def _logs(users: str) -> pl.DataFrame:
     return frame.with_columns(user, pl.format("w{}", "item"))
 
 
-class _MergingJit:
-    """A compiled module whose ``dense_codes`` gives every value code 0, as if all their hashes collided."""
-
-    @staticmethod
-    def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:
-        codes[:] = 0
-        return 1
-
-    def __getattr__(self, name: str) -> Any:  # the compiled module's other functions
-        return getattr(kernel.kernel_jit(), name)
-
-
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("collide", ["none", "user", "item"])
 @pytest.mark.parametrize("keyed", [True, False])
@@ -70,7 +58,7 @@ def test_hashed_plan_gives_the_reference_histogram(
     text_codes = _compiled_steps._text_codes
 
     def codes(column: pl.Series, jit: Any, **options: Any) -> Any:
-        return text_codes(column, _MergingJit() if column.name == collide else jit, **options)
+        return text_codes(column, MergingJit() if column.name == collide else jit, **options)
 
     monkeypatch.setattr(_hashed_histogram, "_text_codes", codes)
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import sys
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -25,7 +24,7 @@ from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import _compiled_histogram, _compiled_steps
 from opendp_wgm.kernel import Plan, histogram, plan_for, plans, refusal
 from opendp_wgm.privacy.threshold import lattice_weights
-from tests.engine_modules import patch_engine
+from tests.engine_modules import MergingJit, patch_engine
 
 SPACE = _Space("user", "item", None, False)
 SEEDS = (11, 22, 33, 44)
@@ -476,18 +475,6 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
         assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
 
 
-class _MergingJit:
-    """A compiled module whose ``dense_codes`` gives every value code 0, as if all their hashes collided."""
-
-    @staticmethod
-    def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:
-        codes[:] = 0
-        return 1
-
-    def __getattr__(self, name: str) -> Any:  # the compiled module's other functions
-        return getattr(kernel.kernel_jit(), name)
-
-
 @pytest.mark.parametrize("order", ["runs", "shuffled"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -511,11 +498,11 @@ def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: 
         assert (np.asarray(codes) == rank[inverse]).all() and size == values.n_unique()
         assert decode(everything[:size]).equals(values.gather(np.sort(first)))
         assert decode(np.asarray(codes, dtype=np.int64)).equals(values)
-        assert _compiled_steps._text_codes(values, _MergingJit(), runs=False) is None  # the check finds the merged values
+        assert _compiled_steps._text_codes(values, MergingJit(), runs=False) is None  # the check finds the merged values
     lf = _prepare_frame(frame, SPACE)
     hashed = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
     text_codes = _compiled_steps._text_codes
-    patch_engine(monkeypatch, "_text_codes", lambda column, _, **options: text_codes(column, _MergingJit()))
+    patch_engine(monkeypatch, "_text_codes", lambda column, _, **options: text_codes(column, MergingJit()))
     cast = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
     assert hashed is not None and cast is not None
     for bound, seeds in ((MAX_CONTRIBUTIONS, SEEDS), (3, (5, 6, 7, 8))):

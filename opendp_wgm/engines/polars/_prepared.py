@@ -20,34 +20,38 @@ if TYPE_CHECKING:
 __all__ = ["Prepared", "collect_once", "prepared_input", "shared_of"]
 
 
-def _positions_of(
-    decode: Callable[[NDArray[np.int64]], pl.Series], n_items: int, values: pl.Series
-) -> NDArray[np.int32]:
-    """Per item code ``0 … n_items - 1`` (``decode``: their values), the position among ``values`` (distinct, in
-    the data's item dtype) of the code's value, -1 where it is none of them. Integer items are matched in NumPy (a
-    sorted search: exact, and no Polars query's fixed cost, which was most of stage 2's lookup on steam_200k's
-    5·10^3 items); others by a join."""
-    decoded = decode(np.arange(n_items, dtype=np.int64))
-    position_of = np.full(n_items, -1, dtype=np.int32)
-    if values.len() == 0:
+class _DecodedItems:
+    """Item codes ``0 … n_items - 1`` and their values (``decode``): the part of the compiled steps' readings of a
+    frame's rows that stage 2 matches the candidates against (:meth:`positions_of`)."""
+
+    n_items: int
+    decode: Callable[[NDArray[np.int64]], pl.Series]
+
+    def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
+        """Per item code, the position among ``values`` (distinct, in the data's item dtype) of the code's value,
+        -1 where it is none of them. Integer items are matched in NumPy (a sorted search: exact, and no Polars
+        query's fixed cost, which was most of stage 2's lookup on steam_200k's 5·10^3 items); others by a join."""
+        decoded = self.decode(np.arange(self.n_items, dtype=np.int64))
+        position_of = np.full(self.n_items, -1, dtype=np.int32)
+        if values.len() == 0:
+            return position_of
+        if decoded.dtype.is_integer():
+            wanted = values.to_numpy()
+            order = np.argsort(wanted, kind="stable")
+            ranked, present = wanted[order], decoded.to_numpy()
+            at = np.minimum(np.searchsorted(ranked, present), ranked.size - 1)
+            hit = ranked[at] == present
+            position_of[hit] = order[at[hit]]
+            return position_of
+        position = pl.int_range(values.len(), eager=True, dtype=pl.Int32).alias("position")
+        table = pl.DataFrame([values.rename("value"), position])
+        found = pl.DataFrame([decoded.rename("value")]).join(table, on="value", how="left", maintain_order="left")
+        position_of[:] = found.get_column("position").fill_null(-1).to_numpy()
         return position_of
-    if decoded.dtype.is_integer():
-        wanted = values.to_numpy()
-        order = np.argsort(wanted, kind="stable")
-        ranked, present = wanted[order], decoded.to_numpy()
-        at = np.minimum(np.searchsorted(ranked, present), ranked.size - 1)
-        hit = ranked[at] == present
-        position_of[hit] = order[at[hit]]
-        return position_of
-    position = pl.int_range(values.len(), eager=True, dtype=pl.Int32).alias("position")
-    table = pl.DataFrame([values.rename("value"), position])
-    found = pl.DataFrame([decoded.rename("value")]).join(table, on="value", how="left", maintain_order="left")
-    position_of[:] = found.get_column("position").fill_null(-1).to_numpy()
-    return position_of
 
 
 @dataclass(frozen=True)
-class _CodedRows:
+class _CodedRows(_DecodedItems):
     """The compiled step's coding of a prepared frame's rows (:func:`coded_histogram`): a user code and an
     item code per row (exact: equal values, equal codes), and the item values of codes (``decode``)."""
 
@@ -57,14 +61,9 @@ class _CodedRows:
     n_items: int
     decode: Callable[[NDArray[np.int64]], pl.Series]
 
-    def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
-        """Per item code, the position among ``values`` of the code's value, -1 where it is none
-        (:func:`_positions_of`)."""
-        return _positions_of(self.decode, self.n_items, values)
-
 
 @dataclass(frozen=True)
-class _UserCodes:
+class _UserCodes(_DecodedItems):
     """The ``compiled-hashed`` plan's reading of a prepared frame's rows (:func:`hashed_histogram`): each user's
     distinct item codes, ``held[start[u]:start[u] + distinct[u]]`` (users and items coded exactly: equal values,
     equal codes), the distinct users holding each item code (``holders``), and the item values of codes
@@ -77,11 +76,6 @@ class _UserCodes:
     holders: NDArray[np.int64]
     n_items: int
     decode: Callable[[NDArray[np.int64]], pl.Series]
-
-    def positions_of(self, values: pl.Series) -> NDArray[np.int32]:
-        """Per item code, the position among ``values`` of the code's value, -1 where it is none
-        (:func:`_positions_of`)."""
-        return _positions_of(self.decode, self.n_items, values)
 
 
 @dataclass(frozen=True)
