@@ -120,13 +120,18 @@ def hashed_histogram(
     (:class:`_UserCodes`) for stage 2."""
     space, bound = lists.space, lists.max_contributions
     threads, rows = kernel_threads(frame.height, jit), frame.height
-    with ThreadPoolExecutor(max_workers=1) as pool:  # the two columns at once (each step releases the GIL)
+    # the items coded while another thread codes the users, or, given the users, keys the rows (each step releases
+    # the GIL): the other core is not left idle
+    with ThreadPoolExecutor(max_workers=1) as pool:
         counting = None if users is not None else pool.submit(user_counts, frame, space, jit)
+        keying = pool.submit(_keys, lists, frame, 1) if users is not None and users.mostly_above(bound) else None
         items = _exact_coding(frame.get_column(space.item), jit, threads, compact=True)
         counted = counting.result() if counting is not None else users
+        keys = keying.result() if keying is not None else None
     assert counted is not None  # given, or counted here
     coding = counted.coding
-    keys = _keys(lists, frame, threads) if counted.mostly_above(bound) else np.zeros(0, dtype=np.uint64)
+    if keys is None:
+        keys = _keys(lists, frame, threads) if counted.mostly_above(bound) else np.zeros(0, dtype=np.uint64)
     cursors = counted.counts.copy()  # the counts become each chunk's cursors (the counts stay the facts')
     start = np.empty(coding.size + 1, dtype=np.int64)
     jit.user_cursors(cursors, start)
