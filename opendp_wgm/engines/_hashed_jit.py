@@ -137,18 +137,17 @@ def weigh_users(
     if keyed:
         for u in range(first, stop):
             longest = max(longest, start[u + 1] - start[u])
-    distinct_items = np.empty(longest, dtype=np.int64)
-    distinct_keys = np.empty(longest, dtype=np.uint64)
     scratch = np.empty(longest, dtype=np.uint64)
     for u in range(first, stop):
-        at = start[u]
+        at, end = start[u], start[u + 1]
+        move_keys = keyed and end - at > max_contributions  # at most Δ0 rows: its keys are never read
         t = 0
-        for j in range(at, start[u + 1]):
+        for j in range(at, end):
             i = held[j]
             if seen[i] != u:
                 seen[i] = u
                 held[at + t] = i  # the distinct items, in place (t <= j - at)
-                if keyed:
+                if move_keys:
                     held_keys[at + t] = held_keys[j]
                 t += 1
         distinct[u] = t
@@ -161,11 +160,8 @@ def weigh_users(
             w = weights[t - 1]
             for j in range(at, at + t):
                 histogram[held[j]] += w
-        elif keyed:
-            for k in range(t):
-                distinct_items[k] = held[at + k]
-                distinct_keys[k] = held_keys[at + k]
-            keep_smallest(histogram, distinct_items, distinct_keys, scratch, t, max_contributions,
+        elif keyed:  # its distinct items and their keys, in place
+            keep_smallest(histogram, held[at : at + t], held_keys[at : at + t], scratch, t, max_contributions,
                           weights[max_contributions - 1])
         else:
             above[u] = True
