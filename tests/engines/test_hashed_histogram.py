@@ -25,8 +25,9 @@ BOUND = 8
 
 
 def _logs(users: str) -> pl.DataFrame:
-    """Users above, at and below Δ0 (:data:`BOUND`) with repeated rows, interleaved (shuffled); String or Int64
-    users (ids spread wide), String items."""
+    """Users above, at and below Δ0 (:data:`BOUND`) with repeated rows, interleaved (shuffled); users "string"
+    (short ids: coded by their Arrow views), "long" (ids of 40 bytes and more sharing a prefix: hashed) or "int"
+    (Int64, spread wide); String items, words of up to 12 bytes and one in 20 longer (sharing length and prefix)."""
     rng = np.random.default_rng(23)
     distinct = np.r_[np.full(6, BOUND + 1), np.full(6, BOUND), rng.integers(1, 6 * BOUND, 40)]
     parts = []
@@ -35,32 +36,42 @@ def _logs(users: str) -> pl.DataFrame:
         rows = np.r_[held, rng.choice(held, rng.integers(0, 2 * t))]
         parts.append(pl.DataFrame({"user": np.full(rows.size, user), "item": rows}))
     frame = pl.concat(parts).sample(fraction=1.0, shuffle=True, seed=4)
-    user = pl.format("u{}", "user") if users == "string" else pl.col("user") * 10**12 - 2**61
-    return frame.with_columns(user, pl.format("w{}", "item"))
+    assert frame.columns == ["user", "item"]
+    user = {"string": pl.format("u{}", "user"), "long": pl.format("ü-user-{}-{}", pl.lit("x" * 36), "user"),
+            "int": pl.col("user") * 10**12 - 2**61}[users]
+    word = pl.when(pl.col("item") % 20 == 0).then(pl.format("a-longer-word-{}", pl.col("item") % 1000 + 1000))
+    frame = frame.with_columns(user.alias("user"), word.otherwise(pl.format("w{}", "item")).alias("item"))
+    assert frame.columns == ["user", "item"] and frame.schema["user"] == (pl.Int64 if users == "int" else pl.String)
+    return frame
 
 
 @pytest.mark.parametrize("threads", [1, 3])
 @pytest.mark.parametrize("collide", ["none", "user", "item"])
 @pytest.mark.parametrize("keyed", [True, False])
 @pytest.mark.parametrize("bound", [BOUND, 3])
-@pytest.mark.parametrize("users", ["string", "int"])
+@pytest.mark.parametrize("users", ["string", "long", "int"])
 def test_hashed_plan_gives_the_reference_histogram(
     users: str, bound: int, keyed: bool, collide: str, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every row keyed (most rows above Δ0) or the users above Δ0 keyed on their rows afterwards; text coded by
-    its checked hash, or, where two values of a column share one (every value made to collide here: the check
-    fails), by a category map; in one thread and in three: the reference histogram, bit for bit."""
+    its views (short strings) and its checked hash (the others), or, where two values of a column share one (every
+    value made to collide here: the check fails), by a category map; in one thread and in three: the reference
+    histogram, bit for bit."""
     pytest.importorskip("numba")
     lf = _prepare_frame(_logs(users), SPACE)
     expected = reference_histogram(lf, SPACE, bound, SEEDS, BOUND).sort("item")
     monkeypatch.setattr(_hashed_histogram.UserCounts, "mostly_above", lambda self, _: keyed)
     patch_engine(monkeypatch, "kernel_threads", lambda rows, jit: threads)
-    text_codes = _compiled_steps._text_codes
+    text_codes, hashed_text = _compiled_steps._text_codes, _compiled_steps._hashed_text
 
     def codes(column: pl.Series, jit: Any, **options: Any) -> Any:
         return text_codes(column, MergingJit() if column.name == collide else jit, **options)
 
+    def unchecked(column: pl.Series, jit: Any) -> Any:  # the users' hash, checked later in threads
+        return hashed_text(column, MergingJit() if column.name == collide else jit)
+
     monkeypatch.setattr(_hashed_histogram, "_text_codes", codes)
+    monkeypatch.setattr(_hashed_histogram, "_hashed_text", unchecked)
     lists = kernel.BoundedLists(lf, SPACE, bound, SEEDS)
     found = histogram(Plan.COMPILED_HASHED, lists, BOUND).collect()
     assert found.schema == pl.Schema({"item": pl.String, kernel.WEIGHT_LAT: pl.Int64})

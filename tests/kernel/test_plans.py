@@ -2,7 +2,8 @@
 histogram or of its parts (DP-SIPS's later rounds on the coded pairs, Policy Gaussian's bound, stage 2's
 candidate-count tiers), against the plain statement of the histogram (:mod:`opendp_wgm.kernel.reference`), bit for
 bit for a fixed seed, on generated frames: users contiguous, shuffled or split in two runs; Int64, UInt64 and
-String users; Int64, UInt64, String (long, sharing length and prefix, unicode), Categorical, Enum and Struct items;
+String users; Int64, UInt64, String (long, sharing length and prefix, unicode; or short words), Categorical, Enum
+and Struct items;
 nulls, duplicates; multi-chunk and sliced frames, LazyFrame and DataFrame, Parquet with several passes; each
 engine; Numba ready or absent (an explicit input of :func:`plan_for`). A plan is skipped only where
 :func:`refusal` refuses it (public information), and then :func:`histogram` must raise.
@@ -80,7 +81,7 @@ _USERS = {
     "uint64": (pl.UInt64, lambda u: 2**64 - 1 - u),
     "string": (pl.String, lambda u: f"{_PREFIX}{u:03d}"),
 }
-_ITEMS = ("int64", "uint64", "string", "categorical", "enum", "struct")
+_ITEMS = ("int64", "uint64", "string", "words", "categorical", "enum", "struct")
 _ITEM_POOL = 9
 
 
@@ -89,6 +90,8 @@ def _item_values(kind: str, codes: list[int | None]) -> pl.Series:
         return pl.Series("item", [None if c is None else c * 1_000_003 - 4 for c in codes], dtype=pl.Int64)
     if kind == "uint64":
         return pl.Series("item", [None if c is None else 2**64 - 1 - c for c in codes], dtype=pl.UInt64)
+    if kind == "words":  # short strings (up to 12 bytes: their Arrow views hold them whole)
+        return pl.Series("item", [None if c is None else f"{'é' if c % 2 else 'e'}{c}" for c in codes])
     text = pl.Series("item", [None if c is None else f"{_PREFIX}{'é' if c % 2 else 'e'}{c:02d}" for c in codes])
     if kind == "string":
         return text

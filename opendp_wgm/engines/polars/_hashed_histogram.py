@@ -10,8 +10,11 @@ in the release's :class:`~opendp_wgm.engines.polars.Prepared` (:class:`_UserCode
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 
 import numpy as np
@@ -24,6 +27,8 @@ from opendp_wgm.engines.polars._compiled_steps import (
     _Coding,
     _coding,
     _even_ranges,
+    _hash_holds,
+    _hashed_text,
     _text_codes,
     in_threads,
     kernel_threads,
@@ -52,7 +57,11 @@ def _exact_coding(column: pl.Series, jit: ModuleType, threads: int, *, compact: 
     if text is None:  # two values share a hash (or no rows): the category map decides
         categories = column.cast(pl.Categorical(pl.Categories.random()))
         return _coding(categories, dtype, jit, threads, compact=compact)
-    codes, size, decode = text
+    return _text_coding(*text)
+
+
+def _text_coding(codes: NDArray[np.integer], size: int, decode: Callable[[NDArray[np.int64]], pl.Series]) -> _Coding:
+    """Text codes (already dense: the compiled step reads them as they are) as a :class:`_Coding`."""
     return _Coding(codes, 0, _NO_WORDS, _NO_WORDS.view(np.int64), size, decode)
 
 
@@ -65,6 +74,9 @@ class UserCounts:
     coding: _Coding
     counts: NDArray[np.int64]
     threads: int
+    #: text users coded by their hash but not checked yet (``check=False``): the column, codes and code values
+    #: :func:`_hash_holds` must hold on (every row) before the codes are used; ``None``: exact already
+    unchecked: tuple[pl.Series, NDArray[np.int32], pl.Series] | None = None
 
     def mostly_above(self, max_contributions: int) -> bool:
         """Whether most rows belong to users with more than ``max_contributions`` rows (a speed choice only:
@@ -73,28 +85,31 @@ class UserCounts:
         return 2 * int(rows[rows > max_contributions].sum()) > int(rows.sum())
 
 
-def user_counts(frame: pl.DataFrame, space: _Space, jit: ModuleType) -> UserCounts:
+def user_counts(frame: pl.DataFrame, space: _Space, jit: ModuleType, *, check: bool = True) -> UserCounts:
     """:class:`UserCounts` of ``frame``'s user column (text or integers, no nulls), in the compiled step's
-    threads (:func:`kernel_threads`)."""
+    threads (:func:`kernel_threads`). ``check=False``: text users that take the hash are left unchecked
+    (:attr:`UserCounts.unchecked`), for the caller to check in threads beside other work."""
     threads = kernel_threads(frame.height, jit)
-    users = _exact_coding(frame.get_column(space.user), jit, threads, compact=False)
+    column = frame.get_column(space.user)
+    unchecked, text = None, None
+    if not check and column.dtype == pl.String:
+        hashed = _hashed_text(column, jit)
+        if hashed is not None:
+            codes, values = hashed
+            text, unchecked = (codes, values.len(), values.gather), (column, codes, values)
+    users = _exact_coding(column, jit, threads, compact=False) if text is None else _text_coding(*text)
     counts = np.zeros((threads, users.size), dtype=np.int64)
     chunks = _even_ranges(frame.height, threads)
     in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
-    return UserCounts(users, counts, threads)
+    return UserCounts(users, counts, threads, unchecked)
 
 
-def _keys(lists: BoundedLists, frame: pl.DataFrame, threads: int) -> NDArray[np.uint64]:
-    """Every row's secret key (:func:`bound_key`), one Polars ``select`` per chunk of rows, the chunks in threads
-    (a ``select`` of one expression runs in one thread)."""
-    keys = np.empty(frame.height, dtype=np.uint64)
+def _keys_of(lists: BoundedLists, frame: pl.DataFrame, keys: NDArray[np.uint64], first: int, stop: int) -> bool:
+    """The secret keys (:func:`bound_key`) of the rows ``first <= r < stop`` into ``keys``, by one Polars
+    ``select`` (of one expression: it runs in one thread; the caller runs chunks in several). ``True``."""
     key = bound_key(frame.lazy(), lists.space, lists.seeds)
-
-    def chunk(_: int, first: int, stop: int) -> None:
-        keys[first:stop] = frame.slice(first, stop - first).select(key).to_series().to_numpy()
-
-    in_threads(_even_ranges(frame.height, threads), chunk)
-    return keys
+    keys[first:stop] = frame.slice(first, stop - first).select(key).to_series().to_numpy()
+    return True
 
 
 def hashed_histogram(
@@ -120,18 +135,29 @@ def hashed_histogram(
     (:class:`_UserCodes`) for stage 2."""
     space, bound = lists.space, lists.max_contributions
     threads, rows = kernel_threads(frame.height, jit), frame.height
-    # the items coded while another thread codes the users, or, given the users, keys the rows (each step releases
-    # the GIL): the other core is not left idle
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        counting = None if users is not None else pool.submit(user_counts, frame, space, jit)
-        keying = pool.submit(_keys, lists, frame, 1) if users is not None and users.mostly_above(bound) else None
+    chunks = _even_ranges(rows, threads)
+    keys = np.zeros(0, dtype=np.uint64)
+    # every step releases the GIL: the items are coded while another thread codes (unchecked) and counts the users
+    # or, given them, keys the rows; then the users' check and the keys are shared by chunks among the threads
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        counting = None if users is not None else pool.submit(user_counts, frame, space, jit, check=False)
+        keying = None
+        if users is not None and users.mostly_above(bound):
+            keys = np.empty(rows, dtype=np.uint64)
+            keying = pool.submit(_keys_of, lists, frame, keys, 0, rows)
         items = _exact_coding(frame.get_column(space.item), jit, threads, compact=True)
         counted = counting.result() if counting is not None else users
-        keys = keying.result() if keying is not None else None
-    assert counted is not None  # given, or counted here
+        assert counted is not None  # given, or counted here
+        tasks: list[Callable[[], bool]] = [] if keying is None else [keying.result]
+        if keying is None and counted.mostly_above(bound):
+            keys = np.empty(rows, dtype=np.uint64)
+            tasks += [partial(_keys_of, lists, frame, keys, a, b) for a, b in itertools.pairwise(chunks.tolist())]
+        if counted.unchecked is not None:
+            tasks += [partial(_hash_holds, *counted.unchecked, a, b) for a, b in itertools.pairwise(chunks.tolist())]
+        holds = all(pool.map(lambda task: task(), tasks))
+    if not holds:  # two user values share a hash: coded exactly (by a category map) and counted again
+        counted = user_counts(frame, space, jit)
     coding = counted.coding
-    if keys is None:
-        keys = _keys(lists, frame, threads) if counted.mostly_above(bound) else np.zeros(0, dtype=np.uint64)
     cursors = counted.counts.copy()  # the counts become each chunk's cursors (the counts stay the facts')
     start = np.empty(coding.size + 1, dtype=np.int64)
     jit.user_cursors(cursors, start)
