@@ -126,11 +126,13 @@ def hashed_histogram(
 
     ``users``: :func:`user_counts` of ``frame`` (``None``: counted here). The item column is coded exactly
     (:func:`_exact_coding`). Where most rows belong to users above Δ0 (:meth:`UserCounts.mostly_above`, a speed
-    choice: the same histogram), every row's secret key (:func:`bound_key`, one Polars ``select``) is placed with
+    choice: the same histogram), every row's secret key (:func:`bound_key`, by chunks of rows) is placed with
     its item, and each user's rows are weighted and cut in one compiled pass; otherwise the items alone are
     placed, and the users found above Δ0 are keyed on their rows only afterwards (:func:`add_above`). The
     counting sort and the passes run in threads (chunks of rows, then ranges of users with a marker and a
-    histogram each: integer sums, the same whatever their number). When the lists carry the release's
+    histogram each: integer sums, the same whatever their number). Text users are checked (:func:`_hash_holds`)
+    beside the keys, before their codes are read; where the check fails they are coded by a category map and
+    counted again (the keys do not depend on the codes). When the lists carry the release's
     :class:`~opendp_wgm.engines.polars.Prepared` (``lists.shared``), each user's distinct items are left in it
     (:class:`_UserCodes`) for stage 2."""
     space, bound = lists.space, lists.max_contributions
@@ -163,7 +165,6 @@ def hashed_histogram(
     jit.user_cursors(cursors, start)
     held = np.empty(rows, dtype=np.int32)  # the item offsets, then (once all are placed) ranked: item codes
     held_keys = np.empty(keys.size, dtype=np.uint64)
-    chunks = _even_ranges(rows, threads)
     in_threads(chunks, lambda k, first, stop: hashed.place_keyed(
         coding.values, coding.low, items.values, items.low, keys, first, stop, cursors[k], held, held_keys))
     in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
