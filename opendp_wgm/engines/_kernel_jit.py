@@ -145,32 +145,32 @@ def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> i
     codes come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
     n = values.size
     size, shift = 1 << 12, np.uint64(64 - 12)
-    table = np.full(size, -1, dtype=np.int32)
+    table = np.full((size, 2), -1, dtype=np.int64)  # (value, code) per slot: a probe reads one cache line
     next_code = 0
     for r in range(n):
         v = values[r]
         i = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift  # Fibonacci hashing: the top bits
         while True:
-            c = table[i]
+            c = table[i, 1]
             if c < 0:
                 c = next_code
-                table[i] = c
+                table[i, 0], table[i, 1] = v, c
                 uniques[c] = v
                 next_code += 1
                 break
-            if uniques[c] == v:
+            if table[i, 0] == v:
                 break
             i = (i + np.uint64(1)) & np.uint64(size - 1)
         codes[r] = c
         if 2 * next_code > size:  # rehash into a table twice the size
             size *= 2
             shift -= np.uint64(1)
-            table = np.full(size, -1, dtype=np.int32)
+            table = np.full((size, 2), -1, dtype=np.int64)
             for k in range(next_code):
                 j = (np.uint64(uniques[k]) * np.uint64(0x9E3779B97F4A7C15)) >> shift
-                while table[j] >= 0:
+                while table[j, 1] >= 0:
                     j = (j + np.uint64(1)) & np.uint64(size - 1)
-                table[j] = k
+                table[j, 0], table[j, 1] = uniques[k], k
     return next_code
 
 
