@@ -3,23 +3,17 @@ is checked here, only that it runs and prints its two tables with their goals)."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
+
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_logs.py"
-    spec = importlib.util.spec_from_file_location("bench_logs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_logs"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_logs")
 
 
 def test_without_the_data_it_says_so_and_skips(bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
