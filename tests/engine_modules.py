@@ -26,3 +26,16 @@ def patch_engine(monkeypatch: pytest.MonkeyPatch, name: str, value: Any) -> None
     assert bound, f"no module of the Polars engine binds {name!r}"
     for module in bound:
         monkeypatch.setattr(module, name, value)
+
+
+class MergingJit:
+    """A compiled module (:func:`opendp_wgm.engines.polars.kernel_jit`'s) whose ``dense_codes`` gives every value
+    code 0, as if all their hashes collided: the text codes' check must then fail."""
+
+    @staticmethod
+    def dense_codes(values: Any, codes: Any, uniques: Any) -> int:
+        codes[:] = 0
+        return 1
+
+    def __getattr__(self, name: str) -> Any:  # the compiled module's other functions
+        return getattr(engine.kernel_jit(), name)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import opendp.prelude as dp
@@ -12,17 +9,12 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_wgm.py"
-    spec = importlib.util.spec_from_file_location("bench_wgm", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_wgm"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_wgm")
 
 
 def test_previous_kernel_and_polars_plans_run_the_measurement(bench: ModuleType) -> None:

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
+
 
 @pytest.fixture(scope="module")
 def compare() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "compare_revisions.py"
-    spec = importlib.util.spec_from_file_location("compare_revisions", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("compare_revisions")
 
 
 def test_tables_are_read_cell_by_cell(compare: ModuleType) -> None:

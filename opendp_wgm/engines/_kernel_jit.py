@@ -2,16 +2,14 @@ r"""Compiled (Numba) per-user step of the WGM: dedup, bound and lattice histogra
 
 Imported only if Numba is installed (``opendp-wgm[fast]``); without it, :func:`opendp_wgm.kernel.plan_for`
 chooses a Polars plan and refuses the compiled ones. The result is **identical** to the Polars plans' for the
-same seeds: users and items come in as exact integer codes (one per distinct value: a value's offset from the smallest,
-or that offset's rank in a bitmap of the offsets present, computed as the passes read the values, or a hashed
-code), a user with at most Δ0 distinct items
+same seeds: users and items come in as exact integer codes (one per distinct value: a value's offset from the
+smallest, or its rank in a bitmap of the offsets present, or a hashed code), a user with at most Δ0 distinct items
 keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
 Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
 
-No comparison sort of the rows: the rows are bucketed by user (a counting sort: one pass to count, one to
-place), each user's items are deduplicated with a per-item marker, and the Δ0-th smallest key of a user above
-Δ0 is found by a linear selection (:func:`smallest`). Where most rows belong to users above Δ0,
-:func:`keyed_weights` weighs each user's rows from their keys alone (no item codes).
+No comparison sort of the rows: the rows are bucketed by user (a counting sort), each user's items deduplicated
+with a per-item marker, and the Δ0-th smallest key of a user above Δ0 found by a linear selection
+(:func:`smallest`). :func:`keyed_weights` weighs each user's run of rows from their keys alone (no item codes).
 
 The passes over rows take a range (``first``, ``stop``) so that the caller may run them on disjoint chunks in
 threads (the functions release the GIL): chunks of rows for the coding and the counting sort, ranges of users
@@ -25,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import config, njit
 
+from opendp_wgm.engines._hashed_jit import keep_smallest, smallest
+
 __all__ = [
     "bit_offsets",
     "boosted_users",
@@ -32,10 +32,12 @@ __all__ = [
     "dense_codes",
     "distinct_items_by_user",
     "drop_items",
+    "first_rows",
     "histogram_above",
     "histogram_distinct",
     "histogram_user_range",
     "items_by_user",
+    "keep_smallest",
     "keyed_weights",
     "mark_bits",
     "max_threads",
@@ -143,33 +145,45 @@ def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> i
     codes come: its size follows the distinct values, not the rows, and stays in cache for a few of them)."""
     n = values.size
     size, shift = 1 << 12, np.uint64(64 - 12)
-    table = np.full(size, -1, dtype=np.int32)
+    table = np.full((size, 2), -1, dtype=np.int64)  # (value, code) per slot: a probe reads one cache line
     next_code = 0
     for r in range(n):
         v = values[r]
         i = (np.uint64(v) * np.uint64(0x9E3779B97F4A7C15)) >> shift  # Fibonacci hashing: the top bits
         while True:
-            c = table[i]
+            c = table[i, 1]
             if c < 0:
                 c = next_code
-                table[i] = c
+                table[i, 0], table[i, 1] = v, c
                 uniques[c] = v
                 next_code += 1
                 break
-            if uniques[c] == v:
+            if table[i, 0] == v:
                 break
             i = (i + np.uint64(1)) & np.uint64(size - 1)
         codes[r] = c
         if 2 * next_code > size:  # rehash into a table twice the size
             size *= 2
             shift -= np.uint64(1)
-            table = np.full(size, -1, dtype=np.int32)
+            table = np.full((size, 2), -1, dtype=np.int64)
             for k in range(next_code):
                 j = (np.uint64(uniques[k]) * np.uint64(0x9E3779B97F4A7C15)) >> shift
-                while table[j] >= 0:
+                while table[j, 1] >= 0:
                     j = (j + np.uint64(1)) & np.uint64(size - 1)
-                table[j] = k
+                table[j, 0], table[j, 1] = uniques[k], k
     return next_code
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
+def first_rows(codes: np.ndarray, rows: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``rows[c]``: the first row of code ``c``, for codes numbered ``0, 1, …`` in order of first row
+    (:func:`dense_codes`' numbering; ``rows`` holds one slot per code): code ``c`` first appears where the codes
+    seen so far number ``c``."""
+    next_code = 0
+    for r in range(codes.size):
+        if codes[r] == next_code:
+            rows[next_code] = r
+            next_code += 1
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
@@ -309,37 +323,6 @@ def rows_above(
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
-def smallest(values: np.ndarray, count: int, k: int) -> np.uint64:  # pragma: no cover - compiled
-    """The ``k``-th smallest (from 0) of ``values[:count]``, reordering ``values[:count]`` in place: a quickselect
-    (median-of-three pivots), linear on average, where a full sort of the values costs ``count log count``."""
-    low, high = 0, count - 1
-    while high > low:
-        a, b, c = values[low], values[(low + high) >> 1], values[high]
-        if a > b:
-            a, b = b, a
-        if b > c:
-            b = max(a, c)
-        pivot = b
-        i, j = low, high
-        while i <= j:
-            while values[i] < pivot:
-                i += 1
-            while values[j] > pivot:
-                j -= 1
-            if i <= j:
-                values[i], values[j] = values[j], values[i]
-                i += 1
-                j -= 1
-        if k <= j:
-            high = j
-        elif k >= i:
-            low = i
-        else:
-            break
-    return values[k]  # type: ignore[no-any-return]
-
-
-@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]
 def histogram_above(
     histogram: np.ndarray,
     items: np.ndarray,
@@ -351,11 +334,8 @@ def histogram_above(
 ) -> None:  # pragma: no cover - compiled
     """Add to ``histogram`` (in place) the users above Δ0: each keeps its ``max_contributions`` distinct items of
     smallest key, with weight ``weight``. ``rows[offsets[a]:offsets[a + 1]]`` are user ``a``'s rows and
-    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys).
-
-    The Δ0-th smallest key is found by :func:`smallest` (linear) and the items of keys up to it kept: the
-    Δ0 items a sort by key would keep. Only where two distinct items of a user share that key (a tie at the cut,
-    a 64-bit collision) does the user's list go through the sort by key, which then decides the tie as before."""
+    ``keys`` their keys, in the same order (equal (user, item) rows have equal keys); each user's distinct items
+    are cut by :func:`keep_smallest` (a linear selection)."""
     n_items = histogram.size
     seen = np.full(n_items, -1, dtype=np.int32)
     longest = 0
@@ -373,19 +353,7 @@ def histogram_above(
                 distinct[t] = i
                 distinct_keys[t] = keys[j]
                 t += 1
-        scratch[:t] = distinct_keys[:t]
-        cut = smallest(scratch, t, max_contributions - 1)
-        below = 0
-        for k in range(t):
-            below += distinct_keys[k] <= cut
-        if below == max_contributions:
-            for k in range(t):
-                if distinct_keys[k] <= cut:
-                    histogram[distinct[k]] += weight
-        else:  # a tie at the cut: the sort by key decides it, as it always did
-            order = np.argsort(distinct_keys[:t])
-            for k in range(max_contributions):
-                histogram[distinct[order[k]]] += weight
+        keep_smallest(histogram, distinct, distinct_keys, scratch, t, max_contributions, weight)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

@@ -8,8 +8,9 @@ the dtypes, and probes of the rows: the row count, whether most of the first row
 whether each user's rows form one run); :func:`histogram` runs exactly the plan it is given, and refuses one that
 cannot run on the input from public information (Numba, ``passes``, engine, dtypes), never falling back to
 another. A compiled plan that meets a data-dependent case it does not handle (2^31 rows or more, users whose rows
-are not runs, two text items sharing a hash) finishes by the exact Polars plan itself, as its row of the table
-states (``docs/engines.md``, *Which plan computes the histogram*).
+are not runs, two text items sharing a hash) finishes by the exact Polars plan itself, or codes the column by a
+category map (``compiled-hashed``: two text values sharing a hash), as its row of the table states
+(``docs/engines.md``, *Which plan computes the histogram*).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from numpy.typing import NDArray
 
 from opendp_wgm._validation import _Engine
 from opendp_wgm.engines import polars as engine_polars
-from opendp_wgm.engines.polars import BoundedLists, Numba, codes_dtype, numba_state, run_starts
+from opendp_wgm.engines.polars import BoundedLists, Numba, UserCounts, codes_dtype, numba_state, run_starts
 
 __all__ = ["Numba", "Plan", "histogram", "plan_for", "refusal"]
 
@@ -49,6 +50,9 @@ class Plan(Enum):
     COMPILED_RUNS_KEYED = "compiled-runs-keyed"
     #: the compiled step on the distinct pairs coded once per call (DP-SIPS's rounds: :class:`CodedPairs`)
     CODED_PAIRS = "coded-pairs"
+    #: the compiled step on interleaved users (logs in time order): text coded by checked hashes, every row keyed
+    #: where most rows belong to users above Δ0, each user's rows weighed in one pass
+    COMPILED_HASHED = "compiled-hashed"
 
     @property
     def why(self) -> str:
@@ -74,13 +78,15 @@ _WHY = {
     "or a hash collision: the exact Polars plan)",
     Plan.CODED_PAIRS: "the pairs were coded once for several bounds of the same users (DP-SIPS's rounds; "
     "2^31 rows or more: the exact Polars plan)",
+    Plan.COMPILED_HASHED: "users not runs, 2^21 rows or more, String users or most rows above Δ0: no category map "
+    "and no group_by (two text values sharing a hash: that column by a category map; 2^31 rows or more: the exact "
+    "Polars plan)",
 }
 
 #: From this many rows on, a frame whose users' rows are runs takes :data:`Plan.COMPILED_RUNS` (no coding:
 #: 0.85-0.9x the compiled step's time at 10^6 and 4·10^6 sorted Zipf rows, 1.3x at 10^5 and on fimi_retail's
-#: 9·10^5, where the streaming group-by's fixed cost weighs), and one whose users are text and not runs the Polars
-#: plans (coding text costs what the compiled step saves: 0.9x on 10^7 rows of String ids,
-#: ``benchmarks/bench_wgm.py``).
+#: 9·10^5, where the streaming group-by's fixed cost weighs), and one whose users are not runs, text or mostly above
+#: Δ0, :data:`Plan.COMPILED_HASHED` (``benchmarks/bench_logs.py``).
 _LARGE_ROWS = 2**21
 
 #: The compiled steps index rows with int32.
@@ -93,6 +99,7 @@ class _Facts:
 
     frame: pl.DataFrame | None = None
     start: NDArray[np.int64] | None = None
+    users: UserCounts | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,8 @@ def refusal(
         if passes != 1 and plan is not Plan.POLARS_PASSES:
             return f"{plan.value!r} computes the histogram in one pass; with passes={passes} use 'polars-passes'"
         return None
-    if (numba_state() if numba is None else numba) is not Numba.READY or engine_polars.kernel_jit() is None:
+    ready = (numba_state() if numba is None else numba) is Numba.READY
+    if not ready or engine_polars.kernel_jit() is None or engine_polars.hashed_jit() is None:
         return f"{plan.value!r} needs Numba (pip install 'opendp-wgm[fast]')"
     if passes != 1 or engine == "streaming":
         return f"{plan.value!r} holds the whole frame in memory: it runs with one pass and an in-memory engine"
@@ -129,9 +137,13 @@ def refusal(
         if not (codes_dtype(user) and codes_dtype(item)):
             found = f"found user {user}, item {item}"
             return f"{plan.value!r} codes integer, String, Categorical and Enum columns ({found})"
-        if plan in (Plan.COMPILED_RUNS, Plan.COMPILED_RUNS_KEYED) and not (user == pl.String or user.is_integer()):
+        if plan in _USER_TEXT_OR_INTEGERS and not (user == pl.String or user.is_integer()):
             return f"{plan.value!r} reads runs of integer or String users (found user {user})"
     return None
+
+
+#: The compiled plans that read the user column's values as they are (runs, or codes of text or integers).
+_USER_TEXT_OR_INTEGERS = (Plan.COMPILED_RUNS, Plan.COMPILED_RUNS_KEYED, Plan.COMPILED_HASHED)
 
 
 def _dtypes(lists: BoundedLists) -> tuple[pl.DataType, pl.DataType]:
@@ -155,7 +167,8 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
     numba = numba_state() if numba is None else numba
     if numba is Numba.DEFERRED:
         return _polars_choice(lists, "the compiled steps are not imported (no_cold_compiled_import: a small input)")
-    if numba is not Numba.READY or engine_polars.kernel_jit() is None:
+    jit = engine_polars.kernel_jit()
+    if numba is not Numba.READY or jit is None or engine_polars.hashed_jit() is None:
         return _polars_choice(lists, "Numba is not installed")
     if not (codes_dtype(user_dtype) and codes_dtype(item_dtype)):
         return _polars_choice(lists, f"the compiled step does not code user {user_dtype} or item {item_dtype}")
@@ -174,10 +187,15 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
             plan, why = (Plan.COMPILED_RUNS_KEYED, "most of the first rows above Δ0") if keyed else (
                 Plan.COMPILED_RUNS, "2^21 rows or more")
             return _Choice(plan, f"each user's rows form one run and {why}", _Facts(frame, start))
+    if rows >= _LARGE_ROWS and user_dtype == pl.String:  # the plan codes the users (with the items, at once)
+        return _Choice(Plan.COMPILED_HASHED, "users not runs, 2^21 rows or more, String users", _Facts(frame))
+    if rows >= _LARGE_ROWS and user_dtype.is_integer():
+        users = engine_polars.user_counts(frame, space, jit)  # handed to the plan, which does not count again
+        if users.mostly_above(lists.max_contributions):
+            why = "users not runs, 2^21 rows or more, most rows belong to users above Δ0"
+            return _Choice(Plan.COMPILED_HASHED, why, _Facts(frame, users=users))
     if keyed:
         return _Choice(Plan.POLARS_KEYED, "most of the first rows belong to users above Δ0 and users are not runs")
-    if user_dtype == pl.String and rows >= _LARGE_ROWS:
-        return _Choice(Plan.POLARS_SPLIT, "String users not in runs, 2^21 rows or more: coding text costs more")
     return _Choice(Plan.COMPILED_CODED, "Numba, one in-memory pass, coded dtypes", _Facts(frame))
 
 
@@ -187,9 +205,11 @@ def plan_for(lists: BoundedLists, *, passes: int = 1, engine: _Engine = "auto", 
     The ONE place the choice is made: from ``numba`` (a :class:`~opendp_wgm.engines.polars.Numba` state; ``None``:
     this process's, :func:`~opendp_wgm.engines.polars.numba_state`), ``passes``, ``engine``, the prepared frame's
     dtypes, and probes of its rows (whether most of the first 65,536 rows belong to users above Δ0, the row
-    count against 2^21 and 2^31, whether each user's rows form one run). A speed choice only: every plan gives
-    the same histogram, so the choice changes no release. The choice (and its reason, which names the thresholds
-    crossed, never a count) depends on the data: it is for the data's curator, not part of any release.
+    count against 2^21 and 2^31, whether each user's rows form one run, and, for users not in runs from 2^21
+    rows on, whether most rows belong to users above Δ0: the users coded and counted, handed to the plan). A speed
+    choice only: every plan gives the same histogram, so the choice changes no release. The choice (and its
+    reason, which names the thresholds crossed, never a count) depends on the data: it is for the data's curator,
+    not part of any release.
     """
     return _choose(lists, passes=passes, engine=engine, numba=numba).plan
 
@@ -231,6 +251,10 @@ def _run(
         return _polars(lists, max_contributions, engine, exact)
     if plan is Plan.COMPILED_CODED:
         return engine_polars.coded_histogram(lists, frame, max_contributions, jit).lazy()
+    if plan is Plan.COMPILED_HASHED:
+        hashed = engine_polars.hashed_jit()
+        assert hashed is not None  # refusal() checked it
+        return engine_polars.hashed_histogram(lists, frame, max_contributions, jit, hashed, facts.users).lazy()
     start = run_starts(frame.get_column(space.user)) if facts.start is None else facts.start
     if start is not None:
         keyed = plan is Plan.COMPILED_RUNS_KEYED

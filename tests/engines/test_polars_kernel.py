@@ -24,7 +24,7 @@ from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import _compiled_histogram, _compiled_steps
 from opendp_wgm.kernel import Plan, histogram, plan_for, plans, refusal
 from opendp_wgm.privacy.threshold import lattice_weights
-from tests.engine_modules import patch_engine
+from tests.engine_modules import MergingJit, patch_engine
 
 SPACE = _Space("user", "item", None, False)
 SEEDS = (11, 22, 33, 44)
@@ -398,9 +398,10 @@ def test_auto_plan_choice_follows_the_share_of_rows_above_max_contributions() ->
     assert kernel.mostly_above(above, "user", MAX_CONTRIBUTIONS)
 
 
-def test_large_frames_take_the_route_on_runs_or_leave_text_users_to_polars(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_large_frames_take_the_route_on_runs_or_the_hashed_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """From ``_LARGE_ROWS`` rows on: users whose rows are runs (sorted or not), the route on runs; other text users,
-    the Polars plans; other integer users, or fewer rows, the compiled step; the same histogram on every route."""
+    the hashed plan; other integer users (none above Δ0), or fewer rows, the compiled step; the same histogram on
+    every route."""
     pytest.importorskip("numba")
     frame, bound = _shape("below").sort("user"), 2 * MAX_CONTRIBUTIONS  # no user above the bound
     monkeypatch.setattr(plans, "_LARGE_ROWS", frame.height)  # the threshold, at this frame's size
@@ -409,7 +410,7 @@ def test_large_frames_take_the_route_on_runs_or_leave_text_users_to_polars(monke
     runs = frame.sample(fraction=1.0, shuffle=True, seed=8).sort("user", maintain_order=True).reverse()  # not sorted
     coded, on_runs = Plan.COMPILED_CODED, Plan.COMPILED_RUNS
     for rows, expected in ((frame, on_runs), (frame.head(-1), coded), (runs, on_runs), (_variant(frame, "shuffled"), coded),
-                           (text, Plan.POLARS_SPLIT), (text.head(-1), coded), (text.sort("user"), on_runs)):
+                           (text, Plan.COMPILED_HASHED), (text.head(-1), coded), (text.sort("user"), on_runs)):
         lists = kernel.BoundedLists(_prepare_frame(rows, SPACE), SPACE, bound, SEEDS)
         assert plan_for(lists) is expected
         histograms.append(dict(histogram("auto", lists, bound).collect().iter_rows()))
@@ -474,15 +475,6 @@ def test_coded_pairs_are_not_built_where_the_compiled_step_declines(monkeypatch:
         assert kernel.coded_pairs(lf, SPACE, passes=1, engine="in-memory") is None
 
 
-class _MergingJit:
-    """A compiled module whose ``dense_codes`` gives every value code 0, as if all their hashes collided."""
-
-    @staticmethod
-    def dense_codes(values: np.ndarray, codes: np.ndarray, uniques: np.ndarray) -> int:
-        codes[:] = 0
-        return 1
-
-
 @pytest.mark.parametrize("order", ["runs", "shuffled"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -506,11 +498,11 @@ def test_text_codes_are_the_category_codes(shape: str, order: str, monkeypatch: 
         assert (np.asarray(codes) == rank[inverse]).all() and size == values.n_unique()
         assert decode(everything[:size]).equals(values.gather(np.sort(first)))
         assert decode(np.asarray(codes, dtype=np.int64)).equals(values)
-        assert _compiled_steps._text_codes(values, _MergingJit(), runs=False) is None  # the check finds the merged values
+        assert _compiled_steps._text_codes(values, MergingJit(), runs=False) is None  # the check finds the merged values
     lf = _prepare_frame(frame, SPACE)
     hashed = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
     text_codes = _compiled_steps._text_codes
-    patch_engine(monkeypatch, "_text_codes", lambda column, _, **options: text_codes(column, _MergingJit()))
+    patch_engine(monkeypatch, "_text_codes", lambda column, _, **options: text_codes(column, MergingJit()))
     cast = kernel.coded_pairs(lf, SPACE, passes=1, engine="auto")
     assert hashed is not None and cast is not None
     for bound, seeds in ((MAX_CONTRIBUTIONS, SEEDS), (3, (5, 6, 7, 8))):

@@ -2,7 +2,8 @@
 histogram or of its parts (DP-SIPS's later rounds on the coded pairs, Policy Gaussian's bound, stage 2's
 candidate-count tiers), against the plain statement of the histogram (:mod:`opendp_wgm.kernel.reference`), bit for
 bit for a fixed seed, on generated frames: users contiguous, shuffled or split in two runs; Int64, UInt64 and
-String users; Int64, UInt64, String (long, sharing length and prefix, unicode), Categorical, Enum and Struct items;
+String users; Int64, UInt64, String (long, sharing length and prefix, unicode; or short words), Categorical, Enum
+and Struct items;
 nulls, duplicates; multi-chunk and sliced frames, LazyFrame and DataFrame, Parquet with several passes; each
 engine; Numba ready or absent (an explicit input of :func:`plan_for`). A plan is skipped only where
 :func:`refusal` refuses it (public information), and then :func:`histogram` must raise.
@@ -37,6 +38,7 @@ from opendp_wgm.engines.polars import (
     Prepared,
     bounded_lists_plan,
     candidate_counts,
+    candidate_csr,
     coded_pairs,
     without_numba,
 )
@@ -57,6 +59,7 @@ PLANS = (
     Plan.COMPILED_RUNS,
     Plan.COMPILED_RUNS_KEYED,
     Plan.CODED_PAIRS,
+    Plan.COMPILED_HASHED,
 )
 
 #: the other computations of the histogram or of its parts, beside the plans, each checked on every frame
@@ -68,6 +71,8 @@ ROUTES = (
     "stage-2 counts: in memory, no numba",
     "stage-2 counts: compiled codes",
     "stage-2 counts: users' runs",
+    "stage-2 counts: hashed user codes",
+    "stage-2 pairs: hashed user codes",
 )
 
 _PREFIX = "ü-" + "x" * 40  # long strings of one length sharing a prefix (and a view's inline bytes)
@@ -76,7 +81,7 @@ _USERS = {
     "uint64": (pl.UInt64, lambda u: 2**64 - 1 - u),
     "string": (pl.String, lambda u: f"{_PREFIX}{u:03d}"),
 }
-_ITEMS = ("int64", "uint64", "string", "categorical", "enum", "struct")
+_ITEMS = ("int64", "uint64", "string", "words", "categorical", "enum", "struct")
 _ITEM_POOL = 9
 
 
@@ -85,6 +90,8 @@ def _item_values(kind: str, codes: list[int | None]) -> pl.Series:
         return pl.Series("item", [None if c is None else c * 1_000_003 - 4 for c in codes], dtype=pl.Int64)
     if kind == "uint64":
         return pl.Series("item", [None if c is None else 2**64 - 1 - c for c in codes], dtype=pl.UInt64)
+    if kind == "words":  # short strings (up to 12 bytes: their Arrow views hold them whole)
+        return pl.Series("item", [None if c is None else f"{'é' if c % 2 else 'e'}{c}" for c in codes])
     text = pl.Series("item", [None if c is None else f"{_PREFIX}{'é' if c % 2 else 'e'}{c:02d}" for c in codes])
     if kind == "string":
         return text
@@ -241,12 +248,18 @@ def _check_routes(
     counted(ROUTES[3], Prepared(frame.lazy(), in_memory=True))
     with without_numba():
         counted(ROUTES[4], Prepared(frame.lazy(), in_memory=True))
-    for name, plan in ((ROUTES[5], Plan.COMPILED_CODED), (ROUTES[6], Plan.COMPILED_RUNS)):
+    for name, plan in ((ROUTES[5], Plan.COMPILED_CODED), (ROUTES[6], Plan.COMPILED_RUNS),
+                       (ROUTES[7], Plan.COMPILED_HASHED)):
         if refusal(plan, passes=1, engine="auto", dtypes=dtypes) is None:  # stage 1's step fills the value
             prepared = Prepared(frame.lazy(), in_memory=True)
             shared = BoundedLists(prepared.lf, SPACE, bound, SEEDS, shared=prepared)
             histogram(plan, shared, max_contributions).collect()
             counted(name, prepared)
+            if plan is Plan.COMPILED_HASHED:  # the hitting set's CSR pairs on the same value: counted per candidate
+                offsets, positions = candidate_csr(prepared, SPACE, candidates)
+                assert offsets[0] == 0 and offsets[-1] == positions.size and (np.diff(offsets) > 0).all()
+                by_pairs = np.bincount(positions, minlength=candidates.len()).astype(np.int64)
+                _same(ROUTES[8], _counts_frame(candidates, by_pairs), counts, perturb, "count")
 
 
 def test_the_test_lists_every_plan() -> None:
@@ -334,7 +347,7 @@ def _lists(frame: pl.DataFrame, bound: int) -> BoundedLists:
 
 def test_plan_for_follows_the_docs_table() -> None:
     """The rules of the table that small frames reach, in its order, through plan_for's explicit inputs (rules 4,
-    6 and 8 need 2^21 rows or more: ``tests/engines/test_polars_kernel.py``)."""
+    6 and 7 need 2^21 rows or more: ``tests/engines/test_polars_kernel.py``, ``tests/engines/test_hashed_histogram.py``)."""
     pytest.importorskip("numba")
     runs = pl.DataFrame({"user": [1, 1, 1, 2, 2, 2], "item": [1, 2, 3, 1, 2, 3]})  # each user one run, above Δ0 = 2
     shuffled = runs.sort("item")  # users not runs
@@ -350,5 +363,5 @@ def test_plan_for_follows_the_docs_table() -> None:
     coded = BoundedLists(lf, SPACE, 2, SEEDS, coded=coded_pairs(lf, SPACE, passes=1, engine="auto"))
     assert plan_for(coded, numba=ready) is Plan.CODED_PAIRS  # 3
     assert plan_for(_lists(runs, 2), numba=ready) is Plan.COMPILED_RUNS_KEYED  # 5
-    assert plan_for(_lists(shuffled, 2), numba=ready) is Plan.POLARS_KEYED  # 7
+    assert plan_for(_lists(shuffled, 2), numba=ready) is Plan.POLARS_KEYED  # 8
     assert plan_for(_lists(below, 2), numba=ready) is Plan.COMPILED_CODED  # 9

@@ -8,7 +8,7 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
 - :func:`lattice_histogram_plan` / :func:`lattice_histogram`: per-item sums of the lattice weights
   :math:`\lfloor 2^{20}/\sqrt t\rfloor`, in one plan or over disjoint user buckets (``passes``), or by the
   compiled steps of :mod:`opendp_wgm.engines._kernel_jit` when Numba is installed (:func:`coded_histogram`,
-  :func:`runs_histogram`: the same sums); :func:`opendp_wgm.kernel.plan_for` chooses which;
+  :func:`runs_histogram`, :func:`hashed_histogram`: the same sums); :func:`opendp_wgm.kernel.plan_for` chooses which;
 - :func:`coded_pairs` / :class:`CodedPairs`: the distinct (user, item) pairs coded once for the compiled step, for
   steps that bound the same users several times (DP-SIPS's rounds, flags and count);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
@@ -24,6 +24,7 @@ of the package's top-level API. They live in one module per concept (each re-exp
 - :mod:`._prepared`: the prepared frame the steps of one release share (:class:`Prepared`);
 - :mod:`._compiled_steps`: importing the compiled steps (Numba), coding columns, threads and ranges, users' runs;
 - :mod:`._compiled_histogram`: the histogram by the compiled steps, and :class:`CodedPairs`;
+- :mod:`._hashed_histogram`: the histogram of interleaved users by the compiled steps, text coded by checked hashes;
 - :mod:`._release`: noise and threshold;
 - :mod:`._candidates`: stage 2's candidate pairs and counts.
 """
@@ -50,6 +51,7 @@ from opendp_wgm.engines.polars._compiled_histogram import (
 from opendp_wgm.engines.polars._compiled_steps import (
     Numba,
     codes_dtype,
+    hashed_jit,
     in_threads,
     kernel_jit,
     kernel_threads,
@@ -59,6 +61,11 @@ from opendp_wgm.engines.polars._compiled_steps import (
     run_starts,
     user_ranges,
     without_numba,
+)
+from opendp_wgm.engines.polars._hashed_histogram import (
+    UserCounts,
+    hashed_histogram,
+    user_counts,
 )
 from opendp_wgm.engines.polars._plans import (
     WEIGHT_LAT,
@@ -92,6 +99,7 @@ __all__ = [
     "ListsOf",
     "Numba",
     "Prepared",
+    "UserCounts",
     "bound_key",
     "bound_plan",
     "bounded_lists_plan",
@@ -106,6 +114,8 @@ __all__ = [
     "collect_once",
     "distinct_pairs_plan",
     "fresh_seeds",
+    "hashed_histogram",
+    "hashed_jit",
     "holders_by_item",
     "in_threads",
     "item_counts",
@@ -125,6 +135,7 @@ __all__ = [
     "runs_histogram",
     "shared_of",
     "string_views",
+    "user_counts",
     "user_ranges",
     "weights_frame",
     "without_numba",

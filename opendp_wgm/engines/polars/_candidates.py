@@ -18,6 +18,7 @@ from opendp_wgm._spaces import _Space
 from opendp_wgm.engines.polars._compiled_steps import (
     _even_ranges,
     _user_runs,
+    hashed_jit,
     in_threads,
     kernel_jit,
     kernel_threads,
@@ -29,6 +30,7 @@ from opendp_wgm.engines.polars._prepared import (
     _as_prepared,
     _shared_codes,
     _shared_runs,
+    _shared_user_codes,
 )
 
 if TYPE_CHECKING:
@@ -211,6 +213,19 @@ def _compiled_candidate_pairs(data: Prepared, items: pl.Series) -> _Pairs | None
     return _Pairs(held, offsets=offsets)  # int32 (distinct_items_by_user)
 
 
+def _user_codes_candidate_pairs(data: Prepared, items: pl.Series) -> _Pairs | None:
+    """:func:`candidate_pairs` on each user's distinct items the WGM's ``compiled-hashed`` plan left in ``data``
+    (:attr:`Prepared.coding`, :class:`~opendp_wgm.engines.polars._prepared._UserCodes`): one compiled pass over
+    them (:func:`opendp_wgm.engines._hashed_jit.user_candidates`) keeps the candidates, as CSR arrays (users
+    holding none dropped). The rows are not read, coded, sorted or deduplicated again. ``None`` (the other paths)
+    where that plan left nothing, or without Numba."""
+    hashed, coded = hashed_jit(), _shared_user_codes(data)
+    if hashed is None or coded is None:
+        return None
+    positions, offsets = hashed.user_candidates(coded.held, coded.start, coded.distinct, coded.positions_of(items))
+    return _Pairs(positions, offsets=offsets)  # int32 (user_candidates)
+
+
 def run_offsets(users: NDArray[np.integer]) -> NDArray[np.int64]:
     """The offsets of the runs of equal adjacent values of ``users`` (``runs + 1`` of them, from 0 to the length):
     CSR offsets of rows whose users are contiguous."""
@@ -352,6 +367,8 @@ def _candidate_pairs(
     data = _as_prepared(lf)
     compiled = _compiled_candidate_pairs(data, items)
     if compiled is None:
+        compiled = _user_codes_candidate_pairs(data, items)
+    if compiled is None:
         compiled = _run_candidate_pairs(data, space, items)
     return _polars_candidate_pairs(data, space, items, contiguous=contiguous) if compiled is None else compiled
 
@@ -376,7 +393,8 @@ def candidate_pairs(
     group-by on the user key's value gives that; without it, a string or integer user key is coded once and the
     pairs deduplicated as one ``UInt64`` column; any other key takes the group-by. Where the WGM's compiled step
     coded ``lf`` in the same release (left in :attr:`Prepared.coding`), its codes are read instead
-    (:func:`_compiled_candidate_pairs`: users grouped and coded ``0, 1, ...``; no read of the rows); where its keyed
+    (:func:`_compiled_candidate_pairs`: users grouped and coded ``0, 1, ...``; no read of the rows), or each user's
+    distinct items its ``compiled-hashed`` plan left (:func:`_user_codes_candidate_pairs`); where its keyed
     route found each user's rows in one run, those runs are read and only the items looked up
     (:func:`_run_candidate_pairs`). Every path gives the same set of pairs, up to the naming of users.
     """
@@ -433,5 +451,12 @@ def item_counts(lf: pl.LazyFrame | Prepared, space: _Space, items: pl.Series) ->
     caller that cast them for its release does not cast them again)."""
     if items.len() == 0:
         return np.zeros(0, dtype=np.int64)
+    coded = _shared_user_codes(_as_prepared(lf))
+    if coded is not None:  # the compiled-hashed plan counted each item's holders: read them, no pairs
+        position_of = coded.positions_of(items)
+        counts = np.zeros(items.len(), dtype=np.int64)
+        held = position_of >= 0
+        counts[position_of[held]] = coded.holders[held]
+        return counts
     positions = _candidate_pairs(lf, space, items, contiguous=False).positions  # no user code per pair
     return np.bincount(positions, minlength=items.len()).astype(np.int64)

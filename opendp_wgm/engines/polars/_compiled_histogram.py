@@ -103,12 +103,34 @@ def coded_histogram(lists: BoundedLists, frame: pl.DataFrame, max_contributions:
         slot.coding = _CodedRows(user_codes, users.size, item_codes, items.size, items.decode)
     weights = lattice_weights(max_contributions)
     histogram, rows, offsets = _histogram_below(jit, users, items, bound, weights, threads)
-    if rows.size:  # the users above Δ0 keep their Δ0 distinct items of smallest key, keyed on their rows only
-        # on the coded values: a fresh category hashes as its string, as the value did
-        keys = frame[rows].select(bound_key(frame.lazy(), space, lists.seeds)).to_series().to_numpy()
-        positions = np.arange(rows.size, dtype=np.int64)  # of the rows' codes, in rows' order
-        weight = int(weights[bound - 1])
-        jit.histogram_above(histogram, items.codes_at(jit, rows), positions, offsets, keys, bound, weight)
+    # on the coded values: a fresh category hashes as its string, as the value did
+    add_above(jit, lists, frame, histogram, items, rows, offsets, weights)
+    return decoded_histogram(items, histogram)
+
+
+def add_above(
+    jit: ModuleType,
+    lists: BoundedLists,
+    frame: pl.DataFrame,
+    histogram: NDArray[np.int64],
+    items: _Coding,
+    rows: NDArray[np.int64],
+    offsets: NDArray[np.int64],
+    weights: NDArray[np.int64],
+) -> None:
+    """Add to ``histogram`` the users above Δ0, each keeping its Δ0 distinct items of smallest key, keyed on their
+    rows only: ``rows[offsets[a]:offsets[a + 1]]`` are user ``a``'s rows of ``frame`` (nothing when empty)."""
+    if not rows.size:
+        return
+    bound = lists.max_contributions
+    keys = frame[rows].select(bound_key(frame.lazy(), lists.space, lists.seeds)).to_series().to_numpy()
+    positions = np.arange(rows.size, dtype=np.int64)  # of the rows' codes, in rows' order
+    weight = int(weights[bound - 1])
+    jit.histogram_above(histogram, items.codes_at(jit, rows), positions, offsets, keys, bound, weight)
+
+
+def decoded_histogram(items: _Coding, histogram: NDArray[np.int64]) -> pl.DataFrame:
+    """The (item, :data:`WEIGHT_LAT`) frame of a histogram per item code: the codes of positive weight, decoded."""
     kept = np.flatnonzero(histogram)
     return pl.DataFrame([items.decode(kept), pl.Series(WEIGHT_LAT, histogram[kept], dtype=pl.Int64)])
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Numba",
     "codes_dtype",
+    "hashed_jit",
     "in_threads",
     "kernel_jit",
     "kernel_threads",
@@ -325,29 +326,49 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     """Codes of a text column without nulls in order of first occurrence, the codes a fresh category map gives it
     (:func:`_code_expr`, then :func:`_codes`), without building the map (a single-threaded cast: 0.4 s on
     imdb_50k's 7·10^6 items): with ``runs``, each user's rows one run, the run index (:func:`_user_runs`); else the
-    first-occurrence codes of a 64-bit hash of each value (:func:`opendp_wgm.engines._kernel_jit.dense_codes`).
+    first-occurrence codes of a 64-bit hash of each value (:func:`_hashed_text`).
 
-    Checked, never assumed: every row's hashed value must equal the value of its code's first row (a gather from
-    the distinct values, which stay in cache; :func:`_user_runs` checks its runs' values distinct); ``None`` (the
-    caller casts) where two values share a hash, or, with ``runs``, where a user's rows are not one run."""
-    codes: NDArray[np.integer] | None = _user_runs(column) if runs else None
-    hashed = codes is None
+    Checked, never assumed: every row's hashed value must equal the value of its code's first row
+    (:func:`_hash_holds`; :func:`_user_runs` checks its runs' values distinct); ``None`` (the caller casts) where
+    two values share a hash, or, with ``runs``, where a user's rows are not one run."""
+    codes = _user_runs(column) if runs else None
     if codes is None:
-        hashes = column.hash(*_TEXT_SEEDS).to_numpy().view(np.int64)
-        codes, uniques = np.empty(hashes.size, dtype=np.int32), np.empty(hashes.size, dtype=np.int64)
-        jit.dense_codes(hashes, codes, uniques)
+        hashed = _hashed_text(column, jit)
+        if hashed is None or not _hash_holds(column, *hashed, 0, column.len()):
+            return None
+        return hashed[0], hashed[1].len(), hashed[1].gather
     if not codes.size:
         return None
-    # codes come in increasing order: a code's first row is where the codes exceed all before
-    first = np.empty(codes.size, dtype=np.bool_)
-    first[0] = True
-    np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=first[1:])
-    values = column.gather(np.flatnonzero(first))
-    if hashed and not (values.gather(codes) == column).all():  # runs are checked by _user_runs (distinct heads)
-        return None
+    first = np.empty(int(codes[-1]) + 1, dtype=np.int64)  # the run indices, sorted
+    jit.first_rows(codes, first)
+    values = column.gather(first)
     return codes, values.len(), values.gather
 
 
+def _hashed_text(column: pl.Series, jit: ModuleType) -> tuple[NDArray[np.int32], pl.Series] | None:
+    """The first-occurrence codes of a 64-bit hash of each value of a text column (``None`` without rows), and the
+    value of each code's first row: **unchecked** (two values sharing a hash share a code) until
+    :func:`_hash_holds` holds on every row."""
+    hashes = column.hash(*_TEXT_SEEDS).to_numpy().view(np.int64)
+    if not hashes.size:
+        return None
+    codes, uniques = np.empty(hashes.size, dtype=np.int32), np.empty(hashes.size, dtype=np.int64)
+    first = np.empty(int(jit.dense_codes(hashes, codes, uniques)), dtype=np.int64)
+    jit.first_rows(codes, first)  # codes come in order of first row: one pass finds each code's first
+    return codes, column.gather(first)
+
+
+def _hash_holds(column: pl.Series, codes: NDArray[np.int32], values: pl.Series, first: int, stop: int) -> bool:
+    """Whether the rows ``first <= r < stop`` of ``column`` each hold the value of their code (:func:`_hashed_text`):
+    a gather from the distinct values, which stay in cache, compared with the rows. The caller checks every row
+    (in one range, or in several, in threads)."""
+    return bool((values.gather(codes[first:stop]) == column.slice(first, stop - first)).all())
+
+
+def hashed_jit() -> ModuleType | None:
+    """The compiled steps of the ``compiled-hashed`` plan (:mod:`opendp_wgm.engines._hashed_jit`), or ``None`` when
+    Numba is not installed."""
+    return _compiled("_hashed_jit")
 
 
 def peel_jit() -> ModuleType | None:

@@ -20,14 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["Prepared", "collect_once", "prepared_input", "shared_of"]
 
 
-@dataclass(frozen=True)
-class _CodedRows:
-    """The compiled step's coding of a prepared frame's rows (:func:`coded_histogram`): a user code and an
-    item code per row (exact: equal values, equal codes), and the item values of codes (``decode``)."""
+class _DecodedItems:
+    """Item codes ``0 … n_items - 1`` and their values (``decode``): the part of the compiled steps' readings of a
+    frame's rows that stage 2 matches the candidates against (:meth:`positions_of`)."""
 
-    users: NDArray[np.integer]
-    n_users: int
-    items: NDArray[np.integer]
     n_items: int
     decode: Callable[[NDArray[np.int64]], pl.Series]
 
@@ -55,6 +51,34 @@ class _CodedRows:
 
 
 @dataclass(frozen=True)
+class _CodedRows(_DecodedItems):
+    """The compiled step's coding of a prepared frame's rows (:func:`coded_histogram`): a user code and an
+    item code per row (exact: equal values, equal codes), and the item values of codes (``decode``)."""
+
+    users: NDArray[np.integer]
+    n_users: int
+    items: NDArray[np.integer]
+    n_items: int
+    decode: Callable[[NDArray[np.int64]], pl.Series]
+
+
+@dataclass(frozen=True)
+class _UserCodes(_DecodedItems):
+    """The ``compiled-hashed`` plan's reading of a prepared frame's rows (:func:`hashed_histogram`): each user's
+    distinct item codes, ``held[start[u]:start[u] + distinct[u]]`` (users and items coded exactly: equal values,
+    equal codes), the distinct users holding each item code (``holders``), and the item values of codes
+    (``decode``). Stage 2 reads the candidates among them (:func:`opendp_wgm.engines._hashed_jit.user_candidates`),
+    or their holders: no coding, no sort, no dedup of the rows again."""
+
+    held: NDArray[np.int32]
+    start: NDArray[np.int64]
+    distinct: NDArray[np.int64]
+    holders: NDArray[np.int64]
+    n_items: int
+    decode: Callable[[NDArray[np.int64]], pl.Series]
+
+
+@dataclass(frozen=True)
 class _UserRuns:
     """The route on runs' reading of a prepared frame's rows (:func:`runs_histogram`): each user's rows are one
     run, user ``u``'s rows ``start[u] <= r < start[u + 1]`` (checked by :func:`run_starts`; no item codes)."""
@@ -69,7 +93,8 @@ class Prepared:
 
     ``in_memory``: ``lf`` was collected (no file scan that a filter could reach: :func:`_candidate_rows` looks its
     rows up without filtering first). ``coding``: a slot the WGM's compiled step fills with its coding of ``lf``'s
-    rows (:class:`_CodedRows`, or the users' runs of its route on runs, :class:`_UserRuns`) when the bounded lists
+    rows (:class:`_CodedRows`, the users' runs of its route on runs, :class:`_UserRuns`, or each user's distinct
+    items of the ``compiled-hashed`` plan, :class:`_UserCodes`) when the bounded lists
     it reads carry this value (:attr:`BoundedLists.shared`), so that a later step of the same release (a two-stage
     release's stage 2: :func:`candidate_pairs`) reads it instead of the rows. The coding is a deterministic
     function of the rows: no seed, no noise.
@@ -77,7 +102,7 @@ class Prepared:
 
     lf: pl.LazyFrame
     in_memory: bool = False
-    coding: _CodedRows | _UserRuns | None = None
+    coding: _CodedRows | _UserRuns | _UserCodes | None = None
 
 
 def _as_prepared(data: pl.LazyFrame | Prepared) -> Prepared:
@@ -105,6 +130,10 @@ def _shared_codes(data: Prepared) -> _CodedRows | None:
 
 def _shared_runs(data: Prepared) -> _UserRuns | None:
     return data.coding if isinstance(data.coding, _UserRuns) else None
+
+
+def _shared_user_codes(data: Prepared) -> _UserCodes | None:
+    return data.coding if isinstance(data.coding, _UserCodes) else None
 
 
 def collect_once(lf: pl.LazyFrame, *, passes: int, engine: _Engine) -> Prepared:

@@ -1,0 +1,187 @@
+"""The lattice histogram of logs as they are (rows in time order, users interleaved, text ids) by the compiled
+steps, with no category map and no Polars ``group_by``: the ``compiled-hashed`` plan (:func:`hashed_histogram`).
+
+Text columns are coded by a 64-bit hash of each value, checked exactly (:func:`_exact_coding`); the rows are
+bucketed by user in a counting sort whose counts :func:`user_counts` takes first (the plan's choice reads them:
+:func:`opendp_wgm.kernel.plan_for`); each user's rows are deduplicated, weighted and, above Δ0, cut by the secret
+key in one compiled pass (:func:`opendp_wgm.engines._hashed_jit.weigh_users`). Each user's distinct items are left
+in the release's :class:`~opendp_wgm.engines.polars.Prepared` (:class:`_UserCodes`) for stage 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from types import ModuleType
+
+import numpy as np
+import polars as pl
+from numpy.typing import NDArray
+
+from opendp_wgm._spaces import _Space
+from opendp_wgm.engines.polars._compiled_histogram import add_above, decoded_histogram
+from opendp_wgm.engines.polars._compiled_steps import (
+    _Coding,
+    _coding,
+    _even_ranges,
+    _hash_holds,
+    _hashed_text,
+    _text_codes,
+    in_threads,
+    kernel_threads,
+    user_ranges,
+)
+from opendp_wgm.engines.polars._plans import BoundedLists, bound_key
+from opendp_wgm.engines.polars._prepared import _UserCodes
+from opendp_wgm.privacy.threshold import lattice_weights
+
+__all__ = ["UserCounts", "hashed_histogram", "user_counts"]
+
+
+_NO_WORDS = np.zeros(0, dtype=np.uint64)
+
+
+def _exact_coding(column: pl.Series, jit: ModuleType, threads: int, *, compact: bool) -> _Coding:
+    """Exact codes of a prepared column (equal values, equal codes) for the compiled step. Text by a 64-bit hash of
+    each value (:func:`_text_codes`: codes in order of first occurrence, every row checked against its code's
+    first value); where two values share a hash, through a fresh category map instead (the codes
+    ``compiled-coded`` gives: exact either way, slower). Integers and categories as the compiled step codes them
+    (:func:`_coding`)."""
+    dtype = column.dtype
+    if dtype != pl.String:
+        return _coding(column, dtype, jit, threads, compact=compact)
+    text = _text_codes(column, jit)
+    if text is None:  # two values share a hash (or no rows): the category map decides
+        categories = column.cast(pl.Categorical(pl.Categories.random()))
+        return _coding(categories, dtype, jit, threads, compact=compact)
+    return _text_coding(*text)
+
+
+def _text_coding(codes: NDArray[np.integer], size: int, decode: Callable[[NDArray[np.int64]], pl.Series]) -> _Coding:
+    """Text codes (already dense: the compiled step reads them as they are) as a :class:`_Coding`."""
+    return _Coding(codes, 0, _NO_WORDS, _NO_WORDS.view(np.int64), size, decode)
+
+
+@dataclass(frozen=True)
+class UserCounts:
+    """The users of a collected prepared frame coded exactly (:func:`_exact_coding`) and their rows counted per
+    chunk of rows (``counts[chunk, user]``, ``threads`` chunks): where :func:`hashed_histogram`'s counting sort
+    starts, and what :func:`opendp_wgm.kernel.plan_for` reads (:meth:`mostly_above`)."""
+
+    coding: _Coding
+    counts: NDArray[np.int64]
+    threads: int
+    #: text users coded by their hash but not checked yet (``check=False``): the column, codes and code values
+    #: :func:`_hash_holds` must hold on (every row) before the codes are used; ``None``: exact already
+    unchecked: tuple[pl.Series, NDArray[np.int32], pl.Series] | None = None
+
+    def mostly_above(self, max_contributions: int) -> bool:
+        """Whether most rows belong to users with more than ``max_contributions`` rows (a speed choice only:
+        repeated rows count, so a user may hold fewer distinct items)."""
+        rows = self.counts.sum(axis=0)
+        return 2 * int(rows[rows > max_contributions].sum()) > int(rows.sum())
+
+
+def user_counts(frame: pl.DataFrame, space: _Space, jit: ModuleType, *, check: bool = True) -> UserCounts:
+    """:class:`UserCounts` of ``frame``'s user column (text or integers, no nulls), in the compiled step's
+    threads (:func:`kernel_threads`). ``check=False``: text users that take the hash are left unchecked
+    (:attr:`UserCounts.unchecked`), for the caller to check in threads beside other work."""
+    threads = kernel_threads(frame.height, jit)
+    column = frame.get_column(space.user)
+    unchecked, text = None, None
+    if not check and column.dtype == pl.String:
+        hashed = _hashed_text(column, jit)
+        if hashed is not None:
+            codes, values = hashed
+            text, unchecked = (codes, values.len(), values.gather), (column, codes, values)
+    users = _exact_coding(column, jit, threads, compact=False) if text is None else _text_coding(*text)
+    counts = np.zeros((threads, users.size), dtype=np.int64)
+    chunks = _even_ranges(frame.height, threads)
+    in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
+    return UserCounts(users, counts, threads, unchecked)
+
+
+def _keys_of(lists: BoundedLists, frame: pl.DataFrame, keys: NDArray[np.uint64], first: int, stop: int) -> bool:
+    """The secret keys (:func:`bound_key`) of the rows ``first <= r < stop`` into ``keys``, by one Polars
+    ``select`` (of one expression: it runs in one thread; the caller runs chunks in several). ``True``."""
+    key = bound_key(frame.lazy(), lists.space, lists.seeds)
+    keys[first:stop] = frame.slice(first, stop - first).select(key).to_series().to_numpy()
+    return True
+
+
+def hashed_histogram(
+    lists: BoundedLists,
+    frame: pl.DataFrame,
+    max_contributions: int,
+    jit: ModuleType,
+    hashed: ModuleType,
+    users: UserCounts | None = None,
+) -> pl.DataFrame:
+    """The lattice histogram of ``lists`` on its collected frame ``frame`` (below 2^31 rows; user column text or
+    integers) by the ``compiled-hashed`` plan: the same histogram as :func:`lattice_histogram_plan` of
+    ``lists(None)``, bit for bit.
+
+    ``users``: :func:`user_counts` of ``frame`` (``None``: counted here). The item column is coded exactly
+    (:func:`_exact_coding`). Where most rows belong to users above Δ0 (:meth:`UserCounts.mostly_above`, a speed
+    choice: the same histogram), every row's secret key (:func:`bound_key`, by chunks of rows) is placed with
+    its item, and each user's rows are weighted and cut in one compiled pass; otherwise the items alone are
+    placed, and the users found above Δ0 are keyed on their rows only afterwards (:func:`add_above`). The
+    counting sort and the passes run in threads (chunks of rows, then ranges of users with a marker and a
+    histogram each: integer sums, the same whatever their number). Text users are checked (:func:`_hash_holds`)
+    beside the keys, before their codes are read; where the check fails they are coded by a category map and
+    counted again (the keys do not depend on the codes). When the lists carry the release's
+    :class:`~opendp_wgm.engines.polars.Prepared` (``lists.shared``), each user's distinct items are left in it
+    (:class:`_UserCodes`) for stage 2."""
+    space, bound = lists.space, lists.max_contributions
+    threads, rows = kernel_threads(frame.height, jit), frame.height
+    chunks = _even_ranges(rows, threads)
+    keys = np.zeros(0, dtype=np.uint64)
+    # every step releases the GIL: the items are coded while another thread codes (unchecked) and counts the users
+    # or, given them, keys the rows; then the users' check and the keys are shared by chunks among the threads
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        counting = None if users is not None else pool.submit(user_counts, frame, space, jit, check=False)
+        keying = None
+        if users is not None and users.mostly_above(bound):
+            keys = np.empty(rows, dtype=np.uint64)
+            keying = pool.submit(_keys_of, lists, frame, keys, 0, rows)
+        items = _exact_coding(frame.get_column(space.item), jit, threads, compact=True)
+        counted = counting.result() if counting is not None else users
+        assert counted is not None  # given, or counted here
+        tasks: list[Callable[[], bool]] = [] if keying is None else [keying.result]
+        if keying is None and counted.mostly_above(bound):
+            keys = np.empty(rows, dtype=np.uint64)
+            tasks += [partial(_keys_of, lists, frame, keys, a, b) for a, b in itertools.pairwise(chunks.tolist())]
+        if counted.unchecked is not None:
+            tasks += [partial(_hash_holds, *counted.unchecked, a, b) for a, b in itertools.pairwise(chunks.tolist())]
+        holds = all(pool.map(lambda task: task(), tasks))
+    if not holds:  # two user values share a hash: coded exactly (by a category map) and counted again
+        counted = user_counts(frame, space, jit)
+    coding = counted.coding
+    cursors = counted.counts.copy()  # the counts become each chunk's cursors (the counts stay the facts')
+    start = np.empty(coding.size + 1, dtype=np.int64)
+    jit.user_cursors(cursors, start)
+    held = np.empty(rows, dtype=np.int32)  # the item offsets, then (once all are placed) ranked: item codes
+    held_keys = np.empty(keys.size, dtype=np.uint64)
+    in_threads(chunks, lambda k, first, stop: hashed.place_keyed(
+        coding.values, coding.low, items.values, items.low, keys, first, stop, cursors[k], held, held_keys))
+    in_threads(chunks, lambda _, first, stop: items.ranked(jit, held, first, stop))
+    weights = lattice_weights(max_contributions)
+    ranges = user_ranges(start, threads)
+    seen = np.full((threads, items.size), -1, dtype=np.int32)
+    histograms = np.zeros((threads, items.size), dtype=np.int64)
+    distinct = np.empty(coding.size, dtype=np.int64)
+    above = np.zeros(coding.size, dtype=np.bool_)
+    shared = lists.shared  # a later step of the release reads the rows: each user's items, and their holders
+    holders = np.zeros((threads, items.size if shared is not None else 0), dtype=np.int64)
+    in_threads(ranges, lambda k, first, stop: hashed.weigh_users(
+        held, held_keys, start, first, stop, bound, weights, seen[k], histograms[k], distinct, above, holders[k]))
+    histogram: NDArray[np.int64] = histograms[0] if threads == 1 else histograms.sum(axis=0)
+    if above.any():  # without keys: the users above Δ0, keyed on their rows only
+        rows_of, offsets = jit.rows_above(coding.values, coding.low, start, above)
+        add_above(jit, lists, frame, histogram, items, rows_of, offsets, weights)
+    if shared is not None:
+        shared.coding = _UserCodes(held, start, distinct, holders.sum(axis=0), items.size, items.decode)
+    return decoded_histogram(items, histogram)
