@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import config, njit
 
+from opendp_wgm.engines._compile_notice import watch_compiles
+
 __all__ = [
     "bit_offsets",
     "boosted_users",
@@ -50,6 +52,9 @@ __all__ = [
     "value_range",
     "word_ranks",
 ]
+
+watch_compiles()  # a first-use compile is announced, not silent (engines/_compile_notice.py)
+
 
 def max_threads() -> int:
     """Numba's thread count setting (``NUMBA_NUM_THREADS``; default: the machine's cores): the most threads
