@@ -74,7 +74,7 @@ def _pty(columns: int) -> tuple[int, io.TextIOWrapper]:
     fcntl, pty, struct, termios = (pytest.importorskip(name) for name in ("fcntl", "pty", "struct", "termios"))
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24 if columns else 0, columns, 0, 0))
-    return master, open(slave, "w", encoding="utf-8")  # noqa: SIM115 - closed by the test
+    return master, open(slave, "w", encoding="utf-8")
 
 
 def _written(master: int) -> str:
@@ -112,8 +112,8 @@ def test_reproduce_writes_a_few_lines_to_a_log(tmp_path, capsys: pytest.CaptureF
     no bar redraws."""
     import polars as pl
 
-    from opendp_wgm.datasets import synthetic_zipf
     from opendp_wgm.cli import main
+    from opendp_wgm.datasets import synthetic_zipf
 
     (tmp_path / "data" / "movielens_100k").mkdir(parents=True)
     raw = synthetic_zipf(200, 8, exponent=1.4, seed=3).with_columns(rating=pl.lit(5), ts=pl.lit(0))

@@ -84,4 +84,4 @@ def watch_compiles() -> None:
 
         event.Listener.register(_Notice)
         _LISTENER = _Notice()
-        event.register("numba:compile", _LISTENER)
+        event.register("numba:compile", _LISTENER)  # type: ignore[no-untyped-call, unused-ignore]

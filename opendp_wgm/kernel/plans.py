@@ -155,8 +155,8 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
     user_dtype, item_dtype = _dtypes(lists)
     codable = codes_dtype(user_dtype) and codes_dtype(item_dtype)
     # rule 3 (docs/engines.md): the rows of a small input, read where the compiled steps are not loaded yet
-    rows = lists.lf.collect() if numba is None and codable and lists.coded is None and cold() else None
-    if rows is not None and rows.height < COMPILED_FROM_ROWS:
+    read = lists.lf.collect() if numba is None and codable and lists.coded is None and cold() else None
+    if read is not None and read.height < COMPILED_FROM_ROWS:
         return _polars_choice(lists, "fewer than 3·10^6 rows and the compiled steps not loaded (they cost more)")
     numba = numba_state() if numba is None else numba
     if numba is Numba.DEFERRED:
@@ -169,7 +169,7 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
         return _Choice(Plan.CODED_PAIRS, "the distinct pairs were coded once for this call")
     space = lists.space
     keyed = engine_polars.mostly_above(lists.lf, space.user, lists.max_contributions)  # every row needs its key
-    frame = lists.lf.collect() if rows is None else rows  # in memory: the Polars plans after it read no file again
+    frame = lists.lf.collect() if read is None else read  # in memory: the Polars plans after it read no file again
     rows = frame.height
     if rows >= _MAX_ROWS:
         plan = Plan.POLARS_KEYED if keyed else Plan.POLARS_SPLIT

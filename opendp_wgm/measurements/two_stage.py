@@ -16,8 +16,8 @@ DP-SIPS as stage 1 (``stage_1="dp-sips"`` of the ``_from_budget`` constructors, 
 from __future__ import annotations
 
 import functools
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
