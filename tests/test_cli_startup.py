@@ -15,7 +15,7 @@ import pytest
 from opendp_wgm.cli import _startup
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import _compiled_steps
-from opendp_wgm.kernel._small_inputs import COMPILED_FROM_ROWS
+from opendp_wgm.kernel import COMPILED_FROM_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Never compile in silence (:mod:`opendp_wgm.engines._compile_notice`): one notice before a compile that the
+"""Never compile in silence (:mod:`opendp_wgm.engines.compile_notice`): one notice before a compile that the
 cache does not answer (cold), none on a warm run; from the library a log record, from the command a line on
 stderr."""
 
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from opendp_wgm.engines import _compile_notice
-from opendp_wgm.engines._compile_notice import LOGGER, NOTICE
+from opendp_wgm.engines import compile_notice as _compile_notice
+from opendp_wgm.engines.compile_notice import LOGGER, NOTICE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def theirs(x):
 
 _RUN = """
 import sys
-from opendp_wgm.engines import _compile_notice
+from opendp_wgm.engines import compile_notice as _compile_notice
 _compile_notice._PACKAGES = ("probe_ours",)  # the probe's module stands for the package's compiled modules
 _compile_notice.watch_compiles()
 import probe_ours, probe_theirs

@@ -53,18 +53,18 @@ def _compiled_steps(rows: int) -> AbstractContextManager[None]:
     (:func:`opendp_wgm.kernel._small_inputs.compiled_steps_for`: below 3·10^6 rows, importing Numba and the
     compiled steps' cached code, 0.4 to 0.9 s, costs more than they save, so they are not imported), decided here
     from the row count the command read anyway."""
-    from opendp_wgm.kernel._small_inputs import compiled_steps_for
+    from opendp_wgm.kernel import compiled_steps_for
 
     return compiled_steps_for(rows)
 
 
 @contextmanager
 def _compile_notices(stream: TextIO) -> Iterator[None]:
-    """Within this block, the notice of a first-use compile (:mod:`opendp_wgm.engines._compile_notice`, logged on
+    """Within this block, the notice of a first-use compile (:mod:`opendp_wgm.engines.compile_notice`, logged on
     ``opendp_wgm.compile``) is one line ``opendp-wgm: ...`` on ``stream`` (the command's stderr), whatever the
     logging configuration; nothing else is changed. Imports no Numba."""
     from opendp_wgm.cli._errors import PROG
-    from opendp_wgm.engines._compile_notice import LOGGER
+    from opendp_wgm.engines.compile_notice import LOGGER
 
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))

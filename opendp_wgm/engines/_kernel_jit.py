@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import config, njit
 
-from opendp_wgm.engines._compile_notice import watch_compiles
+from opendp_wgm.engines.compile_notice import watch_compiles
 
 __all__ = [
     "bit_offsets",
@@ -53,7 +53,7 @@ __all__ = [
     "word_ranks",
 ]
 
-watch_compiles()  # a first-use compile is announced, not silent (engines/_compile_notice.py)
+watch_compiles()  # a first-use compile is announced, not silent (engines/compile_notice.py)
 
 
 def max_threads() -> int:

@@ -37,7 +37,7 @@ from opendp_wgm.engines.polars import (
 )
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.kernel import histogram as kernel_histogram
-from opendp_wgm.kernel._small_inputs import small_and_cold
+from opendp_wgm.kernel import small_and_cold
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise

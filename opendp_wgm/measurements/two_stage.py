@@ -30,7 +30,7 @@ from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _c
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import collect_once
-from opendp_wgm.kernel._small_inputs import small_and_cold
+from opendp_wgm.kernel import small_and_cold
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
