@@ -2,7 +2,8 @@
 nothing) elsewhere.
 
 A bar redraws itself with carriage returns; when stderr is a file or a pipe (a log, CI, ``nohup``) every redraw
-becomes a line of the log. So a bar is drawn only where the stream is a terminal; elsewhere the display prints
+becomes a line of the log. So a bar is drawn only where the stream is a terminal (of more than 0 columns: on a
+pseudo-terminal that reports 0, tqdm's bar is an empty line per redraw); elsewhere the display prints
 one line each time another tenth of the work is done (at most 10 lines, and one per step when there are fewer
 steps), or nothing (``lines=False``: the caller prints its own summary).
 """
