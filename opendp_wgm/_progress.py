@@ -2,13 +2,15 @@
 nothing) elsewhere.
 
 A bar redraws itself with carriage returns; when stderr is a file or a pipe (a log, CI, ``nohup``) every redraw
-becomes a line of the log. So a bar is drawn only where the stream is a terminal; elsewhere the display prints
+becomes a line of the log. So a bar is drawn only where the stream is a terminal (of more than 0 columns: on a
+pseudo-terminal that reports 0, tqdm's bar is an empty line per redraw); elsewhere the display prints
 one line each time another tenth of the work is done (at most 10 lines, and one per step when there are fewer
 steps), or nothing (``lines=False``: the caller prints its own summary).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Protocol, TextIO
@@ -34,11 +36,19 @@ class _Progress(Protocol):
 
 
 def _is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal a bar can be drawn on: a tty, unless it reports a width of 0 columns (a CI
+    runner's pseudo-terminal, ``docker exec -t`` before its first resize), where tqdm's bar is an empty line per
+    redraw: that gets the lines of a log. A tty whose width cannot be read (no descriptor) gets the bar."""
     isatty = getattr(stream, "isatty", None)
     try:
-        return callable(isatty) and bool(isatty())
+        if not (callable(isatty) and isatty()):
+            return False
     except ValueError:  # a closed stream
         return False
+    try:
+        return os.get_terminal_size(stream.fileno()).columns > 0
+    except (ValueError, OSError, AttributeError):  # no descriptor (a wrapper), or no size to read: a terminal
+        return True
 
 
 def _progress(

@@ -25,6 +25,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Load the compiled steps once, where Numba is installed: a release of fewer than 3·10^6 rows takes them only
+    once they are loaded (``opendp_wgm.kernel._small_inputs``), and the tests' frames are small, so without this
+    they would test the compiled paths or not depending on what ran before. The tests of that rule unload them."""
+    import contextlib
+
+    with contextlib.suppress(ImportError):
+        import opendp_wgm.engines._kernel_jit  # noqa: F401
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The shared data folder: ``../shared/data`` beside the checkout, or ``$OPENDP_WGM_DATA``.

@@ -15,6 +15,7 @@ import pytest
 from opendp_wgm.cli import _startup
 from opendp_wgm.engines import polars as kernel
 from opendp_wgm.engines.polars import _compiled_steps
+from opendp_wgm.kernel import COMPILED_FROM_ROWS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,8 +65,8 @@ def test_no_cold_compiled_import_keeps_numba_out_unless_loaded(monkeypatch: pyte
 
 
 def test_only_a_small_input_defers_the_compiled_steps() -> None:
-    with _startup._compiled_steps(_startup._COMPILED_FROM_ROWS - 1):
+    with _startup._compiled_steps(COMPILED_FROM_ROWS - 1):
         assert _compiled_steps._cold_import_deferred
     assert not _compiled_steps._cold_import_deferred
-    with _startup._compiled_steps(_startup._COMPILED_FROM_ROWS):
+    with _startup._compiled_steps(COMPILED_FROM_ROWS):
         assert not _compiled_steps._cold_import_deferred

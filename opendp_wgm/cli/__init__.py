@@ -17,8 +17,10 @@ in :mod:`._args`, reading and writing in :mod:`._io`, and :func:`._report._relea
 release command does after planning its measurement (read, release, write, evaluate the demo, summarise).
 
 Start-up: ``--help``, ``--version`` and argument errors import neither OpenDP, NumPy, Polars nor the
-measurements; each ``run`` imports what it needs. A release imports OpenDP without its scikit-learn extras, and
-no Numba for a small input (:mod:`._startup`: this process only; the library never does either).
+measurements; each ``run`` imports what it needs. A release imports OpenDP without its scikit-learn extras (this
+process only; the library never does), and no Numba for a small input (the library's rule, decided here from the
+row count the command read: :mod:`._startup`). A first-use compile of the compiled steps prints one line on
+stderr before it runs (``opendp-wgm: compiling the fast path once ...``).
 
 Errors a user can cause (a missing file or column, empty data, an invalid parameter) print one line
 ``opendp-wgm: error: ...`` on stderr and exit with status 2; they never print a traceback.
@@ -100,14 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         run: Callable[..., int] = args.run
-        from opendp_wgm.cli._startup import _defer_unused_extras
+        from opendp_wgm.cli._startup import _compile_notices, _defer_unused_extras
 
         _defer_unused_extras()  # this process is ours: OpenDP's scikit-learn extras load only if touched
         import opendp.prelude as dp  # after parsing: --help, --version and usage errors stay fast
 
         # This process is ours: opt in to the plugin's user-defined measurements (the library never does).
         dp.enable_features(*_FEATURES)
-        return run(args, stdout=stdout, stderr=stderr)
+        with _compile_notices(stderr):  # a first-use compile says so on stderr, as `opendp-wgm: compiling ...`
+            return run(args, stdout=stdout, stderr=stderr)
     except SystemExit as exit_:  # --help / --version
         return exit_.code if isinstance(exit_.code, int) else 0
     except CLIError as err:

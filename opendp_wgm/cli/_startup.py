@@ -1,4 +1,5 @@
-"""What a release from the command imports: OpenDP without its scikit-learn extras (:func:`_defer_unused_extras`).
+"""What a release from the command imports: OpenDP without its scikit-learn extras (:func:`_defer_unused_extras`),
+no Numba for a small input (:func:`_compiled_steps`); and its notice of a first-use compile (:func:`_compile_notices`).
 
 ``import opendp.prelude`` imports every OpenDP extra at once (``from opendp.extras import sklearn, numpy,
 polars, ...``), and ``opendp.extras.sklearn`` imports scikit-learn, SciPy's statistics and pandas: 1.1 to 4.9 s
@@ -18,8 +19,11 @@ package, and a user's own ``import opendp.prelude`` behaves as always.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TextIO
 
 #: The OpenDP extras no command uses that are worth deferring (each costs seconds to import, the others ms).
 _UNUSED_EXTRAS = ("opendp.extras.sklearn",)
@@ -44,17 +48,30 @@ def _defer_unused_extras() -> None:
         setattr(sys.modules[parent], child, module)
 
 
-#: From this many input rows on, a release may import Numba for the compiled steps (where the engine picks
-#: them); below, the Polars plans run unless Numba is loaded already (the same release, bit for bit). Measured
-#: end to end (``discover`` on shuffled Parquet, 2 cores): without Numba 0.5 s faster at 10^5 and 10^6 rows,
-#: even at 3·10^6, 1 s slower at 10^7.
-_COMPILED_FROM_ROWS = 3 * 10**6
-
-
 def _compiled_steps(rows: int) -> AbstractContextManager[None]:
-    """The context of a release of ``rows`` input rows: below :data:`_COMPILED_FROM_ROWS`, importing Numba and
-    the compiled steps' cached code (0.4 to 0.9 s) costs more than they save, so they are not imported
-    (:func:`opendp_wgm.engines.polars.no_cold_compiled_import`); else nothing changes."""
-    from opendp_wgm.engines.polars import no_cold_compiled_import
+    """The context of a release of ``rows`` input rows: the library's rule for small inputs
+    (:func:`opendp_wgm.kernel._small_inputs.compiled_steps_for`: below 3·10^6 rows, importing Numba and the
+    compiled steps' cached code, 0.4 to 0.9 s, costs more than they save, so they are not imported), decided here
+    from the row count the command read anyway."""
+    from opendp_wgm.kernel import compiled_steps_for
 
-    return no_cold_compiled_import() if rows < _COMPILED_FROM_ROWS else nullcontext()
+    return compiled_steps_for(rows)
+
+
+@contextmanager
+def _compile_notices(stream: TextIO) -> Iterator[None]:
+    """Within this block, the notice of a first-use compile (:mod:`opendp_wgm.engines.compile_notice`, logged on
+    ``opendp_wgm.compile``) is one line ``opendp-wgm: ...`` on ``stream`` (the command's stderr), whatever the
+    logging configuration; nothing else is changed. Imports no Numba."""
+    from opendp_wgm.cli._errors import PROG
+    from opendp_wgm.engines.compile_notice import LOGGER
+
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(message)s"))
+    propagate, LOGGER.propagate = LOGGER.propagate, False
+    LOGGER.addHandler(handler)
+    try:
+        yield
+    finally:
+        LOGGER.removeHandler(handler)
+        LOGGER.propagate = propagate

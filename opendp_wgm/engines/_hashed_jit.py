@@ -20,7 +20,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from opendp_wgm.engines.compile_notice import watch_compiles
+
 __all__ = ["keep_smallest", "place_keyed", "smallest", "user_candidates", "weigh_users"]
+
+watch_compiles()  # a first-use compile is announced, not silent (engines/compile_notice.py)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]

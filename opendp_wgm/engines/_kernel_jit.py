@@ -24,6 +24,7 @@ import numpy as np
 from numba import config, njit
 
 from opendp_wgm.engines._hashed_jit import keep_smallest, smallest
+from opendp_wgm.engines.compile_notice import watch_compiles
 
 __all__ = [
     "bit_offsets",
@@ -52,6 +53,9 @@ __all__ = [
     "value_range",
     "word_ranks",
 ]
+
+watch_compiles()  # a first-use compile is announced, not silent (engines/compile_notice.py)
+
 
 def max_threads() -> int:
     """Numba's thread count setting (``NUMBA_NUM_THREADS``; default: the machine's cores): the most threads

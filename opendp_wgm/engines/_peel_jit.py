@@ -16,7 +16,11 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from opendp_wgm.engines.compile_notice import watch_compiles
+
 __all__ = ["candidate_rows", "cover", "em_rounds", "run_candidates", "view_key", "view_positions", "view_table"]
+
+watch_compiles()  # a first-use compile is announced, not silent (engines/compile_notice.py)
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator, unused-ignore]  # typed only where Numba is

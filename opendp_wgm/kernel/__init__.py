@@ -16,9 +16,21 @@ import polars as pl
 from opendp_wgm._spaces import _prepare_frame, _resolve_space
 from opendp_wgm._validation import _check_execution, _check_int, _Engine
 from opendp_wgm.engines.polars import BoundedLists, Numba, fresh_seeds
+from opendp_wgm.kernel._small_inputs import COMPILED_FROM_ROWS, compiled_steps_for, small_and_cold
 from opendp_wgm.kernel.plans import Plan, _choose, histogram, plan_for, refusal
 
-__all__ = ["Explanation", "Numba", "Plan", "explain", "histogram", "plan_for", "refusal"]
+__all__ = [
+    "COMPILED_FROM_ROWS",
+    "Explanation",
+    "Numba",
+    "Plan",
+    "compiled_steps_for",
+    "explain",
+    "histogram",
+    "plan_for",
+    "refusal",
+    "small_and_cold",
+]
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 from opendp_wgm._validation import _Engine
 from opendp_wgm.engines import polars as engine_polars
 from opendp_wgm.engines.polars import BoundedLists, Numba, UserCounts, codes_dtype, numba_state, run_starts
+from opendp_wgm.kernel._small_inputs import COMPILED_FROM_ROWS, cold
 
 __all__ = ["Numba", "Plan", "histogram", "plan_for", "refusal"]
 
@@ -164,19 +165,24 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
     if engine == "streaming":
         return _polars_choice(lists, "the streaming engine")
     user_dtype, item_dtype = _dtypes(lists)
+    codable = codes_dtype(user_dtype) and codes_dtype(item_dtype)
+    # rule 2 (docs/engines.md): the rows of a small input, read where the compiled steps are not loaded yet
+    read = lists.lf.collect() if numba is None and codable and lists.coded is None and cold() else None
+    if read is not None and read.height < COMPILED_FROM_ROWS:
+        return _polars_choice(lists, "fewer than 3·10^6 rows and the compiled steps not loaded (they cost more)")
     numba = numba_state() if numba is None else numba
     if numba is Numba.DEFERRED:
         return _polars_choice(lists, "the compiled steps are not imported (no_cold_compiled_import: a small input)")
     jit = engine_polars.kernel_jit()
     if numba is not Numba.READY or jit is None or engine_polars.hashed_jit() is None:
         return _polars_choice(lists, "Numba is not installed")
-    if not (codes_dtype(user_dtype) and codes_dtype(item_dtype)):
+    if not codable:
         return _polars_choice(lists, f"the compiled step does not code user {user_dtype} or item {item_dtype}")
     if lists.coded is not None:
         return _Choice(Plan.CODED_PAIRS, "the distinct pairs were coded once for this call")
     space = lists.space
     keyed = engine_polars.mostly_above(lists.lf, space.user, lists.max_contributions)  # every row needs its key
-    frame = lists.lf.collect()  # in memory (collect_once): the Polars plans after it read no file again
+    frame = lists.lf.collect() if read is None else read  # in memory: the Polars plans after it read no file again
     rows = frame.height
     if rows >= _MAX_ROWS:
         plan = Plan.POLARS_KEYED if keyed else Plan.POLARS_SPLIT

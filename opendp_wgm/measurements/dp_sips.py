@@ -37,6 +37,7 @@ from opendp_wgm.engines.polars import (
 )
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.kernel import histogram as kernel_histogram
+from opendp_wgm.kernel import small_and_cold
 from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
@@ -346,6 +347,10 @@ def make_dp_sips(
         # runs, they are coded once too, and every round, flag and count runs on those arrays (the plan
         # ``remaining`` is then the same rows, for the Polars plans, never run)
         prepared = _prepare_frame(frame, space)
+        with small_and_cold(prepared):  # a small input: no compiled step loaded for it (docs/engines.md)
+            return rounds_of(prepared)
+
+    def rounds_of(prepared: pl.LazyFrame) -> pl.DataFrame:
         coded = coded_pairs(prepared, space, passes=passes, engine=engine)
         if coded is None:
             remaining = collect_once(distinct_pairs_plan(prepared, space), passes=passes, engine=engine).lf

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,6 +30,7 @@ from opendp_wgm._validation import _check_d_in, _check_execution, _check_int, _c
 from opendp_wgm.domains import UserItemsDescriptor, user_items_domain
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import collect_once
+from opendp_wgm.kernel import small_and_cold
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.dp_sips import make_dp_sips
 from opendp_wgm.measurements.wgm import Engine, check_noise, make_wgm
@@ -235,6 +237,11 @@ def make_two_stage(
 
     def function(frame: Any) -> pl.DataFrame:
         data = preparation.function(frame)
+        lf = data.lf if isinstance(data, _PreparedFrame) else None  # a Spark frame: no compiled step
+        with nullcontext() if lf is None else small_and_cold(lf):  # a small input: none loaded for it
+            return both(data)
+
+    def both(data: Any) -> pl.DataFrame:
         keys = first(data)
         candidates = _release_keys(keys, preparation.keys or (preparation.item,))  # stage 1's released keys only
         second = stage_2(domain, metric, candidates)

@@ -36,8 +36,10 @@ import math
 import numpy as np
 from numba import njit
 
+from opendp_wgm.engines.compile_notice import watch_compiles
 from opendp_wgm.engines.polars import peel_jit
 
+watch_compiles()  # a first-use compile is announced, not silent (engines/compile_notice.py)
 _PEEL = peel_jit()  # imported only where Numba is, so the engines' compiled module is there too
 assert _PEEL is not None
 #: the key of a String's Arrow view: the string itself up to 12 bytes, else its length and 4-byte prefix
