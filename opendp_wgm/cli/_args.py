@@ -28,7 +28,7 @@ _DEMO_EXPONENT = 1.3
 _SHOW_ROWS = 10
 _DEFAULT_SPLIT = 0.5
 #: ``--auto-fraction``'s default (the library's ``DEFAULT_AUTO_FRACTION``).
-_DEFAULT_AUTO_FRACTION = 0.02
+_DEFAULT_AUTO_FRACTION = 0.015
 #: Limited-domain top-k's default k̄, in multiples of k.
 _K_BAR_PER_K = 5
 #: ``--output -``: the release goes to stdout.
