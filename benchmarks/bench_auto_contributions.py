@@ -43,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     dp.enable_features("contrib", "honest-but-curious")
     space = wgm.user_items_space()
-    choice = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), DEFAULT_AUTO_FRACTION)
+    split = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), DEFAULT_AUTO_FRACTION)
     start = time.perf_counter()
     fixed = wgm.make_wgm_from_budget(*space, max_contributions=100, epsilon=1.0, delta=1e-5)
     build_fixed = time.perf_counter() - start
@@ -60,7 +60,7 @@ def main() -> None:
 
         def choice(frame: Any = frame) -> int:
             bins = user_count_bins(frame, *space)
-            return choose_max_contributions(noisy_count_bins(bins, choice.scale, laplace=choice.laplace))
+            return choose_max_contributions(noisy_count_bins(bins, split.scale, laplace=split.laplace))
 
         t_choice = _median_seconds(choice, args.repeats)
         t_fixed = _median_seconds(lambda frame=frame: fixed(frame), args.repeats)

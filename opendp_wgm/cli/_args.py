@@ -216,8 +216,8 @@ def _add_budget_arguments(
         "--auto-fraction",
         type=_auto_fraction,
         metavar="F",
-        help="with --max-contributions auto: the share of the budget (of ε and δ, or of ρ) that buys the choice of "
-        "Δ0, in (0, 0.5] (default: 0.02)",
+        help="with --max-contributions auto: the share of ε (or of ρ) that buys the choice of Δ0, which spends no "
+        f"δ, in (0, 0.5] (default: {_DEFAULT_AUTO_FRACTION:g})",
     )
     if noise_delta_fraction:
         group.add_argument(

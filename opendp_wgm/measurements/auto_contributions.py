@@ -172,8 +172,8 @@ def make_auto_contributions(
     -----
     Each user falls in one bin of its distinct-item count, so ``d_in`` users move the histogram by at most
     ``d_in`` in ℓ1 and ℓ2: the choice is ``d_in·fε``-DP (discrete Laplace of scale 1/(fε)) or
-    ``d_in²·fρ``-zCDP (discrete Gaussian). The candidate run depends on the data and on the noisy histogram only through the
-    chosen Δ0, so the stages compose adaptively (``docs/privacy.md`` §8): the map is
+    ``d_in²·fρ``-zCDP (discrete Gaussian). The candidate run depends on the data and on the noisy histogram only
+    through the chosen Δ0, so the stages compose adaptively (``docs/privacy.md`` §8): the map is
     :func:`~opendp_wgm.privacy.auto.auto_loss`, the choice's loss plus the largest candidate loss, part by part.
 
     Required features: ``contrib``, ``honest-but-curious``.

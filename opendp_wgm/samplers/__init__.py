@@ -1,5 +1,5 @@
-"""Exact samplers: the discrete Gaussian and the discrete Laplace (OpenDP's) on the integers, private selection (noisy top-k / max) and dyadic
-Bernoulli draws (partition selection).
+"""Exact samplers: the discrete Gaussian and the discrete Laplace (OpenDP's) on the integers, private selection
+(noisy top-k / max) and dyadic Bernoulli draws (partition selection).
 
 Every random word comes from :func:`csprng` (AES-128-CTR keyed from the OS) or from OpenDP's own samplers.
 Exactness arguments: ``docs/noise.md`` (discrete Gaussian) and ``docs/top_k.md`` (selection).

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
