@@ -22,7 +22,7 @@ import opendp.prelude as dp
 import opendp_wgm as wgm
 from opendp_wgm.datasets import DATASETS, load
 from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
-from opendp_wgm.privacy.auto import choose_max_contributions, split_auto_budget
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, choose_max_contributions, split_auto_budget
 from opendp_wgm.privacy.budget import Budget
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     args = parser.parse_args()
     dp.enable_features("contrib", "honest-but-curious")
     space = wgm.user_items_space()
-    scale = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.02).scale
+    split = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), DEFAULT_AUTO_FRACTION)
     start = time.perf_counter()
     fixed = wgm.make_wgm_from_budget(*space, max_contributions=100, epsilon=1.0, delta=1e-5)
     build_fixed = time.perf_counter() - start
@@ -59,7 +59,8 @@ def main() -> None:
         fixed(frame), auto(frame)  # warm-up: compiled steps, caches
 
         def choice(frame: Any = frame) -> int:
-            return choose_max_contributions(noisy_count_bins(user_count_bins(frame, *space), scale))
+            bins = user_count_bins(frame, *space)
+            return choose_max_contributions(noisy_count_bins(bins, split.scale, laplace=split.laplace))
 
         t_choice = _median_seconds(choice, args.repeats)
         t_fixed = _median_seconds(lambda frame=frame: fixed(frame), args.repeats)

@@ -394,7 +394,8 @@ def test_audit_flags_partition_selection_underclaimed() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("budget", [{"epsilon": 2.0}, {"rho": 1.0}], ids=["approx-dp", "zcdp"])
 def test_audit_passes_on_the_auto_choice(budget: dict[str, float]) -> None:
-    # max_contributions="auto" with half of the budget on the choice (σ_c ≈ 1.6 users under (ε, δ)): the pair puts
+    # max_contributions="auto" with half of the budget on the choice (discrete Laplace of scale 1 user under (ε, δ),
+    # discrete Gaussian of σ_c = 1 under zCDP): the pair puts
     # the rule at its edge (3/4 of the users hold one item without the differing user, fewer with it), so the
     # chosen Δ0 moves between 1 and 5; the claim is the whole map (choice + the largest candidate)
     from opendp_wgm.audit import auto_choice_pair
@@ -418,7 +419,9 @@ def test_audit_flags_an_auto_choice_without_noise(monkeypatch: pytest.MonkeyPatc
     import opendp_wgm.measurements.auto_contributions as auto
     from opendp_wgm.audit import ChosenMaxContributions, auto_choice_pair
 
-    monkeypatch.setattr(auto, "noisy_count_bins", lambda bins, scale, noise="lattice": bins.astype(np.float64))
+    monkeypatch.setattr(
+        auto, "noisy_count_bins", lambda bins, scale, noise="lattice", laplace=False: bins.astype(np.float64)
+    )
     m = wgm.make_wgm_from_budget(
         *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, epsilon=2.0, delta=0.05
     )

@@ -62,7 +62,7 @@ def test_two_stage_commands_choose_too(capsys: pytest.CaptureFixture[str], three
 def test_demo_default_fraction(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "discover", "--max-contributions", "auto", "--demo-users", 2000, "--seed", 0)
     assert code == 0
-    assert "auto: 0.02 of the budget" in err and _chosen(err) in GRID
+    assert "auto: 0.015 of the budget" in err and _chosen(err) in GRID
 
 
 def test_dry_run_shows_the_curve_of_every_candidate(capsys: pytest.CaptureFixture[str]) -> None:

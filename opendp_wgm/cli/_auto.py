@@ -49,10 +49,11 @@ def auto_plan(
     total = Budget.of(epsilon=budget.epsilon, rho=budget.rho, delta=budget.delta)
     auto = split_auto_budget(total, budget.auto_fraction)
     grid = ", ".join(str(g) for g in GRID)
+    noise = "discrete Laplace" if auto.laplace else "discrete Gaussian"
     lines = [
         f"  Δ0            auto: {budget.auto_fraction:g} of the budget buys a private choice of Δ0 in {{{grid}}} "
-        f"(noisy histogram of the users' distinct-item counts, σ = {auto.scale:.4g} users); the rest calibrates "
-        f"{name} at the chosen Δ0",
+        f"(noisy histogram of the users' distinct-item counts, {noise} of scale {auto.scale:.4g} users); the rest "
+        f"calibrates {name} at the chosen Δ0",
         *([f"                {note}"] if note else []),
     ]
 

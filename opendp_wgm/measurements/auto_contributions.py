@@ -3,7 +3,8 @@ r"""``max_contributions="auto"``: a private choice of Δ0, then the mechanism at
 :func:`make_auto_contributions` composes two stages on the same data:
 
 1. the users' distinct-item counts, binned over the public grid :data:`~opendp_wgm.privacy.auto.GRID`
-   (one bin per user), get exact discrete Gaussian noise bought with ``auto_fraction`` of the budget; the rule
+   (one bin per user), get exact noise bought with ``auto_fraction`` of the budget (discrete Laplace under
+   (ε, δ)-DP, discrete Gaussian under approximate zCDP); the rule
    :func:`~opendp_wgm.privacy.auto.choose_max_contributions` reads Δ0 off the noisy bins;
 2. the candidate measurement at that Δ0 (built, and so validated, for every grid point at construction, at the
    rest of the budget) runs on the data.
@@ -28,6 +29,8 @@ from opendp_wgm._validation import _check_execution, _Engine
 from opendp_wgm.engines.polars import noisy_above_threshold
 from opendp_wgm.measurements.partition_selection import make_partition_selection
 from opendp_wgm.privacy.auto import (
+    BINS,
+    DEFAULT_AUTO_FRACTION,
     GRID,
     AutoBudget,
     auto_loss,
@@ -39,7 +42,7 @@ from opendp_wgm.privacy.auto import (
 )
 from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.threshold import LATTICE_BITS
-from opendp_wgm.samplers import NoiseMethod
+from opendp_wgm.samplers import NoiseMethod, sample_discrete_laplace
 
 __all__ = [
     "AutoRelease",
@@ -77,8 +80,9 @@ class AutoRelease(pl.DataFrame):
 
 def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Metric, *,
                     item: str | tuple[str, ...] | None = None, engine: _Engine = "auto") -> NDArray[np.int64]:
-    """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID` (11
-    bins: bin ``j`` holds the users with ``GRID[j-1] < count <= GRID[j]``, the last those above ``GRID[-1]``).
+    """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID`
+    (:data:`~opendp_wgm.privacy.auto.BINS` = 10 bins: bin ``j < 9`` holds the users with
+    ``GRID[j-1] < count <= GRID[j]``, bin 9 those above ``GRID[8] = 500``).
 
     Not private: :func:`make_auto_contributions` noises it; exposed for tests and the auditor.
     """
@@ -89,12 +93,18 @@ def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Met
 def _count_bins(lf: pl.LazyFrame, user: str, item: str, engine: _Engine) -> NDArray[np.int64]:
     counts = lf.group_by(user).agg(pl.col(item).n_unique()).collect(engine=engine)
     bins = bin_of(counts.get_column(item).to_numpy().astype(np.int64))
-    return np.bincount(bins, minlength=len(GRID) + 1).astype(np.int64)
+    return np.bincount(bins, minlength=BINS).astype(np.int64)
 
 
-def noisy_count_bins(bins: NDArray[np.int64], scale: float, noise: NoiseMethod = "lattice") -> NDArray[np.float64]:
-    """``bins`` plus exact discrete Gaussian noise of scale ``scale`` (in users), drawn on the WGM's lattice
-    (:func:`~opendp_wgm.engines.polars.noisy_above_threshold`); exact floats (multiples of 2^-20)."""
+def noisy_count_bins(
+    bins: NDArray[np.int64], scale: float, noise: NoiseMethod = "lattice", *, laplace: bool = False
+) -> NDArray[np.float64]:
+    """``bins`` plus exact noise of scale ``scale`` (in users): with ``laplace``, OpenDP's discrete Laplace on the
+    integers (:func:`~opendp_wgm.samplers.sample_discrete_laplace`; ``noise`` is not used); otherwise the discrete
+    Gaussian drawn on the WGM's lattice (:func:`~opendp_wgm.engines.polars.noisy_above_threshold`), exact floats
+    (multiples of 2^-20)."""
+    if laplace:
+        return sample_discrete_laplace(bins.astype(np.int64), scale).astype(np.float64)
     noisy, _ = noisy_above_threshold(bins.astype(np.int64) << LATTICE_BITS, scale=scale, threshold=0.0, noise=noise)
     return noisy.astype(np.float64) / 2.0**LATTICE_BITS
 
@@ -119,7 +129,7 @@ def make_auto_contributions(
     delta: float,
     epsilon: float | None = None,
     rho: float | None = None,
-    auto_fraction: float = 0.02,
+    auto_fraction: float = DEFAULT_AUTO_FRACTION,
     item: str | tuple[str, ...] | None = None,
     noise: NoiseMethod = "lattice",
     engine: Literal["auto", "in-memory", "streaming"] = "auto",
@@ -142,12 +152,13 @@ def make_auto_contributions(
         The total budget for one user: δ ∈ (0, 1) and exactly one of ε (then (ε, δ)-DP) and ρ (approximate
         zCDP).
     auto_fraction
-        Share of the budget that buys the choice, in (0, 0.5]: (fε, fδ) under (ε, δ)-DP, fρ (and no δ) under
+        Share of the budget that buys the choice, in (0, 0.5]: fε (and no δ) under (ε, δ)-DP, fρ (and no δ) under
         approximate zCDP.
     item
         As for :func:`opendp_wgm.make_wgm`.
     noise
-        The choice's discrete Gaussian sampler, as for :func:`opendp_wgm.make_wgm`.
+        The choice's discrete Gaussian sampler under approximate zCDP, as for :func:`opendp_wgm.make_wgm` (under
+        (ε, δ)-DP the choice draws OpenDP's discrete Laplace).
     engine
         Polars engine that collects the per-user counts.
 
@@ -160,8 +171,9 @@ def make_auto_contributions(
     Notes
     -----
     Each user falls in one bin of its distinct-item count, so ``d_in`` users move the histogram by at most
-    ``d_in`` in ℓ1 and ℓ2. The candidate run depends on the data and on the noisy histogram only through the
-    chosen Δ0, so the stages compose adaptively (``docs/privacy.md`` §8): the map is
+    ``d_in`` in ℓ1 and ℓ2: the choice is ``d_in·fε``-DP (discrete Laplace of scale 1/(fε)) or
+    ``d_in²·fρ``-zCDP (discrete Gaussian). The candidate run depends on the data and on the noisy histogram only
+    through the chosen Δ0, so the stages compose adaptively (``docs/privacy.md`` §8): the map is
     :func:`~opendp_wgm.privacy.auto.auto_loss`, the choice's loss plus the largest candidate loss, part by part.
 
     Required features: ``contrib``, ``honest-but-curious``.
@@ -192,7 +204,7 @@ def make_auto_contributions(
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> AutoRelease:
         bins = _count_bins(_prepare_frame(frame, space), user, item_column, engine)
-        chosen = choose_max_contributions(noisy_count_bins(bins, auto.scale, noise))
+        chosen = choose_max_contributions(noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace))
         return AutoRelease.of(candidates[chosen](frame), chosen)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
@@ -274,5 +286,5 @@ def auto_from_budget(
 
 
 def _auto_map(d_in: int, auto: AutoBudget, losses: list[tuple[float, float]]) -> tuple[float, float]:
-    choice = choice_loss(d_in, scale=auto.scale, epsilon=auto.choice.epsilon)
+    choice = choice_loss(d_in, scale=auto.scale, laplace=auto.laplace)
     return auto_loss(d_in, choice, losses)

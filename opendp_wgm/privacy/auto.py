@@ -1,15 +1,16 @@
 r"""``max_contributions="auto"``: the budget split, the private choice of Δ0, and the map of both stages.
 
-A stated fraction ``f`` of the budget (``auto_fraction``, default 0.02) buys a noisy histogram of the users'
-distinct-item counts over the public grid :data:`GRID`: every user falls in one bin (its count rounded up to the
-grid, or above the last point), so adding or removing one user moves one bin by one, ℓ2 sensitivity 1. The
-bins get exact discrete Gaussian noise of scale :math:`\sigma_c` (:func:`calibrate_choice`); the rule
-:func:`choose_max_contributions` reads only the noisy bins. The rest of the budget calibrates the mechanism at
-the chosen Δ0. The two stages compose adaptively (``docs/privacy.md`` §8): the map is the choice's plus the
-largest of the candidates' maps (:func:`auto_loss`).
+A stated fraction ``f`` of the budget (``auto_fraction``, default 0.015) buys a noisy histogram of the users'
+distinct-item counts over the public grid :data:`GRID`: every user falls in one of :data:`BINS` bins (its count
+rounded up to the grid, or above 500), so adding or removing one user moves one bin by one (ℓ1 and ℓ2 sensitivity
+1). Under (ε, δ)-DP the bins get exact discrete Laplace noise of scale :math:`b = 1/(f\varepsilon)` (OpenDP's
+sampler: pure DP, no δ); under approximate zCDP exact discrete Gaussian noise of scale :math:`\sigma_c`
+(:func:`calibrate_choice`). The rule :func:`choose_max_contributions` reads only the noisy bins. The rest of the
+budget calibrates the mechanism at the chosen Δ0. The two stages compose adaptively (``docs/privacy.md`` §8): the
+map is the choice's plus the largest of the candidates' maps (:func:`auto_loss`).
 
-Under (ε, δ)-DP the choice costs (fε, fδ) and the mechanism gets the rest; under approximate zCDP the choice
-costs fρ (and no δ: the Gaussian histogram is zCDP) and the mechanism gets (1 − f)ρ and all of δ.
+Under (ε, δ)-DP the choice costs (fε, 0) and the mechanism gets ((1 − f)ε, δ); under approximate zCDP the choice
+costs fρ (and no δ) and the mechanism gets (1 − f)ρ and all of δ.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from numpy.typing import NDArray
 
 from opendp_wgm._validation import _check_d_in, _check_positive, _check_real
 from opendp_wgm.privacy.budget import Budget
-from opendp_wgm.privacy.gaussian import _noise_delta, _up, wgm_rho
+from opendp_wgm.privacy.gaussian import _up, wgm_rho
 from opendp_wgm.privacy.search import _rho_scale, smallest_passing
 from opendp_wgm.privacy.threshold import MAX_SCALE, check_max_contributions
+from opendp_wgm.samplers.discrete_laplace import discrete_laplace_epsilon
 
 __all__ = [
     "AUTO",
+    "BINS",
     "DEFAULT_AUTO_FRACTION",
     "GRID",
     "SINGLE_SHARE",
@@ -48,14 +51,19 @@ __all__ = [
 AUTO = "auto"
 #: The candidates for Δ0: the choice returns one of them.
 GRID: tuple[int, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+#: Bins of the choice's histogram: one per grid point up to 500, and one for the users above 500 (the rule needs
+#: no count above 1000: Δ0 = 1000 is what it returns when no smaller grid point fits).
+BINS = len(GRID)
 #: The default share of the budget spent on the choice.
-DEFAULT_AUTO_FRACTION = 0.02
+DEFAULT_AUTO_FRACTION = 0.015
 #: Largest ``auto_fraction``: the choice never takes more than half of the budget.
 MAX_AUTO_FRACTION = 0.5
 #: Δ0 = 1 when the noisy share of users holding one item is at least this.
 SINGLE_SHARE = 0.75
 #: Otherwise Δ0 is the smallest grid point with at most this noisy share of the users above it.
 TAIL_SHARE = 0.03
+#: The relative shrink of the mechanism's share: the rounded-up sum of the two stages' maps stays in the budget.
+_SHRINK = 1.0 - 1e-12
 
 
 def is_auto(max_contributions: object) -> bool:
@@ -89,12 +97,12 @@ class AutoBudget:
     total
         The budget the user gave.
     choice
-        The choice's share: (fε, fδ) under (ε, δ)-DP, (fρ, 0) under approximate zCDP (each shrunk by a relative
-        1e-12, :meth:`~opendp_wgm.privacy.budget.Budget.split`).
+        The choice's share: (fε, 0) under (ε, δ)-DP, (fρ, 0) under approximate zCDP.
     rest
-        The mechanism's share: ((1 − f)ε, (1 − f)δ), or ((1 − f)ρ, δ).
+        The mechanism's share: ((1 − f)ε, δ), or ((1 − f)ρ, δ), each shrunk by a relative 1e-12.
     scale
-        :math:`\sigma_c`, the noise scale of the choice's histogram (in users).
+        The noise scale of the choice's histogram (in users): the discrete Laplace's :math:`b` under (ε, δ)-DP, the
+        discrete Gaussian's :math:`\sigma_c` under approximate zCDP.
     """
 
     total: Budget
@@ -107,45 +115,47 @@ class AutoBudget:
         """The share of ε (or ρ) the choice spends."""
         return self.choice.value / self.total.value
 
+    @property
+    def laplace(self) -> bool:
+        """Whether the choice's noise is the discrete Laplace (under (ε, δ)-DP) rather than the Gaussian."""
+        return self.total.kind == "approx_dp"
+
 
 def split_auto_budget(budget: Budget, auto_fraction: float) -> AutoBudget:
-    """The choice's and the mechanism's budgets, and the choice's σ, for a checked ``auto_fraction``."""
-    rest, choice = budget.split(1.0 - auto_fraction)  # the rest first: under zCDP it keeps all of δ
+    """The choice's and the mechanism's budgets, and the choice's noise scale, for a checked ``auto_fraction``:
+    the choice spends no δ (pure DP or zCDP), so the mechanism keeps all of it."""
+    choice_value = auto_fraction * budget.value
+    rest = Budget(budget.kind, (budget.value - choice_value) * _SHRINK, budget.delta * _SHRINK)
+    choice = Budget(budget.kind, choice_value, 0.0)
     return AutoBudget(budget, choice, rest, calibrate_choice(choice))
 
 
-def choice_loss(d_in: int, *, scale: float, epsilon: float | None = None) -> tuple[float, float]:
+def choice_loss(d_in: int, *, scale: float, laplace: bool) -> tuple[float, float]:
     r"""The choice's privacy loss for ``d_in`` users added or removed.
 
     The histogram moves by a vector of non-negative integers summing to ``d_in`` (ℓ1 and ℓ2 norm at most
-    ``d_in``). Without ``epsilon``: :math:`(d_{in}^2/(2\sigma^2), 0)`, zCDP of the discrete Gaussian. With
-    ``epsilon`` (ε at ``d_in = 1``): :math:`(d_{in}\varepsilon,\ \delta_{\mathcal N}(d_{in}\varepsilon - a;
-    \sigma, d_{in}))` with the WGM's lattice slack :math:`a` at Δ0 = 1 (the noise is drawn on the WGM's
-    lattice, ``docs/privacy.md`` Lemma 3).
+    ``d_in``). With ``laplace`` (under (ε, δ)-DP): :math:`(d_{in}/b, 0)`, the discrete Laplace's pure-DP map
+    (OpenDP's, rounded up). Otherwise: :math:`(d_{in}^2/(2\sigma^2), 0)`, zCDP of the discrete Gaussian.
     """
     d_in = _check_d_in(d_in)
     scale = _check_positive("scale", scale)
-    if epsilon is None:
-        return wgm_rho(d_in, scale), 0.0
-    epsilon = _check_real("epsilon", epsilon, minimum=0.0)
-    if d_in == 0:
-        return 0.0, 0.0
-    eps_out = d_in * epsilon
-    return eps_out, min(1.0, _noise_delta(eps_out, scale, d_in, 1))
+    if laplace:
+        return discrete_laplace_epsilon(d_in, scale), 0.0
+    return wgm_rho(d_in, scale), 0.0
 
 
 def calibrate_choice(choice: Budget) -> float:
-    """The smallest σ whose :func:`choice_loss` at one user fits ``choice`` (its ε and δ, or its ρ).
+    """The smallest scale whose :func:`choice_loss` at one user fits ``choice`` (its ε, or its ρ).
 
     Raises
     ------
     ValueError
-        When σ would exceed the sampler's range 2^20 (a choice budget far too small).
+        When the scale would exceed the sampler's range 2^20 (a choice budget far too small).
     """
     if choice.kind == "approx_dp":
         epsilon = choice.value
         scale = smallest_passing(
-            lambda s: choice_loss(1, scale=s, epsilon=epsilon)[1] <= choice.delta,
+            lambda s: choice_loss(1, scale=s, laplace=True)[0] <= epsilon,
             lower=1.0 / MAX_SCALE, parameter="auto scale", budget=choice,
         )
     else:
@@ -173,32 +183,31 @@ def auto_loss(d_in: int, choice: tuple[float, float], candidates: Sequence[tuple
 
 
 def bin_of(counts: NDArray[np.int64]) -> NDArray[np.intp]:
-    """Each user's bin: the number of grid points below its distinct-item count (0 for one item, 10 above 1000)."""
-    return np.searchsorted(np.array(GRID), counts, side="left")
+    """Each user's bin: the number of grid points up to 500 below its distinct-item count (0 for one item, 9
+    above 500)."""
+    return np.searchsorted(np.array(GRID[:-1]), counts, side="left")
 
 
 def choose_max_contributions(noisy_bins: NDArray[np.float64] | Sequence[float]) -> int:
-    r"""The rule: Δ0 from the noisy histogram of the users' distinct-item counts (bin ``j`` holds the users with
-    ``GRID[j-1] < count <= GRID[j]``; the last bin, those above ``GRID[-1]``).
+    r"""The rule: Δ0 from the noisy histogram of the users' distinct-item counts (bin ``j < 9`` holds the users
+    with ``GRID[j-1] < count <= GRID[j]``; bin 9, those above ``GRID[8] = 500``).
 
-    With the bins clamped at 0 and :math:`n` their sum: Δ0 = 1 when bin 0 (one item) holds at least
+    With :math:`n` the sum of the bins clamped at 0: Δ0 = 1 when the clamped bin 0 (one item) holds at least
     :data:`SINGLE_SHARE` of :math:`n`; otherwise the smallest grid point :math:`g \ge 2` whose tail (the sum of
-    the clamped bins above :math:`g`) is at most :data:`TAIL_SHARE` · n; the last grid point when none is. No
-    noisy histogram raises: every input gives a grid point (``n = 0``: Δ0 = 1).
+    the noisy bins above :math:`g`, not clamped) is at most :data:`TAIL_SHARE` · n; 1000 when none up to 500 is.
+    No noisy histogram raises: every input gives a grid point (``n = 0``: Δ0 = 1).
 
-    Clamping biases every tail upwards by about σ/√(2π) per empty bin: where the noise dominates 3% of the users
-    (a few thousand users at the default budget) the rule errs towards a larger Δ0, the side that costs least
-    missing mass (a Δ0 too small cuts the mass of every user above it; one too large adds noise). Summing the raw
-    noisy bins instead (unbiased) let the noise of many bins pass a small Δ0 on small data sets: Δ0 = 2 on
-    MovieLens 100K (943 users) in one draw of five, at a missing mass near 1 (``docs/auto.md``).
+    The tails sum the noisy bins as drawn, so they are unbiased: clamping each bin first adds about half a noise
+    scale per empty bin to every tail, and on small data sets (a 3% tail of 57 users on 1,892) that bias alone
+    pushed Δ0 to 1000 where 50 is best (``docs/auto.md``).
     """
     bins = np.asarray(noisy_bins, dtype=np.float64)
     clamped = np.maximum(bins, 0.0)
     total = float(clamped.sum())
     if total <= 0.0 or clamped[0] >= SINGLE_SHARE * total:
         return GRID[0]
-    # tails[j]: users above GRID[j + 1], the clamped bins summed; from GRID[1] on: Δ0 = 1 is the single-item
-    # branch's only (a noisy tail above 1 below 3% would contradict it)
-    tails = np.cumsum(clamped[::-1])[::-1][2:]
+    # tails[j]: users above GRID[j + 1], from GRID[1] = 2 to GRID[8] = 500 (Δ0 = 1 is the single-item branch's
+    # only: a noisy tail above 1 below 3% would contradict it)
+    tails = np.cumsum(bins[::-1])[::-1][2:]
     fitting = np.flatnonzero(tails <= TAIL_SHARE * total)
     return GRID[1 + int(fitting[0])] if fitting.size else GRID[-1]

@@ -15,6 +15,7 @@ import opendp_wgm as wgm
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
 from opendp_wgm.privacy.auto import (
+    BINS,
     GRID,
     auto_loss,
     bin_of,
@@ -61,11 +62,11 @@ def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, flo
     assert m.output_measure == total.measure
     assert m.check(1, total.d_out)
     auto = split_auto_budget(total, fraction)
-    # the choice costs its fraction (of ε and δ, or of ρ and no δ) and the rest is the mechanism's
-    choice = choice_loss(1, scale=auto.scale, epsilon=auto.choice.epsilon)
-    assert choice[0] <= fraction * total.value and choice[1] <= fraction * total.delta
-    if total.epsilon is None:
-        assert choice[1] == 0.0 and auto.rest.delta == total.delta
+    # the choice costs its fraction of ε or ρ and no δ (pure DP or zCDP); the rest, with all of δ, is the mechanism's
+    choice = choice_loss(1, scale=auto.scale, laplace=auto.laplace)
+    assert auto.laplace == (total.epsilon is not None)
+    assert choice[0] <= fraction * total.value and choice[1] == 0.0
+    assert total.delta * (1 - 1e-11) < auto.rest.delta < total.delta
     for d_in in (1, 2, 5):
         candidates = []
         for g in GRID:
@@ -77,12 +78,14 @@ def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, flo
                     epsilon=auto.rest.epsilon, rho=auto.rest.rho,
                 )
                 candidates.append(c.map(d_in))
-        expected = auto_loss(d_in, choice_loss(d_in, scale=auto.scale, epsilon=auto.choice.epsilon), candidates)
+        expected = auto_loss(d_in, choice_loss(d_in, scale=auto.scale, laplace=auto.laplace), candidates)
         assert m.map(d_in) == expected
         # each part at least the choice's plus every candidate's (adaptive composition)
         for loss in candidates:
             got = m.map(d_in)
-            choice_d = choice_loss(d_in, scale=auto.scale, epsilon=auto.choice.epsilon)
+            choice_d = choice_loss(d_in, scale=auto.scale, laplace=auto.laplace)
+            if auto.laplace:  # the discrete Laplace's pure-DP map: d_in / b
+                assert choice_d == (pytest.approx(d_in / auto.scale, rel=1e-12), 0.0)
             assert got[0] >= choice_d[0] + loss[0] - 1e-15
             assert got[1] >= min(1.0, choice_d[1] + loss[1]) - 1e-20
     assert m.map(0) == (0.0, 0.0)
@@ -113,12 +116,15 @@ def test_the_choice_costs_the_stated_fraction() -> None:
     total = Budget.of(epsilon=1.0, delta=1e-5)
     auto = split_auto_budget(total, 0.02)
     assert math.isclose(auto.fraction, 0.02, rel_tol=1e-9)
-    assert math.isclose(auto.choice.delta, 2e-7, rel_tol=1e-9) and math.isclose(auto.rest.value, 0.98)
-    eps, delta = choice_loss(1, scale=auto.scale, epsilon=auto.choice.epsilon)
-    assert eps == auto.choice.value and 0.99 * auto.choice.delta < delta <= auto.choice.delta  # σ is the smallest
-    assert 150 < auto.scale < 200  # the analytic Gaussian at ε = 0.02, δ = 2e-7
+    assert auto.choice.delta == 0.0 and math.isclose(auto.rest.value, 0.98) and math.isclose(auto.rest.delta, 1e-5)
+    eps, delta = choice_loss(1, scale=auto.scale, laplace=True)
+    assert eps <= auto.choice.value and delta == 0.0
+    # b is the smallest passing scale: 1/(fε) = 50 users, and one ulp less does not pass
+    assert math.isclose(auto.scale, 50.0, rel_tol=1e-12)
+    assert choice_loss(1, scale=math.nextafter(auto.scale, 0.0), laplace=True)[0] > auto.choice.value
     rho = split_auto_budget(Budget.of(rho=0.5, delta=1e-5), 0.1)
-    assert choice_loss(1, scale=rho.scale)[0] <= 0.05 and rho.rest.delta == 1e-5
+    assert not rho.laplace and choice_loss(1, scale=rho.scale, laplace=False)[0] <= 0.05
+    assert math.isclose(rho.rest.delta, 1e-5)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -126,23 +132,26 @@ def test_the_choice_costs_the_stated_fraction() -> None:
 
 
 def test_bins_round_counts_up_to_the_grid() -> None:
-    counts = np.array([1, 2, 3, 5, 6, 1000, 1001, 10**6])
-    assert bin_of(counts).tolist() == [0, 1, 2, 2, 3, 9, 10, 10]
-    data = _users_with({1: 5, 3: 2, 1001: 1})
-    assert user_count_bins(data, *wgm.user_items_space()).tolist() == [5, 0, 2, 0, 0, 0, 0, 0, 0, 0, 1]
+    counts = np.array([1, 2, 3, 5, 6, 500, 501, 1000, 1001, 10**6])
+    assert bin_of(counts).tolist() == [0, 1, 2, 2, 3, 8, 9, 9, 9, 9]  # one bin above 500
+    data = _users_with({1: 5, 3: 2, 501: 1})
+    assert user_count_bins(data, *wgm.user_items_space()).tolist() == [5, 0, 2, 0, 0, 0, 0, 0, 0, 1]
 
 
 @pytest.mark.parametrize(
     ("bins", "expected"),
     [
-        ([75, 25, 0, 0, 0, 0, 0, 0, 0, 0, 0], 1),  # three quarters hold one item
-        ([74, 26, 0, 0, 0, 0, 0, 0, 0, 0, 0], 2),
-        ([50, 47, 3, 0, 0, 0, 0, 0, 0, 0, 0], 2),  # 3% above 2: within the tail share
-        ([50, 46, 4, 0, 0, 0, 0, 0, 0, 0, 0], 5),
-        ([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 100], 1000),  # nobody fits: the last grid point
-        ([0] * 11, 1),  # no users: Δ0 = 1
-        ([-5, -3, 0, 0, 0, 0, 0, 0, 0, 0, -1], 1),  # noise below 0 everywhere
-        ([10, 10, 10, 10, 10, 10, 10, 10, 10, -20, 0], 500),  # tails sum the clamped bins (-20 counts as 0)
+        ([75, 25, 0, 0, 0, 0, 0, 0, 0, 0], 1),  # three quarters hold one item
+        ([74, 26, 0, 0, 0, 0, 0, 0, 0, 0], 2),
+        ([50, 47, 3, 0, 0, 0, 0, 0, 0, 0], 2),  # 3% above 2: within the tail share
+        ([50, 46, 4, 0, 0, 0, 0, 0, 0, 0], 5),
+        ([0, 0, 0, 0, 0, 0, 0, 0, 97, 3], 500),  # 3% above 500
+        ([0, 0, 0, 0, 0, 0, 0, 0, 96, 4], 1000),  # nobody fits up to 500: the last grid point
+        ([0] * 10, 1),  # no users: Δ0 = 1
+        ([-5, -3, 0, 0, 0, 0, 0, 0, 0, -1], 1),  # noise below 0 everywhere
+        # tails sum the noisy bins as drawn: the -20 offsets the bins above 100 (n sums the clamped bins: 90)
+        ([10, 10, 10, 10, 10, 10, 10, 10, 10, -20], 100),
+        ([-30, 10, 10, 10, 10, 10, 10, 10, 10, 10], 1000),  # a negative bin 0 counts as 0 in the single share
     ],
 )
 def test_rule_on_exact_bins(bins: list[int], expected: int) -> None:
@@ -158,14 +167,14 @@ def test_rule_on_exact_bins(bins: list[int], expected: int) -> None:
     ],
 )
 def test_rule_under_the_default_noise(sizes: dict[int, int], expected: int) -> None:
-    # the bins of 10^5 to 2·10^5 users at the default budget (σ ≈ 180 users per bin; the clamped empty bins add
-    # about 72 each to a tail): the rule returns the noise-free answer in at least 195 of 200 draws (every margin
-    # is at least 4 standard deviations of the clamped sums)
-    bins = np.zeros(len(GRID) + 1, dtype=np.int64)
+    # the bins of 10^5 to 2·10^5 users at the default budget (discrete Laplace of scale b = 50 users per bin, a
+    # standard deviation of about 71; a tail sums at most 8 bins, about 200): the rule returns the noise-free answer
+    # in at least 195 of 200 draws (every margin is at least 2000 users, 10 standard deviations of a tail)
+    bins = np.zeros(BINS, dtype=np.int64)
     np.add.at(bins, bin_of(np.array(list(sizes))), np.array(list(sizes.values())))
     assert choose_max_contributions(bins) == expected
-    scale = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.02).scale
-    chosen = [choose_max_contributions(noisy_count_bins(bins, scale)) for _ in range(200)]
+    auto = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.02)
+    chosen = [choose_max_contributions(noisy_count_bins(bins, auto.scale, laplace=auto.laplace)) for _ in range(200)]
     assert sum(c == expected for c in chosen) >= 195, np.unique(chosen, return_counts=True)
 
 
@@ -175,6 +184,17 @@ def test_noise_is_centred_at_the_counts() -> None:
     draws = np.stack([noisy_count_bins(bins, 100.0) for _ in range(4000)])
     assert np.all(np.abs(draws.mean(axis=0) - bins) < 6 * 100 / math.sqrt(4000))
     assert np.all(np.abs(draws.std(axis=0) - 100.0) < 6.0)
+
+
+def test_laplace_noise_is_centred_at_the_counts() -> None:
+    # 4000 draws of discrete Laplace noise of scale 50 on 10 bins: integers; each bin's mean within 6 standard errors
+    # (the standard deviation is about √2·50 ≈ 70.7) and its spread within 10% of that
+    bins = np.arange(10, dtype=np.int64) * 1000
+    draws = np.stack([noisy_count_bins(bins, 50.0, laplace=True) for _ in range(4000)])
+    assert np.array_equal(draws, np.round(draws))
+    sd = math.sqrt(2) * 50
+    assert np.all(np.abs(draws.mean(axis=0) - bins) < 6 * sd / math.sqrt(4000))
+    assert np.all(np.abs(draws.std(axis=0) - sd) < 0.1 * sd)
 
 
 # ---------------------------------------------------------------------------------------------------------------

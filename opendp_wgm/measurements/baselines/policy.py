@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
@@ -45,7 +44,7 @@ from opendp_wgm.measurements.wgm import check_noise, of_wgm_budget, wgm_privacy_
 from opendp_wgm.privacy.budget import Budget, check_gaussian_measure, measure_of
 from opendp_wgm.privacy.calibrate import calibrate_policy_greedy
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
-from opendp_wgm.samplers import NoiseMethod
+from opendp_wgm.samplers import NoiseMethod, sample_discrete_laplace
 
 __all__ = [
     "make_policy_gaussian",
@@ -291,15 +290,6 @@ def _greedy_cap(threshold: float, alpha: float, scale: float) -> int:
     return max(_cap_on_lattice(threshold + alpha * scale), _UNIT)
 
 
-def _sample_discrete_laplace(lattice_scale: float, values: np.ndarray) -> np.ndarray:
-    """``values`` + exact discrete Laplace noise of scale ``lattice_scale``: OpenDP's ``make_laplace`` on i64."""
-    if values.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    space = dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64")
-    noisy: list[int] = dp.m.make_laplace(*space, scale=lattice_scale)(values.tolist())
-    return np.asarray(noisy, dtype=np.int64)
-
-
 def make_policy_greedy(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -373,7 +363,7 @@ def make_policy_greedy(
         data = _csr(frame, space, max_contributions=None, key_order=False, priority_order=True)
         weights = _policy_weights(data, cap, "greedy")
         histogram = _positive_histogram(data, weights, space.item)
-        noisy = _sample_discrete_laplace(lattice_scale, histogram["weight_lat"].to_numpy())
+        noisy = sample_discrete_laplace(histogram["weight_lat"].to_numpy(), lattice_scale)
         keep = noisy > floor_t
         released = (
             histogram.select(space.item)
