@@ -200,6 +200,8 @@ def _choose(lists: BoundedLists, *, passes: int, engine: _Engine, numba: Numba |
         if users.mostly_above(lists.max_contributions):
             why = "users not runs, 2^21 rows or more, most rows belong to users above Δ0"
             return _Choice(Plan.COMPILED_HASHED, why, _Facts(frame, users=users))
+        if not keyed:  # the counts serve the counting sort (one pass over the users saved)
+            return _Choice(Plan.COMPILED_CODED, "Numba, one in-memory pass, coded dtypes", _Facts(frame, users=users))
     if keyed:
         return _Choice(Plan.POLARS_KEYED, "most of the first rows belong to users above Δ0 and users are not runs")
     return _Choice(Plan.COMPILED_CODED, "Numba, one in-memory pass, coded dtypes", _Facts(frame))
@@ -256,7 +258,9 @@ def _run(
     if frame.height >= _MAX_ROWS:
         return _polars(lists, max_contributions, engine, exact)
     if plan is Plan.COMPILED_CODED:
-        return engine_polars.coded_histogram(lists, frame, max_contributions, jit).lazy()
+        users = facts.users
+        counted = None if users is None or users.unchecked else (users.coding, users.counts, users.threads)
+        return engine_polars.coded_histogram(lists, frame, max_contributions, jit, counted).lazy()
     if plan is Plan.COMPILED_HASHED:
         hashed = engine_polars.hashed_jit()
         assert hashed is not None  # refusal() checked it

@@ -100,11 +100,14 @@ def test_stage_two_reads_each_users_distinct_items() -> None:
     assert len(pairs) == positions.size and list(np.bincount(positions, minlength=4)) == expected
 
 
-def test_interleaved_users_take_the_hashed_plan_from_2_21_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("threads", [1, 3])
+def test_interleaved_users_take_the_hashed_plan_from_2_21_rows(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """From ``_LARGE_ROWS`` rows on, users not in runs: String users, or integer users most of whose rows belong
-    to users above Δ0, take ``compiled-hashed``; integer users mostly at most Δ0 ``compiled-coded``; fewer rows,
-    the rules before (``docs/engines.md``)."""
+    to users above Δ0, take ``compiled-hashed``; integer users mostly at most Δ0 ``compiled-coded`` (which reuses
+    the user counts ``plan_for`` took, in one chunk or three); fewer rows, the rules before (``docs/engines.md``);
+    each run gives the reference histogram."""
     pytest.importorskip("numba")
+    patch_engine(monkeypatch, "kernel_threads", lambda rows, jit: threads)
     text, ints = _logs("string"), _logs("int")
     monkeypatch.setattr(plans, "_LARGE_ROWS", text.height)
     for frame, bound, expected in ((text, BOUND, Plan.COMPILED_HASHED), (text, 1000, Plan.COMPILED_HASHED),

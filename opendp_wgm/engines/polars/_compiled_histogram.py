@@ -44,7 +44,13 @@ __all__ = ["CodedPairs", "coded_histogram", "coded_pairs", "runs_histogram"]
 
 
 def _histogram_below(
-    jit: ModuleType, users: _Coding, items: _Coding, bound: int, weights: NDArray[np.int64], threads: int = 1
+    jit: ModuleType,
+    users: _Coding,
+    items: _Coding,
+    bound: int,
+    weights: NDArray[np.int64],
+    threads: int = 1,
+    counted: NDArray[np.int64] | None = None,
 ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]:
     """The histogram of the users with at most ``bound`` distinct items, and the rows (grouped by user) and
     offsets of the others: a counting sort of the item codes by user, then each user's distinct items. The codes
@@ -53,12 +59,16 @@ def _histogram_below(
     In ``threads`` threads: each counts and then places a chunk of the rows (after the previous chunks' rows
     of each user: the same order as in one pass), then each takes a range of users holding about as many rows,
     with its own per-item marker and histogram (one per thread: the item codes are compact, :func:`_coding`),
-    and the histograms are added up: integer sums, the same whatever their order.
+    and the histograms are added up: integer sums, the same whatever their order. ``counted``: the rows of each
+    user per chunk, already counted on these codes in ``threads`` chunks (``plan_for``'s count): not counted again.
     """
     n_users, n_items, rows = users.size, items.size, users.values.size
     chunks = _even_ranges(rows, threads)
-    counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (coded_histogram)
-    in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
+    if counted is not None:
+        counts = counted.astype(np.int32)  # a copy: the cursors below overwrite it
+    else:
+        counts = np.zeros((threads, n_users), dtype=np.int32)  # rows below 2^31 (coded_histogram)
+        in_threads(chunks, lambda k, first, stop: jit.count_users(users.values, users.low, first, stop, counts[k]))
     start = np.empty(n_users + 1, dtype=np.int64)
     jit.user_cursors(counts, start)  # the counts become each chunk's cursors
     held = np.empty(rows, dtype=np.int32)  # the item offsets, then (once all are placed) ranked: item codes
@@ -79,7 +89,13 @@ def _histogram_below(
     return histogram, rows_of, offsets
 
 
-def coded_histogram(lists: BoundedLists, frame: pl.DataFrame, max_contributions: int, jit: ModuleType) -> pl.DataFrame:
+def coded_histogram(
+    lists: BoundedLists,
+    frame: pl.DataFrame,
+    max_contributions: int,
+    jit: ModuleType,
+    counted: tuple[_Coding, NDArray[np.int64], int] | None = None,
+) -> pl.DataFrame:
     """The lattice histogram of ``lists`` by the compiled step on coded columns (``frame``: ``lists.lf``
     collected, below 2^31 rows; columns of dtypes :func:`codes_dtype` accepts).
 
@@ -87,7 +103,8 @@ def coded_histogram(lists: BoundedLists, frame: pl.DataFrame, max_contributions:
     (:func:`_coding`) and the rows bucketed by user (:func:`_histogram_below`); a user with at most Δ0 distinct
     items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys being
     :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). Which frames it runs
-    on is :func:`opendp_wgm.kernel.plan_for`'s choice.
+    on is :func:`opendp_wgm.kernel.plan_for`'s choice. ``counted``: integer users already coded (as here) and
+    their rows counted per chunk, with the number of chunks (``plan_for`` counted them to choose): reused.
     """
     space = lists.space
     schema = frame.schema
@@ -95,14 +112,19 @@ def coded_histogram(lists: BoundedLists, frame: pl.DataFrame, max_contributions:
     bound = lists.max_contributions
     frame = frame.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype))
     threads = kernel_threads(frame.height, jit)
-    users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
+    if counted is None or counted[2] != threads or user_dtype == pl.String:  # text: coded here by a category map
+        counted = None
+        users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
+    else:
+        users = counted[0]
     items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
     slot = lists.shared
     if slot is not None:  # a later step of the release reads the same rows (Prepared): their codes, written
         user_codes, item_codes = users.codes(jit, threads), items.codes(jit, threads)
         slot.coding = _CodedRows(user_codes, users.size, item_codes, items.size, items.decode)
     weights = lattice_weights(max_contributions)
-    histogram, rows, offsets = _histogram_below(jit, users, items, bound, weights, threads)
+    histogram, rows, offsets = _histogram_below(
+        jit, users, items, bound, weights, threads, None if counted is None else counted[1])
     # on the coded values: a fresh category hashes as its string, as the value did
     add_above(jit, lists, frame, histogram, items, rows, offsets, weights)
     return decoded_histogram(items, histogram)
