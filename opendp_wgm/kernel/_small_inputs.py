@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import polars as pl
 
-from opendp_wgm.engines.polars import no_cold_compiled_import
+from opendp_wgm.engines.polars import import_deferred, no_cold_compiled_import
 
 __all__ = ["COMPILED_FROM_ROWS", "cold", "compiled_steps_for", "small_and_cold"]
 
@@ -29,9 +29,13 @@ _COMPILED_MODULE = "opendp_wgm.engines._kernel_jit"
 
 
 def cold() -> bool:
-    """Whether the compiled steps could be loaded but are not: Numba is installed and this process has not imported
-    them. Imports nothing (``sys.modules`` and an import-system lookup)."""
-    return _COMPILED_MODULE not in sys.modules and importlib.util.find_spec("numba") is not None
+    """Whether a release here would load the compiled steps first: Numba is installed, this process has not
+    imported them, and it is not inside :func:`~opendp_wgm.engines.polars.no_cold_compiled_import` (where they are
+    not loaded whatever the size: no rows need counting). Imports nothing (``sys.modules`` and an import-system
+    lookup)."""
+    if import_deferred() or _COMPILED_MODULE in sys.modules:
+        return False
+    return importlib.util.find_spec("numba") is not None
 
 
 def compiled_steps_for(rows: int) -> AbstractContextManager[None]:

@@ -59,6 +59,11 @@ def no_cold_compiled_import() -> Iterator[None]:
         _cold_import_deferred = before
 
 
+def import_deferred() -> bool:
+    """Whether this process is inside :func:`no_cold_compiled_import` (a compiled module not imported yet stays so)."""
+    return _cold_import_deferred
+
+
 class Numba(Enum):
     """Whether the compiled steps run in this process (:func:`numba_state`): an explicit input of
     :func:`opendp_wgm.kernel.plan_for`, so that a caller (a test, a benchmark) chooses the plans of each state
