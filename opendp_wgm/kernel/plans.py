@@ -258,9 +258,7 @@ def _run(
     if frame.height >= _MAX_ROWS:
         return _polars(lists, max_contributions, engine, exact)
     if plan is Plan.COMPILED_CODED:
-        users = facts.users
-        counted = None if users is None or users.unchecked else (users.coding, users.counts, users.threads)
-        return engine_polars.coded_histogram(lists, frame, max_contributions, jit, counted).lazy()
+        return engine_polars.coded_histogram(lists, frame, max_contributions, jit, facts.users).lazy()
     if plan is Plan.COMPILED_HASHED:
         hashed = engine_polars.hashed_jit()
         assert hashed is not None  # refusal() checked it

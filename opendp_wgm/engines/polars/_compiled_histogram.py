@@ -37,7 +37,7 @@ from opendp_wgm.engines.polars._prepared import _CodedRows, _UserRuns
 from opendp_wgm.privacy.threshold import lattice_weights
 
 if TYPE_CHECKING:
-    pass
+    from opendp_wgm.engines.polars._hashed_histogram import UserCounts  # which imports this module
 
 
 __all__ = ["CodedPairs", "coded_histogram", "coded_pairs", "runs_histogram"]
@@ -94,7 +94,7 @@ def coded_histogram(
     frame: pl.DataFrame,
     max_contributions: int,
     jit: ModuleType,
-    counted: tuple[_Coding, NDArray[np.int64], int] | None = None,
+    counted: UserCounts | None = None,
 ) -> pl.DataFrame:
     """The lattice histogram of ``lists`` by the compiled step on coded columns (``frame``: ``lists.lf``
     collected, below 2^31 rows; columns of dtypes :func:`codes_dtype` accepts).
@@ -103,8 +103,8 @@ def coded_histogram(
     (:func:`_coding`) and the rows bucketed by user (:func:`_histogram_below`); a user with at most Δ0 distinct
     items keeps them all; a user with more keeps the Δ0 distinct items of smallest key, the keys being
     :func:`bounded_lists_plan`'s (the same Polars expression, on those users' rows only). Which frames it runs
-    on is :func:`opendp_wgm.kernel.plan_for`'s choice. ``counted``: integer users already coded (as here) and
-    their rows counted per chunk, with the number of chunks (``plan_for`` counted them to choose): reused.
+    on is :func:`opendp_wgm.kernel.plan_for`'s choice. ``counted``: the users coded and counted per chunk
+    (``plan_for`` counted them to choose): reused where they are integers coded as here, in as many chunks.
     """
     space = lists.space
     schema = frame.schema
@@ -112,11 +112,11 @@ def coded_histogram(
     bound = lists.max_contributions
     frame = frame.select(_code_expr(space.user, user_dtype), _code_expr(space.item, item_dtype))
     threads = kernel_threads(frame.height, jit)
-    if counted is None or counted[2] != threads or user_dtype == pl.String:  # text: coded here by a category map
-        counted = None
+    if counted is None or counted.unchecked is not None or counted.threads != threads or user_dtype == pl.String:
+        counted = None  # text is coded here by a category map, not by the counts' hash
         users = _coding(frame.get_column(space.user), user_dtype, jit, threads, compact=False)
     else:
-        users = counted[0]
+        users = counted.coding
     items = _coding(frame.get_column(space.item), item_dtype, jit, threads)
     slot = lists.shared
     if slot is not None:  # a later step of the release reads the same rows (Prepared): their codes, written
@@ -124,7 +124,7 @@ def coded_histogram(
         slot.coding = _CodedRows(user_codes, users.size, item_codes, items.size, items.decode)
     weights = lattice_weights(max_contributions)
     histogram, rows, offsets = _histogram_below(
-        jit, users, items, bound, weights, threads, None if counted is None else counted[1])
+        jit, users, items, bound, weights, threads, None if counted is None else counted.counts)
     # on the coded values: a fresh category hashes as its string, as the value did
     add_above(jit, lists, frame, histogram, items, rows, offsets, weights)
     return decoded_histogram(items, histogram)
