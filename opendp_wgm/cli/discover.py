@@ -117,9 +117,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import make_dp_sips, make_partition_selection, make_wgm
-    from opendp_wgm.measurements.dp_sips import dp_sips_arguments
-    from opendp_wgm.measurements.wgm import wgm_arguments
     from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration, calibrate_dp_sips, calibrate_wgm
 
     budget = _budget(args)
@@ -127,7 +124,10 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     execution = _execution(args)
     rounds, ratio = _sips_options(args, sips=args.mechanism == "dp-sips", when="--mechanism dp-sips")
 
+    # each plan imports its own mechanism: a release imports only the one it runs (docs/performance.md)
     def plan_sips() -> _Plan:
+        from opendp_wgm.measurements.dp_sips import dp_sips_arguments, make_dp_sips
+
         # calibrate once: the measurement is built from this calibration, which the report also prints
         # the constructor's default: the adaptive schedule unless --rounds/--ratio give one
         calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio, adaptive=None)
@@ -141,6 +141,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
     def plan_partition_selection() -> _Plan:
+        from opendp_wgm.measurements.partition_selection import make_partition_selection
+
         refuse_auto(budget, "--mechanism partition-selection (one item per user)")
         if budget.epsilon is None:
             raise CLIError("--mechanism partition-selection needs --epsilon: it is (ε, δ)-DP, with no zCDP statement")
@@ -197,6 +199,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             return plan_sips()
         if args.mechanism == "partition-selection":
             return plan_partition_selection()
+        from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
+
         calibration = calibrate_wgm(**budget.kwargs())
         measurement = make_wgm(
             *user_items_space(args.user, args.item), **wgm_arguments(calibration, noise=noise, **execution.kwargs())
