@@ -103,7 +103,6 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
-    from opendp_wgm import metrics
     from opendp_wgm.cli._auto import refuse_auto
     from opendp_wgm.cli._errors import CLIError
     from opendp_wgm.cli._report import (
@@ -209,6 +208,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()], curve=calibration)
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
+        from opendp_wgm import metrics  # the demo's only
+
         distinct = data.get_column(args.item).n_unique()
         mm = metrics.missing_mass(data, released, user=args.user, item=args.item)
         return [_not_private("demo data", f"{distinct:,} distinct items; missing mass of the release = {mm:.4f}")]
