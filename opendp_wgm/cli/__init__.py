@@ -102,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         run: Callable[..., int] = args.run
-        from opendp_wgm.cli._startup import _compile_notices, _defer_unused_extras
+        from opendp_wgm.cli._startup import _compile_notices, _core_first_prelude, _defer_unused_extras
 
         _defer_unused_extras()  # this process is ours: OpenDP's scikit-learn extras load only if touched
+        _core_first_prelude()  # and the prelude's extras, context and accuracy too
         import opendp.prelude as dp  # after parsing: --help, --version and usage errors stay fast
 
         # This process is ours: opt in to the plugin's user-defined measurements (the library never does).
