@@ -53,7 +53,7 @@ def test_not_parquet_is_a_value_error(tmp_path: Path) -> None:
     for content in (b"", b"PAR1", b"user,item\n1,2\n", b"x" * 40 + b"PAR1"):
         path = tmp_path / "bad.parquet"
         path.write_bytes(content)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="Parquet"):
             parquet_column_names(path)
 
 

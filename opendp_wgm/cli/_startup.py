@@ -89,7 +89,7 @@ def _core_first_prelude() -> None:
 
     namespace["__getattr__"] = __getattr__
     sys.modules["opendp.prelude"] = module
-    setattr(sys.modules["opendp"], "prelude", module)
+    setattr(sys.modules["opendp"], "prelude", module)  # noqa: B010 - bound on the parent, as an import binds it
 
 
 def _star(module: ModuleType) -> dict[str, object]:

@@ -123,9 +123,10 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     execution = _execution(args)
     rounds, ratio = _sips_options(args, sips=args.mechanism == "dp-sips", when="--mechanism dp-sips")
 
-    # each plan imports its own mechanism: a release imports only the one it runs (docs/performance.md)
+    # each plan imports its own mechanism (the facade imports its module only): a release imports only the one it runs
     def plan_sips() -> _Plan:
-        from opendp_wgm.measurements.dp_sips import dp_sips_arguments, make_dp_sips
+        from opendp_wgm.measurements import make_dp_sips
+        from opendp_wgm.measurements.dp_sips import dp_sips_arguments
 
         # calibrate once: the measurement is built from this calibration, which the report also prints
         # the constructor's default: the adaptive schedule unless --rounds/--ratio give one
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
     def plan_partition_selection() -> _Plan:
-        from opendp_wgm.measurements.partition_selection import make_partition_selection
+        from opendp_wgm.measurements import make_partition_selection
 
         refuse_auto(budget, "--mechanism partition-selection (one item per user)")
         if budget.epsilon is None:
@@ -198,7 +199,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             return plan_sips()
         if args.mechanism == "partition-selection":
             return plan_partition_selection()
-        from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
+        from opendp_wgm.measurements import make_wgm
+        from opendp_wgm.measurements.wgm import wgm_arguments
 
         calibration = calibrate_wgm(**budget.kwargs())
         measurement = make_wgm(

@@ -22,28 +22,38 @@ from typing import TYPE_CHECKING
 
 from opendp_wgm._lazy import _lazy_exports
 
-if TYPE_CHECKING:  # the lazily imported public names, re-exported (``name as name``) for type checkers
-    from opendp_wgm.privacy.baseline_calibration import LimitedDomainCalibration as LimitedDomainCalibration
-    from opendp_wgm.privacy.baseline_calibration import calibrate_key_release as calibrate_key_release
-    from opendp_wgm.privacy.baseline_calibration import calibrate_limited_domain as calibrate_limited_domain
-    from opendp_wgm.privacy.baseline_calibration import calibrate_policy_greedy as calibrate_policy_greedy
-    from opendp_wgm.privacy.baseline_calibration import limited_domain_local_epsilon as limited_domain_local_epsilon
-    from opendp_wgm.privacy.search import smallest_fitting as smallest_fitting
-    from opendp_wgm.privacy.search import smallest_passing as smallest_passing
-    from opendp_wgm.privacy.sips_calibration import DPSIPSCalibration as DPSIPSCalibration
-    from opendp_wgm.privacy.sips_calibration import calibrate_dp_sips as calibrate_dp_sips
-    from opendp_wgm.privacy.two_stage_calibration import STAGE_1_MECHANISMS as STAGE_1_MECHANISMS
-    from opendp_wgm.privacy.two_stage_calibration import HittingSetCalibration as HittingSetCalibration
-    from opendp_wgm.privacy.two_stage_calibration import Stage1Mechanism as Stage1Mechanism
-    from opendp_wgm.privacy.two_stage_calibration import WGMTopKCalibration as WGMTopKCalibration
-    from opendp_wgm.privacy.two_stage_calibration import calibrate_peeling_for as calibrate_peeling_for
-    from opendp_wgm.privacy.two_stage_calibration import calibrate_user_peeling as calibrate_user_peeling
-    from opendp_wgm.privacy.two_stage_calibration import calibrate_wgm_hitting_set as calibrate_wgm_hitting_set
-    from opendp_wgm.privacy.two_stage_calibration import calibrate_wgm_top_k as calibrate_wgm_top_k
-    from opendp_wgm.privacy.two_stage_calibration import check_stage_1 as check_stage_1
-    from opendp_wgm.privacy.wgm_calibration import WGMCalibration as WGMCalibration
-    from opendp_wgm.privacy.wgm_calibration import calibrate_wgm as calibrate_wgm
-    from opendp_wgm.privacy.wgm_calibration import calibrate_wgm_for as calibrate_wgm_for
+if TYPE_CHECKING:  # the lazily imported public names (exported: they are in __all__), for type checkers
+    from opendp_wgm.privacy.baseline_calibration import (
+        LimitedDomainCalibration,
+        calibrate_key_release,
+        calibrate_limited_domain,
+        calibrate_policy_greedy,
+        limited_domain_local_epsilon,
+    )
+    from opendp_wgm.privacy.search import (
+        smallest_fitting,
+        smallest_passing,
+    )
+    from opendp_wgm.privacy.sips_calibration import (
+        DPSIPSCalibration,
+        calibrate_dp_sips,
+    )
+    from opendp_wgm.privacy.two_stage_calibration import (
+        STAGE_1_MECHANISMS,
+        HittingSetCalibration,
+        Stage1Mechanism,
+        WGMTopKCalibration,
+        calibrate_peeling_for,
+        calibrate_user_peeling,
+        calibrate_wgm_hitting_set,
+        calibrate_wgm_top_k,
+        check_stage_1,
+    )
+    from opendp_wgm.privacy.wgm_calibration import (
+        WGMCalibration,
+        calibrate_wgm,
+        calibrate_wgm_for,
+    )
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
