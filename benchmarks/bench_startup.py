@@ -40,7 +40,7 @@ def median_seconds(argv: list[str], runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False)
+        subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False, cwd=ROOT)  # -m: this package
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -66,7 +66,7 @@ def _write_release_data(path: Path, rows: int) -> None:
 
 def _seconds(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False)
+    subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False, cwd=ROOT)  # -m: this package
     return time.perf_counter() - start
 
 
