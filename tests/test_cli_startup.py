@@ -105,3 +105,18 @@ def test_only_a_small_input_defers_the_compiled_steps() -> None:
     assert not _compiled_steps._cold_import_deferred
     with _startup._compiled_steps(COMPILED_FROM_ROWS):
         assert not _compiled_steps._cold_import_deferred
+
+
+def test_the_console_entry_tunes_the_collector_of_its_own_process_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_console`` (the script, ``python -m``) raises the first threshold and freezes at the end; ``main``
+    (what a test or a notebook calls) leaves the collector alone."""
+    import gc
+
+    import opendp_wgm.cli as cli
+
+    calls: list[object] = []
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: calls.append(("threshold", t)))
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+    monkeypatch.setattr(cli, "main", lambda: calls.append("main") or 3)
+    assert cli._console() == 3
+    assert calls == [("threshold", (100_000, *gc.get_threshold()[1:])), "main", "freeze"]
