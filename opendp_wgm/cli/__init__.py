@@ -17,9 +17,12 @@ in :mod:`._args`, reading and writing in :mod:`._io`, and :func:`._report._relea
 release command does after planning its measurement (read, release, write, evaluate the demo, summarise).
 
 Start-up: ``--help``, ``--version`` and argument errors import neither OpenDP, NumPy, Polars nor the
-measurements; each ``run`` imports what it needs. A release imports OpenDP without its scikit-learn extras (this
-process only; the library never does), and no Numba for a small input (the library's rule, decided here from the
-row count the command read: :mod:`._startup`). A first-use compile of the compiled steps prints one line on
+measurements; each ``run`` imports what it needs, and the package's facades (``opendp_wgm.measurements``,
+``.samplers``, ``.privacy.calibrate``) import a name's module on its first use, so a release imports only the
+mechanism it runs. A release imports OpenDP's core without its extras, context and accuracy, which load if
+touched (this process only; the library never does), no SciPy, no pyarrow, and no Numba for a small input (the
+library's rule, decided here from the row count the command read: :mod:`._startup`). The script's process tunes
+its garbage collector (:func:`_console`). A first-use compile of the compiled steps prints one line on
 stderr before it runs (``opendp-wgm: compiling the fast path once ...``).
 
 Errors a user can cause (a missing file or column, empty data, an invalid parameter) print one line

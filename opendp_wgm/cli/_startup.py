@@ -1,5 +1,6 @@
 """What a release from the command imports: OpenDP without its scikit-learn extras (:func:`_defer_unused_extras`),
-no Numba for a small input (:func:`_compiled_steps`); and its notice of a first-use compile (:func:`_compile_notices`).
+and its prelude with the core names only until another name is read (:func:`_core_first_prelude`), no Numba for
+a small input (:func:`_compiled_steps`); and its notice of a first-use compile (:func:`_compile_notices`).
 
 ``import opendp.prelude`` imports every OpenDP extra at once (``from opendp.extras import sklearn, numpy,
 polars, ...``), and ``opendp.extras.sklearn`` imports scikit-learn, SciPy's statistics and pandas: 1.1 to 4.9 s
