@@ -10,63 +10,78 @@ from typing import TYPE_CHECKING
 
 from opendp_wgm._lazy import _lazy_exports
 
-if TYPE_CHECKING:  # the lazily imported public names, re-exported (``name as name``) for type checkers
-    from opendp_wgm.measurements.auto_contributions import AutoRelease as AutoRelease
-    from opendp_wgm.measurements.auto_contributions import make_auto_contributions as make_auto_contributions
-    from opendp_wgm.measurements.baselines import greedy_hitting_set as greedy_hitting_set
-    from opendp_wgm.measurements.baselines import greedy_threshold_delta as greedy_threshold_delta
-    from opendp_wgm.measurements.baselines import make_limited_domain_top_k as make_limited_domain_top_k
-    from opendp_wgm.measurements.baselines import make_opendp_key_release as make_opendp_key_release
-    from opendp_wgm.measurements.baselines import make_policy_gaussian as make_policy_gaussian
-    from opendp_wgm.measurements.baselines import make_policy_gaussian_from_budget as make_policy_gaussian_from_budget
-    from opendp_wgm.measurements.baselines import make_policy_greedy as make_policy_greedy
-    from opendp_wgm.measurements.baselines import make_policy_greedy_from_budget as make_policy_greedy_from_budget
-    from opendp_wgm.measurements.baselines import then_limited_domain_top_k as then_limited_domain_top_k
-    from opendp_wgm.measurements.baselines import then_opendp_key_release as then_opendp_key_release
-    from opendp_wgm.measurements.baselines import then_policy_gaussian as then_policy_gaussian
-    from opendp_wgm.measurements.baselines import then_policy_gaussian_from_budget as then_policy_gaussian_from_budget
-    from opendp_wgm.measurements.baselines import then_policy_greedy as then_policy_greedy
-    from opendp_wgm.measurements.baselines import then_policy_greedy_from_budget as then_policy_greedy_from_budget
-    from opendp_wgm.measurements.baselines import user_peeling_on_true_domain as user_peeling_on_true_domain
-    from opendp_wgm.measurements.dp_sips import make_dp_sips as make_dp_sips
-    from opendp_wgm.measurements.dp_sips import make_dp_sips_from_budget as make_dp_sips_from_budget
-    from opendp_wgm.measurements.dp_sips import then_dp_sips as then_dp_sips
-    from opendp_wgm.measurements.dp_sips import then_dp_sips_from_budget as then_dp_sips_from_budget
-    from opendp_wgm.measurements.group_by import GroupByCalibration as GroupByCalibration
-    from opendp_wgm.measurements.group_by import calibrate_wgm_group_by as calibrate_wgm_group_by
-    from opendp_wgm.measurements.group_by import discover_keys as discover_keys
-    from opendp_wgm.measurements.group_by import make_wgm_group_by as make_wgm_group_by
-    from opendp_wgm.measurements.group_by import make_wgm_group_by_from_budget as make_wgm_group_by_from_budget
-    from opendp_wgm.measurements.group_by import summarize_group_by as summarize_group_by
-    from opendp_wgm.measurements.group_by import then_wgm_group_by as then_wgm_group_by
-    from opendp_wgm.measurements.group_by import then_wgm_group_by_from_budget as then_wgm_group_by_from_budget
-    from opendp_wgm.measurements.hitting_set import make_user_peeling as make_user_peeling
-    from opendp_wgm.measurements.hitting_set import make_user_peeling_from_budget as make_user_peeling_from_budget
-    from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set as make_wgm_hitting_set
-    from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set_from_budget as make_wgm_hitting_set_from_budget
-    from opendp_wgm.measurements.hitting_set import then_user_peeling as then_user_peeling
-    from opendp_wgm.measurements.hitting_set import then_user_peeling_from_budget as then_user_peeling_from_budget
-    from opendp_wgm.measurements.hitting_set import then_wgm_hitting_set as then_wgm_hitting_set
-    from opendp_wgm.measurements.hitting_set import then_wgm_hitting_set_from_budget as then_wgm_hitting_set_from_budget
-    from opendp_wgm.measurements.partition_selection import make_partition_release as make_partition_release
-    from opendp_wgm.measurements.partition_selection import make_partition_selection as make_partition_selection
-    from opendp_wgm.measurements.partition_selection import then_partition_release as then_partition_release
-    from opendp_wgm.measurements.partition_selection import then_partition_selection as then_partition_selection
-    from opendp_wgm.measurements.top_k import make_peeling_top_k as make_peeling_top_k
-    from opendp_wgm.measurements.top_k import make_wgm_top_k as make_wgm_top_k
-    from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget as make_wgm_top_k_from_budget
-    from opendp_wgm.measurements.top_k import then_peeling_top_k as then_peeling_top_k
-    from opendp_wgm.measurements.top_k import then_wgm_top_k as then_wgm_top_k
-    from opendp_wgm.measurements.top_k import then_wgm_top_k_from_budget as then_wgm_top_k_from_budget
-    from opendp_wgm.measurements.wgm import make_noisy_threshold as make_noisy_threshold
-    from opendp_wgm.measurements.wgm import make_wgm as make_wgm
-    from opendp_wgm.measurements.wgm import make_wgm_from_budget as make_wgm_from_budget
-    from opendp_wgm.measurements.wgm import then_noisy_threshold as then_noisy_threshold
-    from opendp_wgm.measurements.wgm import then_wgm as then_wgm
-    from opendp_wgm.measurements.wgm import then_wgm_from_budget as then_wgm_from_budget
-    from opendp_wgm.privacy.calibrate import HittingSetCalibration as HittingSetCalibration
-    from opendp_wgm.privacy.calibrate import calibrate_user_peeling as calibrate_user_peeling
-    from opendp_wgm.privacy.calibrate import calibrate_wgm_hitting_set as calibrate_wgm_hitting_set
+if TYPE_CHECKING:  # the lazily imported public names (exported: they are in __all__), for type checkers
+    from opendp_wgm.measurements.auto_contributions import AutoRelease, make_auto_contributions
+    from opendp_wgm.measurements.baselines import (
+        greedy_hitting_set,
+        greedy_threshold_delta,
+        make_limited_domain_top_k,
+        make_opendp_key_release,
+        make_policy_gaussian,
+        make_policy_gaussian_from_budget,
+        make_policy_greedy,
+        make_policy_greedy_from_budget,
+        then_limited_domain_top_k,
+        then_opendp_key_release,
+        then_policy_gaussian,
+        then_policy_gaussian_from_budget,
+        then_policy_greedy,
+        then_policy_greedy_from_budget,
+        user_peeling_on_true_domain,
+    )
+    from opendp_wgm.measurements.dp_sips import (
+        make_dp_sips,
+        make_dp_sips_from_budget,
+        then_dp_sips,
+        then_dp_sips_from_budget,
+    )
+    from opendp_wgm.measurements.group_by import (
+        GroupByCalibration,
+        calibrate_wgm_group_by,
+        discover_keys,
+        make_wgm_group_by,
+        make_wgm_group_by_from_budget,
+        summarize_group_by,
+        then_wgm_group_by,
+        then_wgm_group_by_from_budget,
+    )
+    from opendp_wgm.measurements.hitting_set import (
+        make_user_peeling,
+        make_user_peeling_from_budget,
+        make_wgm_hitting_set,
+        make_wgm_hitting_set_from_budget,
+        then_user_peeling,
+        then_user_peeling_from_budget,
+        then_wgm_hitting_set,
+        then_wgm_hitting_set_from_budget,
+    )
+    from opendp_wgm.measurements.partition_selection import (
+        make_partition_release,
+        make_partition_selection,
+        then_partition_release,
+        then_partition_selection,
+    )
+    from opendp_wgm.measurements.top_k import (
+        make_peeling_top_k,
+        make_wgm_top_k,
+        make_wgm_top_k_from_budget,
+        then_peeling_top_k,
+        then_wgm_top_k,
+        then_wgm_top_k_from_budget,
+    )
+    from opendp_wgm.measurements.wgm import (
+        make_noisy_threshold,
+        make_wgm,
+        make_wgm_from_budget,
+        then_noisy_threshold,
+        then_wgm,
+        then_wgm_from_budget,
+    )
+    from opendp_wgm.privacy.calibrate import (
+        HittingSetCalibration,
+        calibrate_user_peeling,
+        calibrate_wgm_hitting_set,
+    )
 
 #: Public name -> the module that defines it.
 _EXPORTS = {

@@ -14,20 +14,23 @@ from typing import TYPE_CHECKING
 
 from opendp_wgm._lazy import _lazy_exports
 
-if TYPE_CHECKING:  # the lazily imported public names, re-exported (``name as name``) for type checkers
-    from opendp_wgm.samplers.bernoulli import sample_bernoulli as sample_bernoulli
-    from opendp_wgm.samplers.discrete_gaussian import NOISE_METHODS as NOISE_METHODS
-    from opendp_wgm.samplers.discrete_gaussian import NoiseMethod as NoiseMethod
-    from opendp_wgm.samplers.discrete_gaussian import csprng as csprng
-    from opendp_wgm.samplers.discrete_gaussian import sample_discrete_gaussian as sample_discrete_gaussian
-    from opendp_wgm.samplers.discrete_laplace import discrete_laplace_epsilon as discrete_laplace_epsilon
-    from opendp_wgm.samplers.discrete_laplace import sample_discrete_laplace as sample_discrete_laplace
-    from opendp_wgm.samplers.selection import SELECTION_MEASURES as SELECTION_MEASURES
-    from opendp_wgm.samplers.selection import SELECTION_METHODS as SELECTION_METHODS
-    from opendp_wgm.samplers.selection import SelectionMeasure as SelectionMeasure
-    from opendp_wgm.samplers.selection import SelectionMethod as SelectionMethod
-    from opendp_wgm.samplers.selection import noisy_max as noisy_max
-    from opendp_wgm.samplers.selection import noisy_top_k as noisy_top_k
+if TYPE_CHECKING:  # the lazily imported public names (exported: they are in __all__), for type checkers
+    from opendp_wgm.samplers.bernoulli import sample_bernoulli
+    from opendp_wgm.samplers.discrete_gaussian import (
+        NOISE_METHODS,
+        NoiseMethod,
+        csprng,
+        sample_discrete_gaussian,
+    )
+    from opendp_wgm.samplers.discrete_laplace import discrete_laplace_epsilon, sample_discrete_laplace
+    from opendp_wgm.samplers.selection import (
+        SELECTION_MEASURES,
+        SELECTION_METHODS,
+        SelectionMeasure,
+        SelectionMethod,
+        noisy_max,
+        noisy_top_k,
+    )
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
