@@ -42,10 +42,9 @@ from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.wgm import Engine, _check_lattice_scale, _check_scale, check_noise
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
-from opendp_wgm.privacy.budget import Budget, check_gaussian_measure
-from opendp_wgm.privacy.calibrate import DPSIPSCalibration
+from opendp_wgm.privacy.budget import check_gaussian_measure
+from opendp_wgm.privacy.calibrate import DPSIPSCalibration, calibrate_dp_sips
 from opendp_wgm.privacy.sips import DENSE_SHARE, dp_sips_privacy_loss
-from opendp_wgm.privacy.sips_calibration import _calibrate_dp_sips
 from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 from opendp_wgm.samplers import NoiseMethod
 
@@ -467,14 +466,16 @@ def make_dp_sips_from_budget(
     >>> m.check(1, (1.0, 1e-5))
     True
     """
-    calibration = _calibrate_dp_sips(
-        cast(int, max_contributions),  # checked by @budget_boundary (never "auto" here): not checked again
-        Budget.of(epsilon=epsilon, rho=rho, delta=delta),
-        fractions,
-        rounds,
-        ratio,
-        noise_delta_fraction,
-        None,  # the adaptive schedule unless one is given
+    calibration = calibrate_dp_sips(
+        max_contributions=cast(int, max_contributions),  # checked by @budget_boundary: never "auto" here
+        delta=delta,
+        epsilon=epsilon,
+        rho=rho,
+        fractions=fractions,
+        rounds=rounds,
+        ratio=ratio,
+        noise_delta_fraction=noise_delta_fraction,
+        adaptive=None,  # the adaptive schedule unless one is given
     )
     return make_dp_sips(
         input_domain,

@@ -31,15 +31,15 @@ from opendp_wgm.engines.spark import wgm_function
 from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
-from opendp_wgm.privacy.budget import Budget, check_gaussian_measure
-from opendp_wgm.privacy.calibrate import WGMCalibration
+from opendp_wgm.privacy.budget import check_gaussian_measure
+from opendp_wgm.privacy.calibrate import WGMCalibration, calibrate_wgm
 from opendp_wgm.privacy.gaussian import wgm_privacy_loss
 from opendp_wgm.privacy.threshold import (
     LATTICE_BITS,
     MAX_SCALE,
     check_max_contributions,
 )
-from opendp_wgm.privacy.wgm_calibration import ThresholdMap, _calibrate_wgm
+from opendp_wgm.privacy.wgm_calibration import ThresholdMap
 from opendp_wgm.samplers import NOISE_METHODS, NoiseMethod
 from opendp_wgm.transformations import (
     histogram_space,
@@ -104,10 +104,11 @@ def of_wgm_budget(
     with :func:`opendp_wgm.calibrate_wgm`'s parameters for the budget and ``options``: the one calibration of
     :func:`make_wgm_from_budget` and :func:`opendp_wgm.make_policy_gaussian_from_budget`, and of any
     ``*_from_budget`` whose noise is the WGM's, T searched on its own ``privacy_map``
-    (:func:`~opendp_wgm.privacy.wgm_calibration.calibrate_wgm_for`). ``max_contributions`` arrives checked
-    (``@budget_boundary``)."""
-    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
-    calibration = _calibrate_wgm(budget, max_contributions, noise_delta_fraction, privacy_map)
+    (:func:`~opendp_wgm.privacy.wgm_calibration.calibrate_wgm`)."""
+    calibration = calibrate_wgm(
+        max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho,
+        noise_delta_fraction=noise_delta_fraction, privacy_map=privacy_map,
+    )
     return make(input_domain, input_metric, **wgm_arguments(calibration, **options))
 
 

@@ -51,6 +51,7 @@ def calibrate_wgm(
     epsilon: float | None = None,
     rho: float | None = None,
     noise_delta_fraction: float = 0.5,
+    privacy_map: ThresholdMap = wgm_privacy_loss,
 ) -> WGMCalibration:
     r"""Calibrate the WGM's (scale, threshold) to a budget, by searching on the privacy maps.
 
@@ -74,9 +75,16 @@ def calibrate_wgm(
         Exactly one of them, > 0.
     noise_delta_fraction
         Share of δ given to the Gaussian noise under (ε, δ)-DP, in (0, 1).
+    privacy_map
+        The map T is searched on: the WGM's (:func:`~opendp_wgm.privacy.gaussian.wgm_privacy_loss`, the default),
+        or the map of a constructor whose noise is the WGM's (the discrete Gaussian of σ on the 2^-20 lattice,
+        ℓ2 sensitivity 1 per user) and whose threshold its own map prices, called as ``privacy_map(1, scale=σ,
+        threshold=T, max_contributions=Δ0, epsilon=ε)``: that constructor calibrates with this search and no
+        calibration of its own (``docs/architecture.md``).
     """
     max_contributions = check_max_contributions(max_contributions)
-    return _calibrate_wgm(Budget.of(epsilon=epsilon, rho=rho, delta=delta), max_contributions, noise_delta_fraction)
+    budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
+    return _calibrate_wgm(budget, max_contributions, noise_delta_fraction, privacy_map)
 
 
 def calibrate_wgm_for(
@@ -86,12 +94,8 @@ def calibrate_wgm_for(
     noise_delta_fraction: float = 0.5,
     privacy_map: ThresholdMap = wgm_privacy_loss,
 ) -> WGMCalibration:
-    """:func:`calibrate_wgm` for a :class:`~opendp_wgm.privacy.budget.Budget` (approximate DP or approximate zCDP).
-
-    ``privacy_map`` (default the WGM's) is the map T is searched on: a constructor whose noise is the WGM's (the
-    discrete Gaussian of σ on the 2^-20 lattice, ℓ2 sensitivity 1 per user) and whose threshold its own map
-    prices calibrates with this search, no calibration of its own (``docs/architecture.md``).
-    """
+    """:func:`calibrate_wgm` for a :class:`~opendp_wgm.privacy.budget.Budget` (approximate DP or approximate zCDP),
+    T searched on ``privacy_map`` (as there)."""
     return _calibrate_wgm(budget, check_max_contributions(max_contributions), noise_delta_fraction, privacy_map)
 
 

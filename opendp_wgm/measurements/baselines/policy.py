@@ -231,9 +231,8 @@ def make_policy_gaussian_from_budget(
     True
     """
     assert_idealized()
-    return of_wgm_budget(  # its one check of Δ0, at this public boundary
-        make_policy_gaussian, input_domain, input_metric,
-        max_contributions=check_max_contributions(max_contributions), delta=delta,
+    return of_wgm_budget(
+        make_policy_gaussian, input_domain, input_metric, max_contributions=max_contributions, delta=delta,
         epsilon=epsilon, rho=rho, noise_delta_fraction=noise_delta_fraction, alpha=alpha, descent=descent, noise=noise,
         item=item,
     )
