@@ -8,14 +8,11 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 from opendp_wgm.cli._args import (
-    _add_budget_arguments,
-    _add_data_arguments,
-    _add_execution_arguments,
-    _add_output_arguments,
-    _add_release_parser,
+    _add_release_command,
     _add_sips_arguments,
     _budget,
     _execution,
+    _features_paragraph,
     _noise,
     _sips_options,
 )
@@ -46,14 +43,13 @@ With --mechanism partition-selection ((ε, δ)-DP only) each user keeps one of i
 users hold about one item each.
 """
 
-_DISCOVER_EPILOG = """\
+_DISCOVER_EPILOG = f"""\
 The release goes to --output or stdout. A summary goes to stderr: σ, T, the budget spent (the measurement's
 privacy map at one user), Δ0, and counts of the *raw input* (rows; in the demo also the missing mass and
 the number of distinct items). Those counts are not differentially private: they are for the data owner and
 must not be published with the release.
 
-This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
-opendp-wgm's privacy maps, whose proofs are in the package docs (docs/privacy.md).
+{_features_paragraph("docs/privacy.md")}
 
 examples:
   opendp-wgm discover                                        # synthetic Zipf demo
@@ -70,19 +66,16 @@ examples:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = _add_release_parser(
+    _add_release_command(
         subparsers,
         "discover",
         "release frequent items with the Weighted Gaussian Mechanism (DP set union)",
         _DISCOVER_DESCRIPTION,
         _DISCOVER_EPILOG,
+        options=_add_mechanism_arguments,
+        columns="item, noisy_weight; and round with dp-sips; item only with partition-selection",
+        run=run,
     )
-    _add_data_arguments(parser)
-    _add_mechanism_arguments(parser)
-    _add_budget_arguments(parser)
-    _add_execution_arguments(parser)
-    _add_output_arguments(parser, "item, noisy_weight; and round with dp-sips; item only with partition-selection")
-    parser.set_defaults(run=run)
 
 
 _MECHANISMS = ("wgm", "dp-sips", "partition-selection")

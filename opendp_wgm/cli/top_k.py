@@ -6,20 +6,15 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 from opendp_wgm.cli._args import (
-    _DEFAULT_SPLIT,
     _K_BAR_PER_K,
-    _add_budget_arguments,
-    _add_data_arguments,
-    _add_execution_arguments,
-    _add_k_argument,
-    _add_output_arguments,
-    _add_release_parser,
-    _add_split_argument,
-    _add_stage_1_arguments,
+    _add_release_command,
+    _add_two_stage_arguments,
     _budget,
     _execution,
+    _features_paragraph,
     _noise,
     _positive_int,
+    _split,
     _stage_1_options,
 )
 from opendp_wgm.cli._errors import CLIError
@@ -45,15 +40,14 @@ of largest Δ0-bounded count compete, with Gumbel noise, against a threshold tha
 domain; the items ranked above the threshold are released, at most K.
 """
 
-_TOP_K_EPILOG = """\
+_TOP_K_EPILOG = f"""\
 The release (item, rank; rank 1 = the first pick) goes to --output or stdout, in rank order. A summary goes to
 stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and each stage's loss at one user),
 the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows; in the
 demo also the top-K missing mass of the release). Those counts are not differentially private: they are for
 the data owner and must not be published with the release.
 
-This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
-opendp-wgm's privacy maps, whose proofs are in the package docs (docs/top_k.md, docs/privacy.md).
+{_features_paragraph("docs/top_k.md, docs/privacy.md")}
 
 examples:
   opendp-wgm top-k --k 10                                    # synthetic Zipf demo
@@ -69,16 +63,26 @@ _WGM_ONLY = "; --mechanism wgm only"
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = _add_release_parser(
+    _add_release_command(
         subparsers,
         "top-k",
         "release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
         _TOP_K_DESCRIPTION,
         _TOP_K_EPILOG,
+        options=lambda parser: _add_two_stage_arguments(
+            parser, "top-k", "number of items to release, >= 1 (required)", wgm_only=_WGM_ONLY,
+            mechanism=_add_mechanism_arguments,
+        ),
+        columns="item, rank",
+        run=run,
+        two_stage=True,
+        wgm_only=_WGM_ONLY,
+        noise_delta_fraction=False,
     )
-    _add_data_arguments(parser)
-    group = parser.add_argument_group("top-k")
-    _add_k_argument(group, "number of items to release, >= 1 (required)")
+
+
+def _add_mechanism_arguments(group: argparse._ActionsContainer) -> None:
+    """``--mechanism`` and the limited-domain baseline's ``--k-bar``."""
     group.add_argument(
         "--mechanism",
         choices=("wgm", "limited-domain"),
@@ -91,12 +95,6 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         metavar="KBAR",
         help=f"size of the limited domain, >= K (default: {_K_BAR_PER_K}·K; --mechanism limited-domain only)",
     )
-    _add_split_argument(group, _WGM_ONLY)
-    _add_stage_1_arguments(group, _WGM_ONLY)
-    _add_budget_arguments(parser, noise_delta_fraction=False, wgm_only=_WGM_ONLY)
-    _add_execution_arguments(parser, two_stage=True, wgm_only=_WGM_ONLY)
-    _add_output_arguments(parser, "item, rank")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -132,7 +130,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             raise CLIError(f"{option} must be <= {LD_MAX_K_BAR:,} (found {k_bar:,}): the release holds k̄ + 1 scores")
     noise = _noise(args)
     execution = _execution(args)
-    split = _DEFAULT_SPLIT if args.split is None else args.split
+    split = _split(args)
     stage_1_options = _stage_1_options(args) if wgm else {}
 
     def plan_wgm() -> _Plan:
