@@ -134,6 +134,8 @@ def _add_release_command(
     description: str,
     epilog: str,
     *,
+    proofs: str,
+    examples: str,
     options: Callable[[argparse.ArgumentParser], None],
     columns: str,
     run: Callable[..., int],
@@ -141,12 +143,18 @@ def _add_release_command(
     wgm_only: str = "",
     noise_delta_fraction: bool = True,
 ) -> None:
-    """Register a release command (``discover``, ``top-k``, ``hitting-set``): description and epilog as written,
-    then its argument groups in the order of every release command's help: data, the command's own ``options``,
-    budget, execution, output (the release's ``columns``). ``two_stage``, ``wgm_only`` and ``noise_delta_fraction``
-    are those of :func:`_add_budget_arguments` and :func:`_add_execution_arguments`."""
+    """Register a release command (``discover``, ``top-k``, ``hitting-set``): description as written; epilog as
+    written, then the paragraph on the OpenDP features it enables and the ``proofs`` of the maps it trusts (docs
+    pages), then its ``examples``; then its argument groups in the order of every release command's help: data,
+    the command's own ``options``, budget, execution, output (the release's ``columns``). ``two_stage``,
+    ``wgm_only`` and ``noise_delta_fraction`` are those of :func:`_add_budget_arguments` and
+    :func:`_add_execution_arguments`."""
     parser = subparsers.add_parser(
-        name, help=help, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+        name,
+        help=help,
+        description=description,
+        epilog=f"{epilog}\n{_features_paragraph(proofs)}\n{examples}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_data_arguments(parser)
     options(parser)

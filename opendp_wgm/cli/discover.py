@@ -12,7 +12,6 @@ from opendp_wgm.cli._args import (
     _add_sips_arguments,
     _budget,
     _execution,
-    _features_paragraph,
     _noise,
     _sips_options,
 )
@@ -43,14 +42,14 @@ With --mechanism partition-selection ((ε, δ)-DP only) each user keeps one of i
 users hold about one item each.
 """
 
-_DISCOVER_EPILOG = f"""\
+_DISCOVER_EPILOG = """\
 The release goes to --output or stdout. A summary goes to stderr: σ, T, the budget spent (the measurement's
 privacy map at one user), Δ0, and counts of the *raw input* (rows; in the demo also the missing mass and
 the number of distinct items). Those counts are not differentially private: they are for the data owner and
 must not be published with the release.
+"""
 
-{_features_paragraph("docs/privacy.md")}
-
+_DISCOVER_EXAMPLES = """\
 examples:
   opendp-wgm discover                                        # synthetic Zipf demo
   opendp-wgm discover ratings.parquet --user u --item x --epsilon 1 --delta 1e-5 -o released.parquet
@@ -72,6 +71,8 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         "release frequent items with the Weighted Gaussian Mechanism (DP set union)",
         _DISCOVER_DESCRIPTION,
         _DISCOVER_EPILOG,
+        proofs="docs/privacy.md",
+        examples=_DISCOVER_EXAMPLES,
         options=_add_mechanism_arguments,
         columns="item, noisy_weight; and round with dp-sips; item only with partition-selection",
         run=run,

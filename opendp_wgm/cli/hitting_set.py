@@ -10,7 +10,6 @@ from opendp_wgm.cli._args import (
     _add_two_stage_arguments,
     _budget,
     _execution,
-    _features_paragraph,
     _noise,
     _split,
     _stage_1_options,
@@ -34,16 +33,16 @@ come from DP-SIPS (rounds of the WGM, each on the items not yet released: the ad
 --rounds/--ratio) at the same share of the budget: better where users hold many items.
 """
 
-_HITTING_SET_EPILOG = f"""\
+_HITTING_SET_EPILOG = """\
 The release (item, rank; rank = the round that picked the item) goes to --output or stdout. A summary
 goes to stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and each stage's loss at one
 user), the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows;
 in the demo also the users the release misses, its coverage, and the users that the non-private greedy
 algorithm misses). Those counts are not differentially private: they are for the data owner and must not
 be published with the release.
+"""
 
-{_features_paragraph("docs/hitting_set.md, docs/privacy.md")}
-
+_HITTING_SET_EXAMPLES = """\
 examples:
   opendp-wgm hitting-set --k 10                              # synthetic Zipf demo
   opendp-wgm hitting-set ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o picks.csv
@@ -61,6 +60,8 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         "release K items that together cover many users (WGM, then user peeling)",
         _HITTING_SET_DESCRIPTION,
         _HITTING_SET_EPILOG,
+        proofs="docs/hitting_set.md, docs/privacy.md",
+        examples=_HITTING_SET_EXAMPLES,
         options=lambda parser: _add_two_stage_arguments(
             parser, "hitting set", "number of items (peeling rounds), >= 1 (required)"
         ),

@@ -11,7 +11,6 @@ from opendp_wgm.cli._args import (
     _add_two_stage_arguments,
     _budget,
     _execution,
-    _features_paragraph,
     _noise,
     _positive_int,
     _split,
@@ -40,15 +39,15 @@ of largest Δ0-bounded count compete, with Gumbel noise, against a threshold tha
 domain; the items ranked above the threshold are released, at most K.
 """
 
-_TOP_K_EPILOG = f"""\
+_TOP_K_EPILOG = """\
 The release (item, rank; rank 1 = the first pick) goes to --output or stdout, in rank order. A summary goes to
 stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and each stage's loss at one user),
 the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows; in the
 demo also the top-K missing mass of the release). Those counts are not differentially private: they are for
 the data owner and must not be published with the release.
+"""
 
-{_features_paragraph("docs/top_k.md, docs/privacy.md")}
-
+_TOP_K_EXAMPLES = """\
 examples:
   opendp-wgm top-k --k 10                                    # synthetic Zipf demo
   opendp-wgm top-k ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o top100.csv
@@ -69,6 +68,8 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         "release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
         _TOP_K_DESCRIPTION,
         _TOP_K_EPILOG,
+        proofs="docs/top_k.md, docs/privacy.md",
+        examples=_TOP_K_EXAMPLES,
         options=lambda parser: _add_two_stage_arguments(
             parser, "top-k", "number of items to release, >= 1 (required)", wgm_only=_WGM_ONLY,
             mechanism=_add_mechanism_arguments,
