@@ -18,8 +18,11 @@ elsewhere.
 Printed per design and fraction: the expected number of data sets within 0.01 of the best fixed Δ0 (of 11), the
 worst expected excess over Δ0 = 100, and the expected number of (data set) failures per 5-trial table of each
 target ("gap": more than 0.01 above the best; "vs 100": more than 0.005 above Δ0 = 100), for the WGM and DP-SIPS.
-Designs: ``current`` (the package's rule and noise) and ``earlier`` (the first release: the discrete Gaussian at
-(fε, fδ), 11 bins, tails of the bins clamped at 0).
+Designs: ``current`` (the package's rule and noise: 9 bins, the last above 200, candidates up to 500, the least
+score), ``tail`` (the same bins and noise, the smallest grid point with at most 3% of the users above it, 500 when
+none up to 200 is), ``previous`` (the release before: the tail rule over 10 bins, the last above 500, candidates
+up to 1000) and ``earlier`` (the first release: the discrete Gaussian at (fε, fδ), 11 bins, tails of the bins
+clamped at 0).
 """
 
 from __future__ import annotations
@@ -36,12 +39,16 @@ from numpy.typing import NDArray
 
 from opendp_wgm.datasets import DATASETS, load
 from opendp_wgm.measurements.auto_contributions import noisy_count_bins
-from opendp_wgm.privacy.auto import GRID, SINGLE_SHARE, TAIL_SHARE, bin_of, choose_max_contributions, split_auto_budget
+from opendp_wgm.privacy.auto import GRID, SINGLE_SHARE, bin_of, choose_max_contributions, split_auto_budget
 from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.gaussian import _noise_delta
 from opendp_wgm.privacy.search import smallest_passing
 
 _MECHANISMS = ("wgm", "dp_sips_default")
+#: The grid of the measured curves (and of the earlier designs' candidates): the package's, and 1000.
+_CURVE_GRID = (*GRID, 1000)
+#: The tail rules' share: Δ0 cuts at most this share of the users.
+_TAIL_SHARE = 0.03
 _PARTITION_SELECTION = {"amazon_magazine_subscriptions": 0.0828}
 Rule = Callable[[NDArray[np.float64]], int]
 
@@ -58,28 +65,39 @@ def _user_counts(data: str, cache: Path) -> dict[str, NDArray[np.int64]]:
     return counts
 
 
-def _earlier_rule(noisy: NDArray[np.float64]) -> int:
-    # the first release's rule: 11 bins (the last above 1000), every tail summed from the bins clamped at 0
+def _tail_rule(noisy: NDArray[np.float64], grid: tuple[int, ...], *, clamp: bool) -> int:
+    # the tail rules over `grid`: the tails of the noisy bins as drawn (tail, previous) or clamped at 0 (earlier,
+    # with 11 bins: the last above 1000), the last grid point when none fits
     clamped = np.maximum(noisy, 0.0)
     total = float(clamped.sum())
     if total <= 0.0 or clamped[0] >= SINGLE_SHARE * total:
-        return GRID[0]
-    fitting = np.flatnonzero(np.cumsum(clamped[::-1])[::-1][2:] <= TAIL_SHARE * total)
-    return GRID[1 + int(fitting[0])] if fitting.size else GRID[-1]
+        return grid[0]
+    tails = np.cumsum((clamped if clamp else noisy)[::-1])[::-1][2 : len(grid)]
+    fitting = np.flatnonzero(tails <= _TAIL_SHARE * total)
+    return grid[1 + int(fitting[0])] if fitting.size else grid[-1]
 
 
 def _design(name: str, fraction: float, counts: NDArray[np.int64]) -> tuple[NDArray[np.int64], Rule]:
     budget = Budget.of(epsilon=1.0, delta=1e-5)
-    if name == "current":
+    if name != "earlier":
         auto = split_auto_budget(budget, fraction)
+
+        def noisy(b: NDArray[np.int64]) -> NDArray[np.float64]:
+            return noisy_count_bins(b, auto.scale, laplace=auto.laplace)
+
+        if name == "previous":
+            bins = np.bincount(np.searchsorted(np.array(GRID), counts, side="left"), minlength=len(_CURVE_GRID))
+            return bins.astype(np.int64), lambda b: _tail_rule(noisy(b), _CURVE_GRID, clamp=False)
         bins = np.bincount(bin_of(counts), minlength=len(GRID)).astype(np.int64)
-        return bins, lambda b: choose_max_contributions(noisy_count_bins(b, auto.scale, laplace=auto.laplace))
+        if name == "tail":
+            return bins, lambda b: _tail_rule(noisy(b), GRID, clamp=False)
+        return bins, lambda b: choose_max_contributions(noisy(b))
     _, choice = budget.split(1.0 - fraction)  # the earlier split: (fε, fδ) to the choice
     sigma: float = smallest_passing(  # the analytic Gaussian at (fε, fδ): the WGM's noise term at Δ0 = 1
         lambda s: _noise_delta(choice.value, s, 1, 1) <= choice.delta, lower=1e-6, parameter="σ", budget=choice
     )
-    bins = np.bincount(np.searchsorted(np.array(GRID), counts, side="left"), minlength=len(GRID) + 1)
-    return bins.astype(np.int64), lambda b: _earlier_rule(noisy_count_bins(b, sigma))
+    bins = np.bincount(np.searchsorted(np.array(_CURVE_GRID), counts, side="left"), minlength=len(_CURVE_GRID) + 1)
+    return bins.astype(np.int64), lambda b: _tail_rule(noisy_count_bins(b, sigma), _CURVE_GRID, clamp=True)
 
 
 def _slopes(stats: pl.DataFrame, reduced: pl.DataFrame) -> dict[tuple[str, str], float]:
@@ -99,7 +117,7 @@ def main() -> None:
     parser.add_argument("--fixed", default="docs/results/auto-grid_trials.csv")
     parser.add_argument("--cache", default="/tmp/opendp_wgm_user_counts.npz")
     parser.add_argument("--fractions", default="0.01,0.015,0.02")
-    parser.add_argument("--designs", default="current,earlier")
+    parser.add_argument("--designs", default="current,tail,previous,earlier")
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--reduced", default="docs/results/auto-eps090_trials.csv", help="the rows at a smaller ε")
     args = parser.parse_args()
@@ -122,7 +140,7 @@ def main() -> None:
             chosen = {}
             for name, user_counts in counts.items():
                 bins, rule = _design(design, fraction, user_counts)
-                chosen[name] = np.array([GRID.index(rule(bins)) for _ in range(args.draws)])
+                chosen[name] = np.array([_CURVE_GRID.index(rule(bins)) for _ in range(args.draws)])
             for mechanism in _MECHANISMS:
                 within, worst, gap_fails, vs_fails = 0, -1.0, 0.0, 0.0
                 for name, picks in chosen.items():
@@ -130,7 +148,7 @@ def main() -> None:
                     mean, sd = curve["mean"].to_numpy().copy(), curve["sd"].to_numpy().copy()
                     if name in _PARTITION_SELECTION:
                         mean[0], sd[0] = _PARTITION_SELECTION[name], 0.0005
-                    best, at_100 = mean.min(), mean[GRID.index(100)]
+                    best, at_100 = mean.min(), mean[_CURVE_GRID.index(100)]
                     cost = slopes[(name, mechanism)] * fraction
                     values = mean[picks] + cost + rng.normal(size=picks.size) * sd[picks]
                     tables = values[: picks.size // 5 * 5].reshape(-1, 5).mean(axis=1)

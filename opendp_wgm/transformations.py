@@ -45,7 +45,7 @@ from opendp_wgm.engines.polars import (
 )
 from opendp_wgm.kernel import Plan, histogram
 from opendp_wgm.kernel.plans import checked_plan, refuse
-from opendp_wgm.privacy.threshold import LATTICE_BITS
+from opendp_wgm.privacy.threshold import LATTICE_BITS, check_max_contributions
 
 __all__ = [
     "BoundedUserItems",
@@ -289,7 +289,8 @@ def make_weighted_histogram(
     chosen = checked_plan(plan)
     refuse(chosen, passes=passes, engine=engine, dtypes=None)
     space = _resolve_space(input_domain, input_metric)
-    max_contributions = descriptor.max_contributions
+    # Δ0 within the lattice weights' range (make_bound_user_items takes any Δ0 ≥ 1): refused here, not at release
+    max_contributions = check_max_contributions(descriptor.max_contributions)
     output_domain = dp.user_domain(
         f"WeightedHistogramDomain(item={space.item!r}, max_contributions={max_contributions})",
         lambda frame: isinstance(frame, (pl.DataFrame, pl.LazyFrame)),

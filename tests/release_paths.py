@@ -7,12 +7,18 @@ build) at small scales, so that with a few dozen users keys are released and eve
 the table are the public constructors' names in ``opendp_wgm.measurements.__all__`` (``make_*``) and the CLI's
 release commands (``cli discover`` ...); ``tests/test_release_failures.py`` runs each on neighbouring frames
 of adversarial values and checks that the table names every public constructor.
+
+A mechanism's own test module may declare its rows instead, as a module-level ``RELEASE_PATHS`` of the same
+shape built with :func:`measure` and :func:`from_budget` (``tests/measurements/test_<name>.py``): they join the
+table (:func:`release_paths`), so adding a mechanism needs no edit here, and a name declared twice fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
+import re
 import tempfile
 from collections.abc import Callable
 from functools import lru_cache
@@ -42,7 +48,7 @@ def _space(keys: Keys) -> tuple[dp.Domain, dp.Metric]:
     return wgm.user_items_space("user", keys[0] if len(keys) == 1 else list(keys))
 
 
-def _measure(make: Callable[..., dp.Measurement], **options: Any) -> Builder:
+def measure(make: Callable[..., dp.Measurement], **options: Any) -> Builder:
     """A builder of ``make(*space, **options)``; ``candidates=True`` passes the public candidates."""
     wants_candidates = options.pop("candidates", False)
 
@@ -55,10 +61,10 @@ def _measure(make: Callable[..., dp.Measurement], **options: Any) -> Builder:
 
 def _group_by(key_release: Any, **options: Any) -> Builder:
     stats = {"sums": {VALUE: (-1.0, 1.0)}, "means": {VALUE: (0.0, 2.0)}}
-    return _measure(wgm.make_wgm_group_by, key_release=key_release, max_contributions=3, scale=0.5, **stats, **options)
+    return measure(wgm.make_wgm_group_by, key_release=key_release, max_contributions=3, scale=0.5, **stats, **options)
 
 
-def _from_budget(make: Callable[..., dp.Measurement], **options: Any) -> Builder:
+def from_budget(make: Callable[..., dp.Measurement], **options: Any) -> Builder:
     """A calibrated constructor, built once per key columns (its calibration is the slow part); with
     ``candidates=True``, built at each call on the public candidates."""
     if options.pop("candidates", False):
@@ -91,32 +97,28 @@ def _cli(command: str, *options: str) -> Builder:
 
 
 #: name -> builder. Every ``make_*`` of ``opendp_wgm.measurements.__all__`` that releases from users' data
-#: (the test fails on a new one missing here), and the CLI's release commands.
-RELEASE_PATHS: dict[str, Builder] = {
-    "make_wgm": _measure(wgm.make_wgm, **WGM),
-    "make_wgm (streaming, 2 passes)": _measure(wgm.make_wgm, **WGM, passes=2, engine="streaming"),
-    "make_wgm_from_budget": _from_budget(wgm.make_wgm_from_budget, max_contributions=3, epsilon=20.0, delta=1e-3),
+#: (the test fails on a new one missing here or in a test module's ``RELEASE_PATHS``), and the CLI's release commands.
+_TABLE: dict[str, Builder] = {
+    "make_wgm": measure(wgm.make_wgm, **WGM),
+    "make_wgm (streaming, 2 passes)": measure(wgm.make_wgm, **WGM, passes=2, engine="streaming"),
+    "make_wgm_from_budget": from_budget(wgm.make_wgm_from_budget, max_contributions=3, epsilon=20.0, delta=1e-3),
     # the WGM's last step, on the chain that feeds it (make_wgm is this chain)
     "make_noisy_threshold": lambda keys, candidates: (
         wgm.make_bound_user_items(*_space(keys), max_contributions=3)
         >> wgm.then_weighted_histogram()
         >> wgm.then_noisy_threshold(scale=0.5, threshold=1.5)
     ),
-    "make_dp_sips": _measure(wgm.make_dp_sips, max_contributions=3, scales=[0.5, 0.5], thresholds=[3.0, 1.5]),
-    "make_dp_sips_from_budget": _from_budget(
-        wgm.make_dp_sips_from_budget, max_contributions=3, epsilon=20.0, delta=1e-3
-    ),
-    "make_wgm_top_k": _measure(wgm.make_wgm_top_k, **TWO_STAGE),
-    "make_wgm_top_k_from_budget": _from_budget(
+    "make_wgm_top_k": measure(wgm.make_wgm_top_k, **TWO_STAGE),
+    "make_wgm_top_k_from_budget": from_budget(
         wgm.make_wgm_top_k_from_budget, k=2, max_contributions=3, epsilon=20.0, delta=1e-3
     ),
-    "make_wgm_hitting_set": _measure(wgm.make_wgm_hitting_set, **TWO_STAGE),
-    "make_wgm_hitting_set_from_budget": _from_budget(
+    "make_wgm_hitting_set": measure(wgm.make_wgm_hitting_set, **TWO_STAGE),
+    "make_wgm_hitting_set_from_budget": from_budget(
         wgm.make_wgm_hitting_set_from_budget, k=2, max_contributions=3, epsilon=20.0, delta=1e-3
     ),
-    "make_peeling_top_k": _measure(wgm.make_peeling_top_k, candidates=True, k=2, scale=0.5),
-    "make_user_peeling": _measure(wgm.make_user_peeling, candidates=True, k=2, scale=0.5),
-    "make_user_peeling_from_budget": _from_budget(
+    "make_peeling_top_k": measure(wgm.make_peeling_top_k, candidates=True, k=2, scale=0.5),
+    "make_user_peeling": measure(wgm.make_user_peeling, candidates=True, k=2, scale=0.5),
+    "make_user_peeling_from_budget": from_budget(
         wgm.make_user_peeling_from_budget, candidates=True, k=2, epsilon=20.0, delta=1e-3
     ),
     "make_wgm_group_by": _group_by(wgm.then_wgm(**WGM)),
@@ -124,10 +126,10 @@ RELEASE_PATHS: dict[str, Builder] = {
         wgm.then_dp_sips(max_contributions=3, scales=[0.5, 0.5], thresholds=[3.0, 1.5])
     ),
     "make_wgm_group_by (top-k keys)": _group_by(wgm.then_wgm_top_k(**TWO_STAGE)),
-    "make_wgm_group_by_from_budget": _from_budget(
+    "make_wgm_group_by_from_budget": from_budget(
         wgm.make_wgm_group_by_from_budget, max_contributions=3, epsilon=20.0, delta=1e-3, sums={VALUE: (-1.0, 1.0)}
     ),
-    "make_partition_selection": _measure(wgm.make_partition_selection, epsilon=5.0, delta=1e-3),
+    "make_partition_selection": measure(wgm.make_partition_selection, epsilon=5.0, delta=1e-3),
     "make_partition_release": lambda keys, candidates: (
         wgm.make_bound_user_items(*_space(keys), max_contributions=1)
         >> wgm.then_weighted_histogram()
@@ -136,19 +138,19 @@ RELEASE_PATHS: dict[str, Builder] = {
     "make_wgm_group_by (partition-selection keys)": _group_by(
         wgm.then_partition_selection(epsilon=5.0, delta=1e-3), output_measure=APPROX_DP
     ),
-    "make_policy_gaussian": _measure(bl.make_policy_gaussian, **SMALL, scale=0.5, threshold=1.5),
-    "make_policy_gaussian (reference_l1 descent)": _measure(
+    "make_policy_gaussian": measure(bl.make_policy_gaussian, **SMALL, scale=0.5, threshold=1.5),
+    "make_policy_gaussian (reference_l1 descent)": measure(
         bl.make_policy_gaussian, **SMALL, scale=0.5, threshold=1.5, descent="reference_l1"
     ),
-    "make_policy_gaussian_from_budget": _from_budget(
+    "make_policy_gaussian_from_budget": from_budget(
         bl.make_policy_gaussian_from_budget, max_contributions=3, epsilon=20.0, delta=1e-3
     ),
-    "make_policy_greedy": _measure(bl.make_policy_greedy, scale=0.5, threshold=1.5),
-    "make_policy_greedy_from_budget": _from_budget(bl.make_policy_greedy_from_budget, epsilon=20.0, delta=1e-3),
-    "make_limited_domain_top_k": _measure(
+    "make_policy_greedy": measure(bl.make_policy_greedy, scale=0.5, threshold=1.5),
+    "make_policy_greedy_from_budget": from_budget(bl.make_policy_greedy_from_budget, epsilon=20.0, delta=1e-3),
+    "make_limited_domain_top_k": measure(
         bl.make_limited_domain_top_k, k=2, k_bar=3, max_contributions=3, epsilon=20.0, delta=1e-3
     ),
-    "make_opendp_key_release": _from_budget(bl.make_opendp_key_release, max_contributions=3, epsilon=20.0, delta=1e-3),
+    "make_opendp_key_release": from_budget(bl.make_opendp_key_release, max_contributions=3, epsilon=20.0, delta=1e-3),
     # max_contributions="auto": the private choice of Δ0, then the mechanism at it (tests/test_auto_contributions.py)
     "make_auto_contributions": lambda keys, candidates: wgm.make_auto_contributions(
         *_space(keys), epsilon=20.0, delta=1e-3, item=keys[0] if len(keys) == 1 else keys,
@@ -156,22 +158,19 @@ RELEASE_PATHS: dict[str, Builder] = {
             *_space(keys), max_contributions=d0, epsilon=b.epsilon, delta=b.delta
         ),
     ),
-    "make_wgm_from_budget (auto)": _from_budget(
+    "make_wgm_from_budget (auto)": from_budget(
         wgm.make_wgm_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3
     ),
-    "make_wgm_from_budget (auto, zCDP)": _from_budget(
+    "make_wgm_from_budget (auto, zCDP)": from_budget(
         wgm.make_wgm_from_budget, max_contributions="auto", rho=20.0, delta=1e-3
     ),
-    "make_dp_sips_from_budget (auto)": _from_budget(
-        wgm.make_dp_sips_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3
-    ),
-    "make_wgm_top_k_from_budget (auto)": _from_budget(
+    "make_wgm_top_k_from_budget (auto)": from_budget(
         wgm.make_wgm_top_k_from_budget, k=2, max_contributions="auto", epsilon=20.0, delta=1e-3
     ),
-    "make_wgm_hitting_set_from_budget (auto)": _from_budget(
+    "make_wgm_hitting_set_from_budget (auto)": from_budget(
         wgm.make_wgm_hitting_set_from_budget, k=2, max_contributions="auto", epsilon=20.0, delta=1e-3
     ),
-    "make_wgm_group_by_from_budget (auto)": _from_budget(
+    "make_wgm_group_by_from_budget (auto)": from_budget(
         wgm.make_wgm_group_by_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3,
         sums={VALUE: (-1.0, 1.0)},
     ),
@@ -195,6 +194,26 @@ RELEASE_PATHS: dict[str, Builder] = {
 
 #: ``make_*`` names of ``opendp_wgm.measurements.__all__`` that are not releases from users' data, and why.
 NOT_RELEASES: dict[str, str] = {}
+
+_TESTS = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=1)
+def release_paths() -> dict[str, Builder]:
+    """Every release path: this file's table and the rows the test modules under ``tests/`` declare in a
+    module-level ``RELEASE_PATHS`` (only the modules whose text assigns one are imported). A row named twice,
+    here or in two modules, is an error. A function, not a constant: a declaring module imports this file, so the
+    rows are read once every module is loaded."""
+    rows: dict[str, Builder] = dict(_TABLE)
+    for path in sorted(_TESTS.rglob("test_*.py")):
+        if not re.search(r"^RELEASE_PATHS\s*[:=]", path.read_text(encoding="utf-8"), re.MULTILINE):
+            continue
+        module = importlib.import_module(".".join(path.relative_to(_TESTS.parent).with_suffix("").parts))
+        twice = sorted(rows.keys() & module.RELEASE_PATHS.keys())
+        if twice:
+            raise ValueError(f"{path.name} declares release paths already declared: {twice}")
+        rows.update(module.RELEASE_PATHS)
+    return rows
 
 
 def constructor_of(name: str) -> str:

@@ -331,8 +331,10 @@ def test_two_stage_commands_calibrate_once(
     from opendp_wgm.privacy import two_stage_calibration
 
     calls: list[int] = []
-    original = two_stage_calibration._stage_1
-    monkeypatch.setattr(two_stage_calibration, "_stage_1", lambda *a, **o: calls.append(1) or original(*a, **o))
+    original = two_stage_calibration._checked_stage_1  # stage 1's calibration, once per two-stage calibration
+    monkeypatch.setattr(
+        two_stage_calibration, "_checked_stage_1", lambda *a, **o: calls.append(1) or original(*a, **o)
+    )
     code, _out, err = _run_command(capsys, *argv, "--demo-users", 300, "--seed", 0)
     assert code == 0, err
     assert len(calls) == 1

@@ -26,10 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import opendp_wgm.measurements as measurements
-from tests.release_paths import NOT_RELEASES, RELEASE_PATHS, VALUE, Keys, constructor_of
+from tests.release_paths import NOT_RELEASES, VALUE, Keys, constructor_of, release_paths
 
 INF = math.inf
 NAN = math.nan
+#: Every release path (name -> builder): tests/release_paths.py's table and the rows the mechanisms' test modules declare.
+PATHS_BY_NAME = release_paths()
 STRINGS = ["", "a", "é🙂\u0000,\n\"'", "x" * 50_000, "null", "0"]
 
 #: item kind -> (dtype of each key column, values of the key: one per column, or a tuple for a composite key)
@@ -103,7 +105,7 @@ def _candidates(kind: str) -> pl.Series | pl.DataFrame:
 def _release(path: str, kind: str) -> Any:
     """The path's release for ``kind`` (built once), or the error its construction raised."""
     try:
-        return RELEASE_PATHS[path](_keys(kind), _candidates(kind))
+        return PATHS_BY_NAME[path](_keys(kind), _candidates(kind))
     except (ValueError, TypeError, dp.OpenDPException) as err:
         return err
 
@@ -144,7 +146,7 @@ def _extreme_rows(kind: str) -> list[tuple[int, int | None, int]]:
     return [*rows, (0, None, 3), (1, None, 0)]
 
 
-PATHS = sorted(RELEASE_PATHS)
+PATHS = sorted(PATHS_BY_NAME)
 #: the CLI's commands are slower (a file written and read, a calibration per run): fewer random examples
 API_PATHS = [p for p in PATHS if not p.startswith("cli ")]
 CLI_PATHS = [p for p in PATHS if p.startswith("cli ")]
@@ -197,11 +199,15 @@ def test_cli_neighbours_release_or_fail_on_the_schema(path: str, case: tuple[str
 
 
 def test_every_public_release_is_in_the_table() -> None:
-    """A new releasing constructor in ``opendp_wgm.measurements.__all__`` must be added to the table."""
-    covered = {constructor_of(name) for name in RELEASE_PATHS}
+    """A new releasing constructor in ``opendp_wgm.measurements.__all__`` must have a release path: a row of the
+    table or of its test module's ``RELEASE_PATHS``."""
+    covered = {constructor_of(name) for name in PATHS_BY_NAME}
     public = {name for name in measurements.__all__ if name.startswith("make_")}
     missing = sorted(public - covered - set(NOT_RELEASES))
-    assert not missing, f"add these release paths to tests/release_paths.py: {missing}"
+    assert not missing, (
+        f"declare these release paths (RELEASE_PATHS in the constructor's test module, see tests/release_paths.py): "
+        f"{missing}"
+    )
     assert not (set(NOT_RELEASES) - public), "NOT_RELEASES names a constructor that is no longer public"
 
 
@@ -221,7 +227,7 @@ def _uint64_neighbours() -> tuple[pl.DataFrame, pl.DataFrame]:
 def test_uint64_ids_from_2_63_release(path: str) -> None:
     """UInt64 users and items enter OpenDP's frame as UInt64: a cast to Int64 failed on one id ≥ 2^63, after
     stage 1 had drawn its noise."""
-    release = RELEASE_PATHS[path](("item",), None)
+    release = PATHS_BY_NAME[path](("item",), None)
     for frame in _uint64_neighbours():
         released = release(frame.with_columns(pl.lit(0.5).alias(VALUE)))
         assert released.schema["item"] == pl.UInt64
@@ -233,7 +239,7 @@ def test_policy_gaussian_codes_int8_items_at_both_limits() -> None:
     """Policy Gaussian codes small-range integers as value - min: in Int8, 127 - (-128) wrapped to a negative
     code (an IndexError inside the release)."""
     frame = pl.DataFrame({"user": list(range(30)) * 2, "item": pl.Series([-128] * 30 + [127] * 30, dtype=pl.Int8)})
-    released = RELEASE_PATHS["make_policy_gaussian"](("item",), None)(frame)
+    released = PATHS_BY_NAME["make_policy_gaussian"](("item",), None)(frame)
     assert released.schema["item"] == pl.Int8 and set(released["item"]) == {-128, 127}
 
 
@@ -243,25 +249,25 @@ def test_unsupported_dtypes_are_refused_from_the_schema() -> None:
     frame = pl.DataFrame({"user": [1, 2], "item": pl.Series([2**100, 0], dtype=pl.Int128), VALUE: [0.5, 0.5]})
     for path in ("make_wgm", "make_dp_sips", "make_noisy_threshold"):
         with pytest.raises((ValueError, dp.OpenDPException), match="column 'item' must have a dtype other than Int128"):
-            RELEASE_PATHS[path](("item",), None)(frame)
+            PATHS_BY_NAME[path](("item",), None)(frame)
     dates = frame.with_columns(pl.Series("item", [datetime.datetime(2000, 1, 1)] * 2))
     for path in ("make_wgm_group_by", "make_opendp_key_release"):
         for data in (dates, dates.clear()):
             with pytest.raises((ValueError, dp.OpenDPException), match="key column 'item' must be an integer, Boolean, float"):
-                RELEASE_PATHS[path](("item",), None)(data)
+                PATHS_BY_NAME[path](("item",), None)(data)
 
 
 def test_struct_item_with_a_null_field_is_dropped() -> None:
     """A Struct item with a null field was released by the WGM, then refused as a null candidate by stage 2."""
     items = pl.Series("item", [{"a": None, "b": "x"}] * 30 + [{"a": 1, "b": "x"}] * 30)
     frame = pl.DataFrame({"user": list(range(30)) * 2, "item": items})
-    released = RELEASE_PATHS["make_wgm_top_k"](("item",), None)(frame)
+    released = PATHS_BY_NAME["make_wgm_top_k"](("item",), None)(frame)
     assert released["item"].to_list() == [{"a": 1, "b": "x"}]
 
 
 @pytest.mark.parametrize("command", ["discover", "top-k", "hitting-set"])
 def test_cli_releases_data_without_users(command: str) -> None:
     """No row, or no row with both a user and an item, was an error (exit 2) where its neighbour released."""
-    build = RELEASE_PATHS[f"cli {command}"]
+    build = PATHS_BY_NAME[f"cli {command}"]
     for frame in (pl.DataFrame(schema={"user": pl.Int64, "item": pl.String}), pl.DataFrame({"user": [1, None], "item": [None, "a"]})):
         assert build(("item",), None)(frame) == 0

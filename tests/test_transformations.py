@@ -130,6 +130,11 @@ def test_bad_input() -> None:
         wgm.make_bound_user_items(*space, max_contributions=1.5)
     with pytest.raises(ValueError, match="bounded user-items domain"):
         wgm.make_weighted_histogram(*space)
+    # the bound takes any Δ0; the histogram, whose lattice weights stop at 2^20, refuses more when built (it used
+    # to build, then raise at every release)
+    wide = wgm.make_bound_user_items(*space, max_contributions=2**20 + 1)
+    with pytest.raises(ValueError, match=r"`max_contributions` must be an integer <= 1048576 \(found 1048577\)"):
+        wgm.make_weighted_histogram(wide.output_domain, wide.output_metric)
     with pytest.raises(ValueError, match="symmetric_id_distance"):
         wgm.make_bound_user_items(space[0], dp.symmetric_distance(), max_contributions=1)
     with pytest.raises(ValueError, match=r"`item` .* disagrees"):

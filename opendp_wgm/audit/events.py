@@ -32,11 +32,16 @@ def _items(released: pl.DataFrame, item: str) -> pl.Series:
 
 
 @dataclass(frozen=True)
-class AnyReleased:
-    """At least one of ``items`` is in the release (for a differing user's unique items: the threshold's δ)."""
+class _OnItems:
+    """An event on a tuple of ``items`` of the release's ``item`` column (the events below are its subclasses,
+    frozen dataclasses of these two fields)."""
 
     items: tuple[Any, ...]
     item: str = "item"
+
+
+class AnyReleased(_OnItems):
+    """At least one of ``items`` is in the release (for a differing user's unique items: the threshold's δ)."""
 
     @property
     def label(self) -> str:
@@ -61,12 +66,8 @@ class ItemReleased(AnyReleased):
         return f"{self.z!r} released"
 
 
-@dataclass(frozen=True)
-class SetEquals:
+class SetEquals(_OnItems):
     """The released item set is exactly ``items``."""
-
-    items: tuple[Any, ...]
-    item: str = "item"
 
     @property
     def label(self) -> str:

@@ -204,8 +204,8 @@ def auto_choice_pair(
     D′: ``single_users`` users holding one item each (ids 0, 1, … mod 3) and ``single_users // 3`` users holding
     ``items`` of the shared items 0..``items``−1: exactly 3/4 of the users hold one item, so the noise-free rule
     chooses Δ0 = 1. D adds a user holding ``items`` unique items (−1, −2, …): the share falls below 3/4 and the
-    noise-free rule chooses the grid point above ``items``. Events: each of the two choices, and item −1
-    released.
+    noise-free rule chooses the grid point at or above ``items`` (500 above 200). Events: each of the two
+    choices, and item −1 released.
 
     Examples
     --------
@@ -224,6 +224,6 @@ def auto_choice_pair(
     shared = pl.DataFrame({user: users, item: np.tile(np.arange(items, dtype=np.int64), many)})
     neighbour = pl.concat([singles, shared])
     differing = pl.DataFrame({user: [single_users + many] * items, item: list(range(-1, -items - 1, -1))})
-    above = next(g for g in GRID if g >= items)
+    above = next((g for g in GRID if g >= items), GRID[-1])  # the rule returns 500 when nothing up to 200 fits
     events: tuple[Event, ...] = (ChosenMaxContributions(1), ChosenMaxContributions(above), ItemReleased(-1, item))
     return NeighbourPair(pl.concat([neighbour, differing]), neighbour, f"Δ0 auto at its edge ({items} items)", events)

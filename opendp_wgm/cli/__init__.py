@@ -55,9 +55,10 @@ class Command(Protocol):
 
 #: The commands, in the order of ``opendp-wgm --help``. To add a command, write a module (here or in its own
 #: package, e.g. ``opendp_wgm.audit``) with ``add_parser(subparsers)`` that calls ``subparsers.add_parser(...)``
-#: and ``parser.set_defaults(run=run)``, and ``run(args, *, stdout, stderr) -> int`` that imports its heavy
-#: dependencies inside; then add the module to this tuple (one line). Raise :class:`CLIError` for a user's
-#: error: :func:`main` prints it as one line and exits 2.
+#: and ``parser.set_defaults(run=run)`` (a release command through ``_args._add_release_command``, one whose
+#: arguments need a heavy import through ``_errors._add_deferred_command``), and ``run(args, *, stdout, stderr)
+#: -> int`` that imports its heavy dependencies inside; then add the module to this tuple (one line). Raise
+#: :class:`CLIError` for a user's error: :func:`main` prints it as one line and exits 2.
 COMMANDS: Sequence[ModuleType | Command] = (
     discover,
     top_k,

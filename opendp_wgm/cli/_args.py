@@ -118,13 +118,50 @@ def _schema(text: str) -> dict[str, type[pl.DataType]]:
     return schema
 
 
-def _add_release_parser(
-    subparsers: argparse._SubParsersAction[_Parser], name: str, help: str, description: str, epilog: str
-) -> _Parser:
-    """A release command's parser (``discover``, ``top-k``, ``hitting-set``): description and epilog as written."""
-    return subparsers.add_parser(
-        name, help=help, description=description, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+def _features_paragraph(docs: str) -> str:
+    """The epilog paragraph of every release command: the OpenDP features it enables, and where the proofs of the
+    privacy maps it trusts are (``docs``)."""
+    return (
+        'This command enables OpenDP\'s "contrib" and "honest-but-curious" features in its own process: it trusts\n'
+        f"opendp-wgm's privacy maps, whose proofs are in the package docs ({docs}).\n"
     )
+
+
+def _add_release_command(
+    subparsers: argparse._SubParsersAction[_Parser],
+    name: str,
+    help: str,
+    description: str,
+    epilog: str,
+    *,
+    proofs: str,
+    examples: str,
+    options: Callable[[argparse.ArgumentParser], None],
+    columns: str,
+    run: Callable[..., int],
+    two_stage: bool = False,
+    wgm_only: str = "",
+    noise_delta_fraction: bool = True,
+) -> None:
+    """Register a release command (``discover``, ``top-k``, ``hitting-set``): description as written; epilog as
+    written, then the paragraph on the OpenDP features it enables and the ``proofs`` of the maps it trusts (docs
+    pages), then its ``examples``; then its argument groups in the order of every release command's help: data,
+    the command's own ``options``, budget, execution, output (the release's ``columns``). ``two_stage``,
+    ``wgm_only`` and ``noise_delta_fraction`` are those of :func:`_add_budget_arguments` and
+    :func:`_add_execution_arguments`."""
+    parser = subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=f"{epilog}\n{_features_paragraph(proofs)}\n{examples}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_data_arguments(parser)
+    options(parser)
+    _add_budget_arguments(parser, noise_delta_fraction=noise_delta_fraction, wgm_only=wgm_only)
+    _add_execution_arguments(parser, two_stage=two_stage, wgm_only=wgm_only)
+    _add_output_arguments(parser, columns)
+    parser.set_defaults(run=run)
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -294,18 +331,34 @@ def _add_output_arguments(parser: argparse.ArgumentParser, columns: str) -> None
     )
 
 
-def _add_k_argument(parser: argparse._ActionsContainer, help: str) -> None:
-    parser.add_argument("--k", type=_positive_int, required=True, metavar="K", help=help)
-
-
-def _add_split_argument(parser: argparse._ActionsContainer, wgm_only: str = "") -> None:
-    parser.add_argument(
+def _add_two_stage_arguments(
+    parser: argparse.ArgumentParser,
+    title: str,
+    k_help: str,
+    *,
+    wgm_only: str = "",
+    mechanism: Callable[[argparse._ActionsContainer], None] | None = None,
+) -> None:
+    """The group ``title`` of a two-stage command (``top-k``, ``hitting-set``): ``--k`` (``k_help``), the command's
+    ``mechanism`` options if any, ``--split`` and ``--stage-1`` (``wgm_only`` marks them when there is another
+    mechanism)."""
+    group = parser.add_argument_group(title)
+    group.add_argument("--k", type=_positive_int, required=True, metavar="K", help=k_help)
+    if mechanism is not None:
+        mechanism(group)
+    group.add_argument(
         "--split",
         type=_open_unit,
         metavar="S",
         help=f"share of the budget (of ε and δ, or of ρ) given to the WGM stage, in (0, 1); the peeling stage "
         f"gets the rest (default: {_DEFAULT_SPLIT:g}, the paper's){wgm_only}",
     )
+    _add_stage_1_arguments(group, wgm_only)
+
+
+def _split(args: argparse.Namespace) -> float:
+    """``--split``, or the paper's default."""
+    return _DEFAULT_SPLIT if args.split is None else float(args.split)
 
 
 def _add_sips_arguments(group: argparse._ActionsContainer, when: str) -> None:

@@ -1,4 +1,5 @@
-"""Parse errors and the parser class shared by every command of ``opendp-wgm`` (imports nothing heavy)."""
+"""Parse errors, the parser class and the deferred commands' registration shared by every command of ``opendp-wgm``
+(imports nothing heavy)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,21 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise CLIError(f"{message} (see `{self.prog} --help`)")
+
+
+def _add_deferred_command(
+    subparsers: argparse._SubParsersAction[_Parser],
+    name: str,
+    help: str,
+    *,
+    populate: Callable[[_Parser], None],
+    run: Callable[..., int],
+) -> None:
+    """Register a command whose arguments need a heavy import to declare (``audit``, ``reproduce``): its
+    ``populate`` adds them on first use (:meth:`_Parser.defer`), never for ``opendp-wgm --help``."""
+    parser = subparsers.add_parser(name, help=help)
+    parser.defer(populate)
+    parser.set_defaults(run=run)
 
 
 def _one_line(err: BaseException) -> str:

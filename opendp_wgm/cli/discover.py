@@ -8,11 +8,7 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 from opendp_wgm.cli._args import (
-    _add_budget_arguments,
-    _add_data_arguments,
-    _add_execution_arguments,
-    _add_output_arguments,
-    _add_release_parser,
+    _add_release_command,
     _add_sips_arguments,
     _budget,
     _execution,
@@ -51,10 +47,9 @@ The release goes to --output or stdout. A summary goes to stderr: σ, T, the bud
 privacy map at one user), Δ0, and counts of the *raw input* (rows; in the demo also the missing mass and
 the number of distinct items). Those counts are not differentially private: they are for the data owner and
 must not be published with the release.
+"""
 
-This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
-opendp-wgm's privacy maps, whose proofs are in the package docs (docs/privacy.md).
-
+_DISCOVER_EXAMPLES = """\
 examples:
   opendp-wgm discover                                        # synthetic Zipf demo
   opendp-wgm discover ratings.parquet --user u --item x --epsilon 1 --delta 1e-5 -o released.parquet
@@ -70,19 +65,18 @@ examples:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = _add_release_parser(
+    _add_release_command(
         subparsers,
         "discover",
         "release frequent items with the Weighted Gaussian Mechanism (DP set union)",
         _DISCOVER_DESCRIPTION,
         _DISCOVER_EPILOG,
+        proofs="docs/privacy.md",
+        examples=_DISCOVER_EXAMPLES,
+        options=_add_mechanism_arguments,
+        columns="item, noisy_weight; and round with dp-sips; item only with partition-selection",
+        run=run,
     )
-    _add_data_arguments(parser)
-    _add_mechanism_arguments(parser)
-    _add_budget_arguments(parser)
-    _add_execution_arguments(parser)
-    _add_output_arguments(parser, "item, noisy_weight; and round with dp-sips; item only with partition-selection")
-    parser.set_defaults(run=run)
 
 
 _MECHANISMS = ("wgm", "dp-sips", "partition-selection")

@@ -6,18 +6,12 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 from opendp_wgm.cli._args import (
-    _DEFAULT_SPLIT,
-    _add_budget_arguments,
-    _add_data_arguments,
-    _add_execution_arguments,
-    _add_k_argument,
-    _add_output_arguments,
-    _add_release_parser,
-    _add_split_argument,
-    _add_stage_1_arguments,
+    _add_release_command,
+    _add_two_stage_arguments,
     _budget,
     _execution,
     _noise,
+    _split,
     _stage_1_options,
 )
 
@@ -46,10 +40,9 @@ user), the budget spent (the measurement's privacy map at one user), and counts 
 in the demo also the users the release misses, its coverage, and the users that the non-private greedy
 algorithm misses). Those counts are not differentially private: they are for the data owner and must not
 be published with the release.
+"""
 
-This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
-opendp-wgm's privacy maps, whose proofs are in the package docs (docs/hitting_set.md, docs/privacy.md).
-
+_HITTING_SET_EXAMPLES = """\
 examples:
   opendp-wgm hitting-set --k 10                              # synthetic Zipf demo
   opendp-wgm hitting-set ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o picks.csv
@@ -61,22 +54,21 @@ examples:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = _add_release_parser(
+    _add_release_command(
         subparsers,
         "hitting-set",
         "release K items that together cover many users (WGM, then user peeling)",
         _HITTING_SET_DESCRIPTION,
         _HITTING_SET_EPILOG,
+        proofs="docs/hitting_set.md, docs/privacy.md",
+        examples=_HITTING_SET_EXAMPLES,
+        options=lambda parser: _add_two_stage_arguments(
+            parser, "hitting set", "number of items (peeling rounds), >= 1 (required)"
+        ),
+        columns="item, rank",
+        run=run,
+        two_stage=True,
     )
-    _add_data_arguments(parser)
-    group = parser.add_argument_group("hitting set")
-    _add_k_argument(group, "number of items (peeling rounds), >= 1 (required)")
-    _add_split_argument(group)
-    _add_stage_1_arguments(group)
-    _add_budget_arguments(parser)
-    _add_execution_arguments(parser, two_stage=True)
-    _add_output_arguments(parser, "item, rank")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -90,7 +82,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     budget = _budget(args)
     noise = _noise(args)
     execution = _execution(args)
-    split = _DEFAULT_SPLIT if args.split is None else args.split
+    split = _split(args)
     stage_1 = _stage_1_options(args)
 
     def plan() -> _Plan:

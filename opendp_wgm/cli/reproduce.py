@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from opendp_wgm.cli._errors import CLIError, _Parser
+from opendp_wgm.cli._errors import CLIError, _add_deferred_command, _Parser
 
 #: The one-line help in ``opendp-wgm --help``: ``opendp_wgm.experiments.REPRODUCE_HELP`` (a test pins the two
 #: equal), repeated here so that listing the commands imports nothing heavy.
@@ -32,9 +32,7 @@ def _populate(parser: _Parser) -> None:
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`); its arguments are added on first use."""
-    parser = subparsers.add_parser("reproduce", help=_HELP)
-    parser.defer(_populate)
-    parser.set_defaults(run=run)
+    _add_deferred_command(subparsers, "reproduce", _HELP, populate=_populate, run=run)
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:

@@ -6,20 +6,14 @@ import argparse
 from typing import TYPE_CHECKING, TextIO
 
 from opendp_wgm.cli._args import (
-    _DEFAULT_SPLIT,
     _K_BAR_PER_K,
-    _add_budget_arguments,
-    _add_data_arguments,
-    _add_execution_arguments,
-    _add_k_argument,
-    _add_output_arguments,
-    _add_release_parser,
-    _add_split_argument,
-    _add_stage_1_arguments,
+    _add_release_command,
+    _add_two_stage_arguments,
     _budget,
     _execution,
     _noise,
     _positive_int,
+    _split,
     _stage_1_options,
 )
 from opendp_wgm.cli._errors import CLIError
@@ -51,10 +45,9 @@ stderr: the calibration (σ and T of the WGM, the peeling's per-round ε' and ea
 the budget spent (the measurement's privacy map at one user), and counts of the *raw input* (rows; in the
 demo also the top-K missing mass of the release). Those counts are not differentially private: they are for
 the data owner and must not be published with the release.
+"""
 
-This command enables OpenDP's "contrib" and "honest-but-curious" features in its own process: it trusts
-opendp-wgm's privacy maps, whose proofs are in the package docs (docs/top_k.md, docs/privacy.md).
-
+_TOP_K_EXAMPLES = """\
 examples:
   opendp-wgm top-k --k 10                                    # synthetic Zipf demo
   opendp-wgm top-k ratings.parquet --user u --item x --k 100 --epsilon 1 --delta 1e-5 -o top100.csv
@@ -69,16 +62,28 @@ _WGM_ONLY = "; --mechanism wgm only"
 
 def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
     """Register the command's parser (its ``run`` is :func:`run`)."""
-    parser = _add_release_parser(
+    _add_release_command(
         subparsers,
         "top-k",
         "release the K items held by the most users (WGM, then peeling; or limited-domain top-k)",
         _TOP_K_DESCRIPTION,
         _TOP_K_EPILOG,
+        proofs="docs/top_k.md, docs/privacy.md",
+        examples=_TOP_K_EXAMPLES,
+        options=lambda parser: _add_two_stage_arguments(
+            parser, "top-k", "number of items to release, >= 1 (required)", wgm_only=_WGM_ONLY,
+            mechanism=_add_mechanism_arguments,
+        ),
+        columns="item, rank",
+        run=run,
+        two_stage=True,
+        wgm_only=_WGM_ONLY,
+        noise_delta_fraction=False,
     )
-    _add_data_arguments(parser)
-    group = parser.add_argument_group("top-k")
-    _add_k_argument(group, "number of items to release, >= 1 (required)")
+
+
+def _add_mechanism_arguments(group: argparse._ActionsContainer) -> None:
+    """``--mechanism`` and the limited-domain baseline's ``--k-bar``."""
     group.add_argument(
         "--mechanism",
         choices=("wgm", "limited-domain"),
@@ -91,12 +96,6 @@ def add_parser(subparsers: argparse._SubParsersAction[_Parser]) -> None:
         metavar="KBAR",
         help=f"size of the limited domain, >= K (default: {_K_BAR_PER_K}·K; --mechanism limited-domain only)",
     )
-    _add_split_argument(group, _WGM_ONLY)
-    _add_stage_1_arguments(group, _WGM_ONLY)
-    _add_budget_arguments(parser, noise_delta_fraction=False, wgm_only=_WGM_ONLY)
-    _add_execution_arguments(parser, two_stage=True, wgm_only=_WGM_ONLY)
-    _add_output_arguments(parser, "item, rank")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
@@ -132,7 +131,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             raise CLIError(f"{option} must be <= {LD_MAX_K_BAR:,} (found {k_bar:,}): the release holds k̄ + 1 scores")
     noise = _noise(args)
     execution = _execution(args)
-    split = _DEFAULT_SPLIT if args.split is None else args.split
+    split = _split(args)
     stage_1_options = _stage_1_options(args) if wgm else {}
 
     def plan_wgm() -> _Plan:

@@ -40,7 +40,7 @@ from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release
 from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
 from opendp_wgm.privacy.budget import Budget
-from opendp_wgm.privacy.calibrate import calibrate_wgm
+from opendp_wgm.privacy.calibrate import calibrate_wgm_for
 
 __all__ = ["is_spark_space", "make_spark_group_by", "spark_key_release"]
 
@@ -91,7 +91,7 @@ def spark_key_release(mechanism: Any, budget: Budget, max_contributions: int, k:
     if noise != "lattice":
         msg = f"`noise` must be 'lattice' on Spark: the executors draw the WGM's lattice sampler (found {noise!r})"
         raise ValueError(msg)
-    calibration = calibrate_wgm(max_contributions=max_contributions, delta=budget.delta, **{budget.name: budget.value})
+    calibration = calibrate_wgm_for(budget, max_contributions=max_contributions)
     arguments = wgm_arguments(calibration)
 
     def stage_1(domain: dp.Domain, metric: dp.Metric) -> dp.Measurement:

@@ -81,8 +81,8 @@ class AutoRelease(pl.DataFrame):
 def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Metric, *,
                     item: str | tuple[str, ...] | None = None, engine: _Engine = "auto") -> NDArray[np.int64]:
     """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID`
-    (:data:`~opendp_wgm.privacy.auto.BINS` = 10 bins: bin ``j < 9`` holds the users with
-    ``GRID[j-1] < count <= GRID[j]``, bin 9 those above ``GRID[8] = 500``).
+    (:data:`~opendp_wgm.privacy.auto.BINS` = 9 bins: bin ``j < 8`` holds the users with
+    ``GRID[j-1] < count <= GRID[j]``, bin 8 those above ``GRID[7] = 200``).
 
     Not private: :func:`make_auto_contributions` noises it; exposed for tests and the auditor.
     """

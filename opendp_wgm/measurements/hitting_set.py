@@ -48,12 +48,13 @@ from opendp_wgm.measurements._peeling_rounds import coverage as coverage  # noqa
 from opendp_wgm.measurements._peeling_rounds import peel as peel  # noqa: PLC0414
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.two_stage import (
+    PeelingStage,
     StageParts,
     make_dp_sips_then_peeling,
-    make_wgm_then_peeling,
     measurement_of,
     peeling_parts,
     release_of,
+    wgm_then_peeling,
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
@@ -352,11 +353,12 @@ def make_wgm_hitting_set(
     (0.04375, True)
     """
     _assert_features()
-    return make_wgm_then_peeling(
-        input_domain, input_metric, k=k, max_contributions=max_contributions, wgm_scale=wgm_scale,
-        wgm_threshold=wgm_threshold, peel_scale=peel_scale, output_measure=output_measure, wgm_epsilon=wgm_epsilon,
-        peel_delta=peel_delta, noise=noise, item=item, passes=passes, engine=engine, peeling=_user_peeling_release,
-        accounting=USER_PEELING,
+    stage_2 = PeelingStage.checked(
+        k, peel_scale, output_measure, wgm_epsilon, peel_delta, _user_peeling_release, USER_PEELING
+    )
+    return wgm_then_peeling(
+        input_domain, input_metric, stage_2, max_contributions=max_contributions, wgm_scale=wgm_scale,
+        wgm_threshold=wgm_threshold, noise=noise, item=item, passes=passes, engine=engine,
     )
 
 

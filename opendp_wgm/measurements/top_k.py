@@ -45,13 +45,14 @@ from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.two_stage import (
+    PeelingStage,
     StageParts,
     make_dp_sips_then_peeling,
-    make_wgm_then_peeling,
     measurement_of,
     peeling_parts,
     ranked_frame,
     release_of,
+    wgm_then_peeling,
 )
 from opendp_wgm.measurements.wgm import Engine
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
@@ -328,24 +329,11 @@ def make_wgm_top_k(
     (0.04375, True)
     """
     _assert_features()
-    method = check_method(method)
-    return make_wgm_then_peeling(
-        input_domain,
-        input_metric,
-        k=k,
-        max_contributions=max_contributions,
-        wgm_scale=wgm_scale,
-        wgm_threshold=wgm_threshold,
-        peel_scale=peel_scale,
-        output_measure=output_measure,
-        wgm_epsilon=wgm_epsilon,
-        peel_delta=peel_delta,
-        noise=noise,
-        item=item,
-        passes=passes,
-        engine=engine,
-        peeling=functools.partial(_peeling_top_k_release, method=method),
-        accounting=TOP_K,
+    peeling = functools.partial(_peeling_top_k_release, method=check_method(method))
+    stage_2 = PeelingStage.checked(k, peel_scale, output_measure, wgm_epsilon, peel_delta, peeling, TOP_K)
+    return wgm_then_peeling(
+        input_domain, input_metric, stage_2, max_contributions=max_contributions, wgm_scale=wgm_scale,
+        wgm_threshold=wgm_threshold, noise=noise, item=item, passes=passes, engine=engine,
     )
 
 

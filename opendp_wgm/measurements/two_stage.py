@@ -8,7 +8,7 @@ map, a map that holds for every candidate list (peeling charges ``k`` rounds wha
 rounded up (``docs/top_k.md`` §3, ``docs/hitting_set.md`` §3). The input is prepared once (and collected once at
 one in-memory pass): both stages read the same prepared frame.
 
-:func:`make_wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
+:func:`wgm_then_peeling` is the paper's WGM-then-peeling on it (:func:`opendp_wgm.make_wgm_top_k`,
 :func:`opendp_wgm.make_wgm_hitting_set`, on every engine), :func:`make_dp_sips_then_peeling` the same with
 DP-SIPS as stage 1 (``stage_1="dp-sips"`` of the ``_from_budget`` constructors, on every engine).
 """
@@ -122,7 +122,7 @@ class Preparation:
     keys: tuple[str, ...] = ()
 
 
-def _polars_preparation(
+def _preparation(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
     item: str | Sequence[str] | None,
@@ -130,14 +130,21 @@ def _polars_preparation(
     passes: int = 1,
     engine: Engine = "auto",
 ) -> Preparation:
-    """A Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated, nulls
-    dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item): both
-    stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
+    """The input's preparation on its engine. On a Spark space the frame is checked (once per release) and both
+    stages read the Spark frame itself (``passes`` and ``engine`` must keep their defaults there).
+
+    Otherwise a Polars frame's preparation (:func:`opendp_wgm.domains._prepare_frame`: the user key evaluated,
+    nulls dropped), as a :class:`~opendp_wgm.domains._PreparedFrame` of the bare-column space (user key, item):
+    both stages read it without preparing it again (the identifier must not be evaluated twice), and it passes to
     them as a Python object (no copy through OpenDP's FFI). With stage 1's ``passes`` and ``engine`` at one
     in-memory pass it is collected once (:func:`~opendp_wgm.engines.polars.collect_once`): stage 2 reads the
     frame stage 1 read, not the input again; otherwise it stays a plan that each stage scans. The frame carries
     its :class:`~opendp_wgm.engines.polars.Prepared` value (``source``), made here once per release: stage 1's
     compiled step leaves its coding of the rows in it, and stage 2 reads that instead of the rows."""
+    spark = spark_space(input_domain, input_metric, item=item, passes=passes, engine=engine)
+    if spark is not None:
+        check = functools.partial(spark_engine.check_frame, space=spark)
+        return Preparation(input_domain, input_metric, check, spark.item)
     space = _resolve_space(input_domain, input_metric, item)
     prepared = _Space(space.user, space.item, None, lazyframe_domain=False, composite=space.composite)
 
@@ -147,24 +154,6 @@ def _polars_preparation(
 
     domain = user_items_domain(UserItemsDescriptor(space.user, space.composite or space.item))
     return Preparation(domain, dp.symmetric_id_distance(pl.col(space.user)), function, space.item, space.keys)
-
-
-def _preparation(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    item: str | Sequence[str] | None,
-    *,
-    passes: int = 1,
-    engine: Engine = "auto",
-) -> Preparation:
-    """The input's preparation on its engine: on a Spark space the frame is checked (once per release) and both
-    stages read the Spark frame itself (``passes`` and ``engine`` must keep their defaults there); otherwise
-    :func:`_polars_preparation`."""
-    spark = spark_space(input_domain, input_metric, item=item, passes=passes, engine=engine)
-    if spark is not None:
-        check = functools.partial(spark_engine.check_frame, space=spark)
-        return Preparation(input_domain, input_metric, check, spark.item)
-    return _polars_preparation(input_domain, input_metric, item, passes=passes, engine=engine)
 
 
 def _add_losses(first: Any, second: Any, accounting: Accounting) -> Any:
@@ -286,38 +275,22 @@ class _TwoStageCalibration(Protocol):
 Peeling = Callable[..., dp.Measurement | Stage2Release]
 
 
-def make_wgm_then_peeling(
-    input_domain: dp.Domain,
-    input_metric: dp.Metric,
-    *,
-    k: int,
-    max_contributions: int,
-    wgm_scale: float,
-    wgm_threshold: float,
-    peel_scale: float,
-    output_measure: dp.Measure | None,
-    wgm_epsilon: float | None,
-    peel_delta: float | None,
-    noise: NoiseMethod,
-    item: str | Sequence[str] | None,
-    passes: int,
+def wgm_then_peeling(
+    input_domain: dp.Domain, input_metric: dp.Metric, stage_2: PeelingStage, *, max_contributions: int,
+    wgm_scale: float, wgm_threshold: float, noise: NoiseMethod, item: str | Sequence[str] | None, passes: int,
     engine: Engine,
-    peeling: Peeling,
-    accounting: Accounting,
-    make_stage_1: Callable[..., dp.Measurement] | None = None,
-    preparation: Preparation | None = None,
 ) -> dp.Measurement:
-    r"""Stage 1, the WGM, releases candidates; stage 2, ``peeling``, peels ``k`` of them on the *unclipped* data
-    (the paper's reference code), charged ``k`` rounds whatever the number of candidates.
+    r"""Stage 1, the WGM at Δ0, σ, T (``max_contributions``, ``wgm_scale``, ``wgm_threshold``), releases
+    candidates; ``stage_2``, checked by its caller first (:meth:`PeelingStage.checked`: ``k``, ``peel_scale``
+    and the measure before stage 1's parameters, as in :func:`make_dp_sips_then_peeling`), peels ``k`` of them on
+    the *unclipped* data (the paper's reference code), charged ``k`` rounds whatever the number of candidates.
 
-    The caller asserts the features and checks its own parameters first; this checks the shared ones (stage 2's
-    ``k``, ``peel_scale`` and measure first, as :func:`make_dp_sips_then_peeling` does, then stage 1's) and
-    composes with :func:`make_two_stage`, which builds stage 1 (``make_stage_1``: :func:`opendp_wgm.make_wgm` by
-    default, or an engine's) once. ``passes`` and ``engine`` are stage 1's; at one in-memory pass the prepared
-    input is collected once and stage 2 reads it, otherwise stage 2 is one more pass; it keeps only the
-    candidates' rows.
+    What :func:`opendp_wgm.make_wgm_top_k` and :func:`opendp_wgm.make_wgm_hitting_set` build, on every engine;
+    they assert the features and check their own parameters first. Composed with :func:`make_two_stage`, which
+    builds stage 1 (:func:`opendp_wgm.make_wgm`) once. ``passes`` and ``engine`` are stage 1's; at one in-memory
+    pass the prepared input is collected once and stage 2 reads it, otherwise stage 2 is one more pass; it keeps
+    only the candidates' rows.
     """
-    stage_2 = _Peeling.checked(k, peel_scale, output_measure, wgm_epsilon, peel_delta, peeling, accounting)
     max_contributions = check_max_contributions(max_contributions)
     wgm_scale = _check_positive("wgm_scale", wgm_scale)
     wgm_threshold = _check_real("wgm_threshold", wgm_threshold)
@@ -325,9 +298,8 @@ def make_wgm_then_peeling(
     passes, engine = _check_execution(passes, engine)
     parameters = {"max_contributions": max_contributions, "scale": wgm_scale, "threshold": wgm_threshold}
     return _then_peeling(
-        input_domain, input_metric, stage_2, make_stage_1=make_stage_1, default_stage_1=make_wgm,
-        stage_1_parameters=parameters, noise=noise, item=item, preparation=preparation, passes=passes,
-        engine=engine,
+        input_domain, input_metric, stage_2, make_stage_1=None, default_stage_1=make_wgm,
+        stage_1_parameters=parameters, noise=noise, item=item, preparation=None, passes=passes, engine=engine,
     )
 
 
@@ -355,15 +327,16 @@ def make_dp_sips_then_peeling(
     sips_branch_scales: Sequence[float] | None = None,
     sips_branch_thresholds: Sequence[float] | None = None,
 ) -> dp.Measurement:
-    r""":func:`make_wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
+    r""":func:`wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
     stage 1: its release is the candidate list; the map is DP-SIPS's plus the peeling's charged map (adaptive
     composition, as with the WGM: only stage 1 changes). ``sips_epsilon`` is DP-SIPS's ``epsilon`` under
-    (ε, δ); the DP-SIPS constructor checks its own parameters. ``make_stage_1`` (an engine's DP-SIPS, without
-    the Polars execution options ``noise``, ``passes``, ``engine``) and ``preparation`` as for
-    :func:`make_wgm_then_peeling`. ``sips_statistic_scale``, ``sips_branch_scales``, ``sips_branch_thresholds``:
-    DP-SIPS's adaptive schedule (its ``statistic_scale``, ``branch_scales``, ``branch_thresholds``; all three or
-    none), which ``stage_1="dp-sips"`` of the ``_from_budget`` constructors calibrates by default."""
-    stage_2 = _Peeling.checked(
+    (ε, δ); the DP-SIPS constructor checks its own parameters. ``make_stage_1``: an engine's DP-SIPS, without
+    the Polars execution options ``noise``, ``passes``, ``engine`` (default :func:`opendp_wgm.make_dp_sips` with
+    them), built once; ``preparation`` as for :func:`make_two_stage`. ``sips_statistic_scale``,
+    ``sips_branch_scales``, ``sips_branch_thresholds``: DP-SIPS's adaptive schedule (its ``statistic_scale``,
+    ``branch_scales``, ``branch_thresholds``; all three or none), which ``stage_1="dp-sips"`` of the
+    ``_from_budget`` constructors calibrates by default."""
+    stage_2 = PeelingStage.checked(
         k, peel_scale, output_measure, sips_epsilon, peel_delta, peeling, accounting, epsilon_name="sips_epsilon"
     )
     parameters = {
@@ -381,7 +354,7 @@ def make_dp_sips_then_peeling(
 
 
 @dataclass(frozen=True)
-class _Peeling:
+class PeelingStage:
     """Stage 2 of WGM-then-peeling or DP-SIPS-then-peeling, checked: ``peeling`` of ``k`` rounds at ``scale``,
     charged by ``accounting``, under ``output_measure`` (of ``kind``) with the (ε, δ) conversion's ``delta`` (0
     under approximate zCDP); ``stage_1_epsilon`` is stage 1's checked ε under (ε, δ) (None under zCDP)."""
@@ -399,7 +372,7 @@ class _Peeling:
     def checked(
         cls, k: int, scale: float, output_measure: dp.Measure | None, stage_1_epsilon: float | None,
         peel_delta: float | None, peeling: Peeling, accounting: Accounting, *, epsilon_name: str = "wgm_epsilon",
-    ) -> _Peeling:
+    ) -> PeelingStage:
         """``k``, the peeling's ``scale`` (named ``peel_scale``), then the measure and its two ε/δ parameters
         (:func:`~opendp_wgm.privacy.budget.check_two_stage_measure`; stage 1's ε named ``epsilon_name``)."""
         k = _check_int("k", k, minimum=1)
@@ -414,7 +387,7 @@ class _Peeling:
 def _then_peeling(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
-    stage_2: _Peeling,
+    stage_2: PeelingStage,
     *,
     make_stage_1: Callable[..., dp.Measurement] | None,
     default_stage_1: Callable[..., dp.Measurement],

@@ -38,6 +38,7 @@ from opendp_wgm.privacy.threshold import (
     MAX_SCALE,
     check_max_contributions,
 )
+from opendp_wgm.privacy.wgm_calibration import ThresholdMap
 from opendp_wgm.samplers import NOISE_METHODS, NoiseMethod
 from opendp_wgm.transformations import (
     histogram_space,
@@ -95,14 +96,17 @@ def wgm_arguments(calibration: WGMCalibration, **options: Any) -> dict[str, Any]
 
 def of_wgm_budget(
     make: Callable[..., dp.Measurement], input_domain: dp.Domain, input_metric: dp.Metric, *, max_contributions: int,
-    delta: float, epsilon: float | None, rho: float | None, noise_delta_fraction: float, **options: Any,
+    delta: float, epsilon: float | None, rho: float | None, noise_delta_fraction: float,
+    privacy_map: ThresholdMap = wgm_privacy_loss, **options: Any,
 ) -> dp.Measurement:
     """``make`` (:func:`make_wgm`, or a constructor on the WGM's σ and T: :func:`opendp_wgm.make_policy_gaussian`)
     with :func:`opendp_wgm.calibrate_wgm`'s parameters for the budget and ``options``: the one calibration of
-    :func:`make_wgm_from_budget` and :func:`opendp_wgm.make_policy_gaussian_from_budget`."""
+    :func:`make_wgm_from_budget` and :func:`opendp_wgm.make_policy_gaussian_from_budget`, and of any
+    ``*_from_budget`` whose noise is the WGM's, T searched on its own ``privacy_map``
+    (:func:`~opendp_wgm.privacy.wgm_calibration.calibrate_wgm`)."""
     calibration = calibrate_wgm(
         max_contributions=max_contributions, delta=delta, epsilon=epsilon, rho=rho,
-        noise_delta_fraction=noise_delta_fraction,
+        noise_delta_fraction=noise_delta_fraction, privacy_map=privacy_map,
     )
     return make(input_domain, input_metric, **wgm_arguments(calibration, **options))
 

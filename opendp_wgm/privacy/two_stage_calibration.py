@@ -44,45 +44,35 @@ def check_stage_1(stage_1: Any, rounds: Any, ratio: Any) -> Stage1Mechanism:
     return mechanism
 
 
-def _stage_1(
-    budget: Budget,
-    split: float,
-    max_contributions: int,
-    noise_delta_fraction: float = 0.5,
-    stage_1: Stage1Mechanism = "wgm",
-    rounds: int | None = None,
-    ratio: float | None = None,
-) -> WGMCalibration | DPSIPSCalibration:
-    """Stage 1 of a two-stage calibration: the WGM (or DP-SIPS: the geometric schedule of ``rounds`` and
-    ``ratio``, or the adaptive schedule when both are None) at ``split`` of ``budget``; a budget too small for
-    it is restated in terms of the total. ``max_contributions`` is trusted: the public caller checked it."""
-    first, _ = budget.split(split)
-    try:
-        if stage_1 == "dp-sips":
-            sips_budget = Budget.of(epsilon=first.epsilon, rho=first.rho, delta=first.delta)
-            return _calibrate_dp_sips(max_contributions, sips_budget, None, rounds, ratio, noise_delta_fraction, None)
-        return _calibrate_wgm(first, max_contributions, noise_delta_fraction)
-    except _BudgetTooSmall as error:
-        context = f"`split` = {split!r}"
-        if budget.epsilon is not None:
-            context = f"`delta` = {budget.delta!r} and {context}"
-        raise _restated(error, budget, split, context) from None
-
-
 def _checked_stage_1(
     k: int, max_contributions: int, epsilon: float | None, rho: float | None, delta: float, split: float,
     noise_delta_fraction: float, stage_1: Stage1Mechanism, rounds: int | None, ratio: float | None,
 ) -> tuple[int, Budget, float, WGMCalibration | DPSIPSCalibration]:
     """What both two-stage calibrations check first, in this order (``k``, Δ0, the budget, ``split``, ``stage_1``
     and its schedule), and stage 1 calibrated at ``split`` of the budget: ``(k, budget, split, stage 1's
-    calibration)``; the calibration's ``max_contributions`` is the checked Δ0."""
+    calibration)``; the calibration's ``max_contributions`` is the checked Δ0. Stage 1 is the WGM or DP-SIPS (the
+    geometric schedule of ``rounds`` and ``ratio``, or the adaptive schedule when both are None); a budget too
+    small for it is restated in terms of the total."""
     k = _check_int("k", k, minimum=1)
     max_contributions = check_max_contributions(max_contributions)
     total = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     split = _check_probability("split", split)
     stage_1 = check_stage_1(stage_1, rounds, ratio)
-    first = _stage_1(total, split, max_contributions, noise_delta_fraction, stage_1=stage_1, rounds=rounds, ratio=ratio)
-    return k, total, split, first
+    first, _ = total.split(split)
+    try:
+        if stage_1 == "dp-sips":
+            sips_budget = Budget.of(epsilon=first.epsilon, rho=first.rho, delta=first.delta)
+            calibration: WGMCalibration | DPSIPSCalibration = _calibrate_dp_sips(
+                max_contributions, sips_budget, None, rounds, ratio, noise_delta_fraction, None
+            )
+        else:
+            calibration = _calibrate_wgm(first, max_contributions, noise_delta_fraction)
+    except _BudgetTooSmall as error:
+        context = f"`split` = {split!r}"
+        if total.epsilon is not None:
+            context = f"`delta` = {total.delta!r} and {context}"
+        raise _restated(error, total, split, context) from None
+    return k, total, split, calibration
 
 
 def _split_stage_1(

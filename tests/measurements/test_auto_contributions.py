@@ -132,26 +132,28 @@ def test_the_choice_costs_the_stated_fraction() -> None:
 
 
 def test_bins_round_counts_up_to_the_grid() -> None:
-    counts = np.array([1, 2, 3, 5, 6, 500, 501, 1000, 1001, 10**6])
-    assert bin_of(counts).tolist() == [0, 1, 2, 2, 3, 8, 9, 9, 9, 9]  # one bin above 500
-    data = _users_with({1: 5, 3: 2, 501: 1})
-    assert user_count_bins(data, *wgm.user_items_space()).tolist() == [5, 0, 2, 0, 0, 0, 0, 0, 0, 1]
+    counts = np.array([1, 2, 3, 5, 6, 200, 201, 500, 501, 10**6])
+    assert bin_of(counts).tolist() == [0, 1, 2, 2, 3, 7, 8, 8, 8, 8]  # one bin above 200
+    data = _users_with({1: 5, 3: 2, 201: 1})
+    assert user_count_bins(data, *wgm.user_items_space()).tolist() == [5, 0, 2, 0, 0, 0, 0, 0, 1]
 
 
 @pytest.mark.parametrize(
     ("bins", "expected"),
     [
-        ([75, 25, 0, 0, 0, 0, 0, 0, 0, 0], 1),  # three quarters hold one item
-        ([74, 26, 0, 0, 0, 0, 0, 0, 0, 0], 2),
-        ([50, 47, 3, 0, 0, 0, 0, 0, 0, 0], 2),  # 3% above 2: within the tail share
-        ([50, 46, 4, 0, 0, 0, 0, 0, 0, 0], 5),
-        ([0, 0, 0, 0, 0, 0, 0, 0, 97, 3], 500),  # 3% above 500
-        ([0, 0, 0, 0, 0, 0, 0, 0, 96, 4], 1000),  # nobody fits up to 500: the last grid point
-        ([0] * 10, 1),  # no users: Δ0 = 1
-        ([-5, -3, 0, 0, 0, 0, 0, 0, 0, -1], 1),  # noise below 0 everywhere
-        # tails sum the noisy bins as drawn: the -20 offsets the bins above 100 (n sums the clamped bins: 90)
-        ([10, 10, 10, 10, 10, 10, 10, 10, 10, -20], 100),
-        ([-30, 10, 10, 10, 10, 10, 10, 10, 10, 10], 1000),  # a negative bin 0 counts as 0 in the single share
+        ([75, 25, 0, 0, 0, 0, 0, 0, 0], 1),  # three quarters hold one item
+        ([74, 26, 0, 0, 0, 0, 0, 0, 0], 2),  # nobody above 2
+        # a step from g to g' pays when more than ROOT_COST·(√g' − √g) of the users are in between:
+        ([500, 497, 3, 0, 0, 0, 0, 0, 0], 2),  # 0.3% above 2, below 0.0045·(√5 − √2) = 0.37%
+        ([500, 496, 4, 0, 0, 0, 0, 0, 0], 5),  # 0.4% above 2
+        ([0, 0, 0, 0, 0, 0, 0, 97, 3], 200),  # 3% above 200, below 0.0045·(√500 − √200) = 3.7%
+        ([0, 0, 0, 0, 0, 0, 0, 96, 4], 500),  # 4% above 200
+        ([0] * 9, 1),  # no users: Δ0 = 1
+        ([-5, -3, 0, 0, 0, 0, 0, 0, -1], 1),  # noise below 0 everywhere
+        # tails sum the noisy bins as drawn: the -20 makes the tails above 100 and 200 negative (n sums the
+        # clamped bins: 80), and 200 scores least
+        ([10, 10, 10, 10, 10, 10, 10, 10, -20], 200),
+        ([-30, 10, 10, 10, 10, 10, 10, 10, 10], 500),  # a negative bin 0 counts as 0 in the single share
     ],
 )
 def test_rule_on_exact_bins(bins: list[int], expected: int) -> None:
@@ -163,13 +165,14 @@ def test_rule_on_exact_bins(bins: list[int], expected: int) -> None:
     [
         ({1: 100_000, 2: 10_000}, 1),  # 91% hold one item
         ({3: 90_000, 40: 10_000}, 50),  # 10% above 20, none above 50
-        ({1: 100_000, 2: 80_000, 7: 16_000, 15: 4_000}, 10),  # 2% above 10, 10% above 5
+        ({1: 100_000, 2: 80_000, 7: 19_800, 15: 200}, 10),  # 0.1% above 10, 10% above 5
     ],
 )
 def test_rule_under_the_default_noise(sizes: dict[int, int], expected: int) -> None:
     # the bins of 10^5 to 2·10^5 users at the default budget (discrete Laplace of scale b = 50 users per bin, a
-    # standard deviation of about 71; a tail sums at most 8 bins, about 200): the rule returns the noise-free answer
-    # in at least 195 of 200 draws (every margin is at least 2000 users, 10 standard deviations of a tail)
+    # standard deviation of about 71; a tail sums at most 7 bins, about 190): the rule returns the noise-free answer
+    # in at least 195 of 200 draws (the score of the answer is below every other by at least 980 users' share, over
+    # 10 standard deviations of the bins between the two tails)
     bins = np.zeros(BINS, dtype=np.int64)
     np.add.at(bins, bin_of(np.array(list(sizes))), np.array(list(sizes.values())))
     assert choose_max_contributions(bins) == expected

@@ -24,7 +24,18 @@ from opendp_wgm.measurements.two_stage import make_two_stage
 from opendp_wgm.privacy.calibrate import calibrate_dp_sips
 from opendp_wgm.privacy.peeling import TOP_K, USER_PEELING, add_up, peeling_loss
 from opendp_wgm.privacy.sips import dp_sips_privacy_loss
+from tests import release_paths
 
+#: DP-SIPS's rows of tests/release_paths.py's table (tests/test_release_failures.py runs them on adversarial data)
+RELEASE_PATHS = {
+    "make_dp_sips": release_paths.measure(wgm.make_dp_sips, max_contributions=3, scales=[0.5, 0.5], thresholds=[3.0, 1.5]),
+    "make_dp_sips_from_budget": release_paths.from_budget(
+        wgm.make_dp_sips_from_budget, max_contributions=3, epsilon=20.0, delta=1e-3
+    ),
+    "make_dp_sips_from_budget (auto)": release_paths.from_budget(
+        wgm.make_dp_sips_from_budget, max_contributions="auto", epsilon=20.0, delta=1e-3
+    ),
+}
 ZCDP = dp.approximate(dp.zero_concentrated_divergence())
 APPROX_DP = dp.approximate(dp.max_divergence())
 TINY = 1e-7  # σ with no noise to speak of: the release is the thresholded histogram

@@ -46,6 +46,25 @@ def test_calibration_passes_its_own_map() -> None:
         assert smaller[0] > d_out[0] or smaller[1] > 1e-6
 
 
+@pytest.mark.parametrize("budget", [{"epsilon": 1.0}, {"rho": 0.5}])
+def test_calibration_on_another_constructors_map(budget: dict) -> None:
+    """``privacy_map``: the WGM's σ search, then the smallest T that fits the given map. A map that prices a
+    threshold one lower (its release is the WGM's at T - 1) gets the WGM's σ and a T one higher, to the lattice."""
+
+    def shifted(d_in: int, *, threshold: float, **fixed: object) -> tuple[float, float]:
+        return wgm_privacy_loss(d_in, threshold=threshold - 1.0, **fixed)  # type: ignore[arg-type]
+
+    wgm = calibrate_wgm(max_contributions=100, delta=1e-5, **budget)
+    assert calibrate_wgm(max_contributions=100, delta=1e-5, privacy_map=wgm_privacy_loss, **budget) == wgm
+    other = calibrate_wgm(max_contributions=100, delta=1e-5, privacy_map=shifted, **budget)
+    assert other.scale == wgm.scale and other.noise_delta == wgm.noise_delta
+    assert other.threshold == pytest.approx(wgm.threshold + 1.0, abs=2 * 2.0**-20)
+    loss = shifted(1, scale=other.scale, threshold=other.threshold, max_contributions=100, epsilon=other.epsilon)
+    assert loss[0] <= next(iter(budget.values())) and loss[1] <= 1e-5
+    below = shifted(1, scale=other.scale, threshold=other.threshold - 2.0**-19, max_contributions=100, epsilon=other.epsilon)
+    assert below[1] > 1e-5  # the smallest: two lattice steps lower does not fit
+
+
 def test_calibration_noise_split() -> None:
     a = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5, noise_delta_fraction=0.9)
     b = calibrate_wgm(max_contributions=100, epsilon=1.0, delta=1e-5, noise_delta_fraction=0.1)

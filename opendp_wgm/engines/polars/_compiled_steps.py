@@ -45,18 +45,26 @@ _cold_import_deferred = False
 
 
 @contextmanager
+def _switched_on(switch: str) -> Iterator[None]:
+    """Within this block, this module's process-wide boolean ``switch`` (:data:`_cold_import_deferred`,
+    :data:`_numba_withheld`) is on; its value before is restored on exit, so blocks nest."""
+    before = globals()[switch]
+    globals()[switch] = True
+    try:
+        yield
+    finally:
+        globals()[switch] = before
+
+
+@contextmanager
 def no_cold_compiled_import() -> Iterator[None]:
     """Within this block, :func:`kernel_jit` and :func:`peel_jit` return ``None`` (the Polars plans run: the same
     release, bit for bit) unless their module is imported already: Numba and the compiled steps' cached code
     are not loaded. Importing them costs 0.4 to 0.9 s, more than the compiled steps save on a small input
     (10^5 rows: 0.04 s either way). For a caller that owns its process and knows its input is small: the
     ``opendp-wgm`` command (:mod:`opendp_wgm.cli._startup`). Which path runs is decided as always otherwise."""
-    global _cold_import_deferred  # noqa: PLW0603 - one process-wide switch, restored on exit
-    before, _cold_import_deferred = _cold_import_deferred, True
-    try:
+    with _switched_on("_cold_import_deferred"):
         yield
-    finally:
-        _cold_import_deferred = before
 
 
 def import_deferred() -> bool:
@@ -86,12 +94,8 @@ def without_numba() -> Iterator[None]:
     """Within this block, every compiled step declines as if Numba were not installed (:data:`Numba.ABSENT`): the
     Polars plans and paths run, the same release bit for bit. For tests and benchmarks that compare the paths
     of one process; :func:`opendp_wgm.kernel.plan_for` takes the state as an argument too."""
-    global _numba_withheld  # noqa: PLW0603 - one process-wide switch, restored on exit
-    before, _numba_withheld = _numba_withheld, True
-    try:
+    with _switched_on("_numba_withheld"):
         yield
-    finally:
-        _numba_withheld = before
 
 
 def numba_state() -> Numba:
