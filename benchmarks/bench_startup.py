@@ -40,7 +40,7 @@ def median_seconds(argv: list[str], runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False)
+        subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False, cwd=ROOT)  # -m: this package
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -66,8 +66,20 @@ def _write_release_data(path: Path, rows: int) -> None:
 
 def _seconds(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False)
+    subprocess.run([sys.executable, *argv], env=env, capture_output=True, check=False, cwd=ROOT)  # -m: this package
     return time.perf_counter() - start
+
+
+def _bytecode() -> str:
+    """Whether the processes reuse the package's compiled bytecode, as an installed package does (pip compiles
+    it at install): with ``PYTHONDONTWRITEBYTECODE`` set and no ``__pycache__``, every process compiles each of
+    the package's modules it imports again (0.05-0.15 s of a release; other packages have theirs)."""
+    import importlib.util
+
+    cached = Path(importlib.util.cache_from_source(str(ROOT / "opendp_wgm" / "cli" / "__init__.py"))).exists()
+    if cached or not sys.flags.dont_write_bytecode:
+        return "package bytecode cached"
+    return "package bytecode not cached (PYTHONDONTWRITEBYTECODE): compiled from source in every process"
 
 
 def release_cases(runs: int, rows: int) -> None:
@@ -90,6 +102,7 @@ def release_cases(runs: int, rows: int) -> None:
             return time.perf_counter() - start
 
         job()  # warm-up: the imports
+        _seconds(["-m", "opendp_wgm.cli", *argv], env)  # and the bytecode, where it is cached (see _bytecode)
         times: dict[str, list[float]] = {"discover": [], "import polars": [], "job": []}
         for _ in range(runs):
             times["discover"].append(_seconds(["-m", "opendp_wgm.cli", *argv], env))
@@ -98,7 +111,7 @@ def release_cases(runs: int, rows: int) -> None:
     med = {name: statistics.median(values) for name, values in times.items()}
     floor = med["import polars"] + med["job"]
     print(f"\na release: discover on {rows:,} Parquet rows (String users, shuffled); median over {runs} runs "
-          f"(load average {os.getloadavg()[0]:.2f})")
+          f"(load average {os.getloadavg()[0]:.2f}); {_bytecode()}")
     lines = [
         ("opendp-wgm discover data.parquet", f"{med['discover']:>8.3f}   goal <= {RELEASE_SECONDS_GOAL} s"),
         ('python -c "import polars"', f"{med['import polars']:>8.3f}"),

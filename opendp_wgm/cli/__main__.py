@@ -2,6 +2,6 @@
 
 import sys
 
-from opendp_wgm.cli import main
+from opendp_wgm.cli import _console
 
-sys.exit(main())
+sys.exit(_console())

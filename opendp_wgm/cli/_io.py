@@ -92,9 +92,20 @@ def _header(path: Path, separator: str) -> list[str | None]:
 
 
 def _parquet_names(path: Path) -> list[str]:
-    """The column names a Parquet file's schema states (duplicates kept: Polars' schema drops them)."""
-    import pyarrow.parquet as pq  # installed with opendp[polars]
+    """The column names a Parquet file's schema states (duplicates kept: Polars' schema drops them), from its
+    footer (:mod:`._parquet_footer`, no pyarrow); pyarrow only reads a footer that reader does not know."""
+    from opendp_wgm.cli._parquet_footer import parquet_column_names
 
+    try:
+        return parquet_column_names(path)
+    except OSError:  # unreadable: the scan reports it
+        return []
+    except ValueError:
+        pass
+    try:
+        import pyarrow.parquet as pq  # installed with opendp[polars]
+    except ImportError:  # pragma: no cover - not Parquet as far as we can tell: the scan reports it
+        return []
     try:
         return list(pq.read_schema(path).names)
     except (OSError, ValueError):  # not Parquet: the scan reports it

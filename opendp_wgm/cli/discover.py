@@ -97,7 +97,6 @@ def _add_mechanism_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     """Release and report; the heavy imports (OpenDP, NumPy, the measurements) happen here, not at parse time."""
-    from opendp_wgm import metrics
     from opendp_wgm.cli._auto import refuse_auto
     from opendp_wgm.cli._errors import CLIError
     from opendp_wgm.cli._report import (
@@ -111,9 +110,6 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         _wgm_line,
     )
     from opendp_wgm.domains import user_items_space
-    from opendp_wgm.measurements import make_dp_sips, make_partition_selection, make_wgm
-    from opendp_wgm.measurements.dp_sips import dp_sips_arguments
-    from opendp_wgm.measurements.wgm import wgm_arguments
     from opendp_wgm.privacy.calibrate import DPSIPSCalibration, WGMCalibration, calibrate_dp_sips, calibrate_wgm
 
     budget = _budget(args)
@@ -121,7 +117,11 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
     execution = _execution(args)
     rounds, ratio = _sips_options(args, sips=args.mechanism == "dp-sips", when="--mechanism dp-sips")
 
+    # each plan imports its own mechanism (the facade imports its module only): a release imports only the one it runs
     def plan_sips() -> _Plan:
+        from opendp_wgm.measurements import make_dp_sips
+        from opendp_wgm.measurements.dp_sips import dp_sips_arguments
+
         # calibrate once: the measurement is built from this calibration, which the report also prints
         # the constructor's default: the adaptive schedule unless --rounds/--ratio give one
         calibration = calibrate_dp_sips(**budget.kwargs(), rounds=rounds, ratio=ratio, adaptive=None)
@@ -135,6 +135,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan(name, measurement, [*lines, execution.line()], curve=calibration, outcome=outcome)
 
     def plan_partition_selection() -> _Plan:
+        from opendp_wgm.measurements import make_partition_selection
+
         refuse_auto(budget, "--mechanism partition-selection (one item per user)")
         if budget.epsilon is None:
             raise CLIError("--mechanism partition-selection needs --epsilon: it is (ε, δ)-DP, with no zCDP statement")
@@ -191,6 +193,9 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
             return plan_sips()
         if args.mechanism == "partition-selection":
             return plan_partition_selection()
+        from opendp_wgm.measurements import make_wgm
+        from opendp_wgm.measurements.wgm import wgm_arguments
+
         calibration = calibrate_wgm(**budget.kwargs())
         measurement = make_wgm(
             *user_items_space(args.user, args.item), **wgm_arguments(calibration, noise=noise, **execution.kwargs())
@@ -199,6 +204,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO, stderr: TextIO) -> int:
         return _Plan("WGM", measurement, [f"  calibration   {line}", execution.line()], curve=calibration)
 
     def evaluate(data: pl.DataFrame, released: pl.DataFrame) -> list[str]:
+        from opendp_wgm import metrics  # the demo's only
+
         distinct = data.get_column(args.item).n_unique()
         mm = metrics.missing_mass(data, released, user=args.user, item=args.item)
         return [_not_private("demo data", f"{distinct:,} distinct items; missing mass of the release = {mm:.4f}")]

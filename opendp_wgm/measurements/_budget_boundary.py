@@ -12,7 +12,6 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._spaces import _assert_features
-from opendp_wgm.measurements.auto_contributions import auto_from_budget
 from opendp_wgm.privacy.auto import check_max_contributions_or_auto
 
 __all__: list[str] = []
@@ -57,6 +56,8 @@ def budget_boundary(
             if max_contributions != "auto":
                 given["max_contributions"] = max_contributions
                 return make(*bound.args, **bound.kwargs)
+            from opendp_wgm.measurements.auto_contributions import auto_from_budget  # only for "auto"
+
             options = {name: value for name, value in given.items() if name not in _BUDGET_ARGUMENTS}
             return auto_from_budget(
                 candidate or constructor, given["input_domain"], given["input_metric"], delta=given["delta"],

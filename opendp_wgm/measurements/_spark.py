@@ -8,12 +8,18 @@ options that only the Polars engine reads are refused on Spark, with the reason,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import opendp.prelude as dp
 
-from opendp_wgm.engines.spark import SparkUserItemsDescriptor, spark_descriptor
+if TYPE_CHECKING:
+    from opendp_wgm.engines.spark import SparkUserItemsDescriptor
+
+#: The Spark engine's module: a Spark space's descriptor is an instance of a class it defines, so none exists in a
+#: process that has not imported it (a Polars release need not import it: ``docs/performance.md``, "Start-up").
+_SPARK_ENGINE = "opendp_wgm.engines.spark"
 
 #: The Polars-only options of the constructors: their default (the only value Spark accepts) and why.
 _POLARS_ONLY: dict[str, tuple[Any, str]] = {
@@ -42,9 +48,10 @@ def spark_space(
     :data:`_POLARS_ONLY`: ``noise``, ``passes``, ``engine``) must have its default; anything else raises a
     ``ValueError`` that says why the option does not apply.
     """
-    if _LAST_POLARS and _LAST_POLARS[0] is input_domain:
+    engine = sys.modules.get(_SPARK_ENGINE)
+    if engine is None or (_LAST_POLARS and _LAST_POLARS[0] is input_domain):
         return None
-    space = spark_descriptor(input_domain, input_metric)
+    space: SparkUserItemsDescriptor | None = engine.spark_descriptor(input_domain, input_metric)
     if space is None:
         _LAST_POLARS[:] = [input_domain]
         return None

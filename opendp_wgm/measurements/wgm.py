@@ -27,7 +27,6 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_choice, _check_d_in, _check_execution, _check_positive, _check_real
 from opendp_wgm.engines.polars import WEIGHT_LAT, release_above_threshold
-from opendp_wgm.engines.spark import wgm_function
 from opendp_wgm.measurements._budget_boundary import budget_boundary
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION
@@ -302,6 +301,8 @@ def make_wgm(
     _check_lattice_scale(epsilon, scale)
     spark = spark_space(input_domain, input_metric, item=item, noise=noise, passes=passes, engine=engine)
     if spark is not None:  # steps 1–4 as Spark plans (opendp_wgm.engines.spark), with make_noisy_threshold's map
+        from opendp_wgm.engines.spark import wgm_function  # imported: the space is a Spark one
+
         function = wgm_function(spark, max_contributions, scale, threshold)
         privacy_map = wgm_privacy_map(
             scale=scale, threshold=threshold, max_contributions=max_contributions, epsilon=epsilon

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpmath import MPContext
 
 from opendp_wgm._validation import (
     _check_d_in,
@@ -68,13 +73,28 @@ def analytic_gaussian_delta(epsilon: float, scale: float, sensitivity: float = 1
 _HUGE_ARGUMENT = 1e100
 
 
+#: One mpmath context per thread, private to this module (no global mpmath state is read or changed).
+_CONTEXTS = threading.local()
+
+
+def _private_context() -> MPContext:
+    """This thread's private mpmath context. Building one wraps its ~200 functions (0.5 ms): a fresh one per
+    evaluation was 40 ms of a calibration's 60 evaluations. Its only state is the precision, which every use
+    sets first."""
+    ctx: MPContext | None = getattr(_CONTEXTS, "ctx", None)
+    if ctx is None:
+        from mpmath import MPContext
+
+        ctx = _CONTEXTS.ctx = MPContext()
+    return ctx
+
+
 @lru_cache(maxsize=4096)
 def _gaussian_delta_up(epsilon: float, scale: float, sensitivity: float) -> float:
     """:func:`analytic_gaussian_delta` on checked inputs: an upper bound within 2^-50 relative of the value."""
-    from mpmath import MPContext
     from mpmath.libmp import round_ceiling, to_float
 
-    ctx = MPContext()  # private context: no global mpmath state
+    ctx = _private_context()
     prec = 128
     while True:
         ctx.prec = prec

@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import ndtr, ndtri
 
 from opendp_wgm._validation import _check_d_in, _check_int, _check_positive, _check_probability, _check_real
+from opendp_wgm.privacy._normal import _normal_cdf, _normal_quantile_guess, _upper_tail_bound
 
 __all__ = [
     "LATTICE_BITS",
@@ -53,8 +53,8 @@ def check_max_contributions(max_contributions: object) -> int:
     """Δ0: an integer in [1, :data:`MAX_CONTRIBUTIONS`]."""
     return _check_int("max_contributions", max_contributions, minimum=1, maximum=MAX_CONTRIBUTIONS)
 
-# Relative inflation of every float-evaluated delta. scipy's ndtr / log_ndtr are accurate to a few ulp
-# (~1e-15 relative); 1e-12 covers them with a factor >100 and changes no threshold visibly.
+# Relative inflation of every float-evaluated delta: covers the C library's erfc (a few ulp), the rounding of
+# the gap (relative <= 1.6e-13, docs/privacy.md "Floating point in the maps") and log1p/expm1; no threshold moves.
 _DELTA_INFLATION = 1.0 + 1e-12
 
 
@@ -111,7 +111,7 @@ def _release_probability_bound(weight: np.ndarray | float, scale: float, thresho
     """
     with np.errstate(over="ignore"):  # a tiny σ sends the gap to ±inf: q = 0 or 1, as it should
         gap = (_threshold_on_lattice(threshold) - np.asarray(weight, dtype=float)) / scale
-    return np.where(gap >= 0, ndtr(-gap), 1.0)
+    return np.where(gap >= 0, _upper_tail_bound(np.maximum(gap, 0.0)), 1.0)
 
 
 def wgm_threshold_delta(
@@ -210,7 +210,7 @@ def _release_probability_lat(
     :func:`release_probability`'s continuity-corrected normal tail (the benchmarks' expected missing mass)."""
     unit = 2.0**LATTICE_BITS
     gap = weights_lat.astype(np.float64) - (math.floor(threshold * unit) + 0.5)  # S - F - 1/2, lattice units
-    result: NDArray[np.float64] = ndtr(gap / (scale * unit))
+    result: NDArray[np.float64] = _normal_cdf(gap / (scale * unit))
     return result
 
 
@@ -283,7 +283,7 @@ def users_for_probability(
     scale, threshold, items_per_user = _check_curve(scale, threshold, items_per_user)
     unit = 2.0**LATTICE_BITS
     weight = int(_weights_at(np.array([items_per_user], dtype=np.int64))[0])
-    guess = (math.floor(threshold * unit) + 0.5 + scale * unit * float(ndtri(probability))) / weight
+    guess = (math.floor(threshold * unit) + 0.5 + scale * unit * _normal_quantile_guess(probability)) / weight
     c = max(1, math.ceil(guess) - 1)
     while _release_probability(np.array([c], dtype=np.int64), scale, threshold, items_per_user)[0] < probability:
         c += 1  # one or two steps: the guess is within rounding of the answer
