@@ -217,3 +217,47 @@ def test_the_spark_engine_declares_no_constructor() -> None:
         for target in (node.targets if isinstance(node, ast.Assign) else [node])
     ]
     assert [name for name in declared if name.lstrip("_").startswith(("make_", "then_"))] == []
+
+
+def _lazy_facades() -> list[Path]:
+    return [
+        path for path in SOURCES if "= _lazy_exports(__name__" in path.read_text(encoding="utf-8")
+    ]
+
+
+def _literal(tree: ast.Module, name: str) -> object:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return ast.literal_eval(node.value) if node.value is not None else None
+    raise AssertionError(f"no literal {name}")
+
+
+@pytest.mark.parametrize("path", _lazy_facades(), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_a_lazy_facade_lists_each_name_once_in_all_three_places(path: Path) -> None:
+    """A lazy facade (PEP 562) names each public name three times: its ``TYPE_CHECKING`` import (what type
+    checkers and the layering checks above read), ``_EXPORTS`` (what runs) and ``__all__``. They must agree, or
+    a name type-checks but fails at run time (or the layering test reads a module the facade never imports)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    exports = _literal(tree, "_EXPORTS")
+    public = _literal(tree, "__all__")
+    assert isinstance(exports, dict) and isinstance(public, list)
+    checked: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and inner.module:
+                    checked.update({alias.asname or alias.name: inner.module for alias in inner.names})
+    assert sorted(public) == sorted(exports), "__all__ and _EXPORTS name different sets"
+    assert len(set(public)) == len(public), "a name stands twice in __all__"
+    assert checked == exports, "the TYPE_CHECKING import and _EXPORTS disagree on a name's module"
+
+
+@pytest.mark.parametrize("path", _lazy_facades(), ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_a_lazy_facade_resolves_every_name(path: Path) -> None:
+    import importlib
+
+    module = importlib.import_module(_module_name(path))
+    for name in module.__all__:
+        assert getattr(module, name) is getattr(importlib.import_module(module._EXPORTS[name]), name)
