@@ -262,6 +262,11 @@ def _fresh_name(base: str, taken: set[str]) -> str:
     return name
 
 
+def _quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier (backquoted, its backquotes doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _kept_items(frame: DataFrame, space: SparkUserItemsDescriptor, max_contributions: int) -> tuple[DataFrame, str]:
     """Steps 1–2 as one aggregation by user: a lazy plan of (user, ``kept``), ``kept`` the array of the user's
     min(t, Δ0) kept distinct items, and the name of that column.
@@ -273,21 +278,19 @@ def _kept_items(frame: DataFrame, space: SparkUserItemsDescriptor, max_contribut
     aggregation itself does (Spark's object hash aggregate sorts by user once a task holds many users), only heavy
     users' arrays are sorted, each on its own.
     """
-    sql = _pyspark()
-    functions = sql.functions
+    functions = _pyspark().functions
     user, item = space.user, space.item
-    kept, key, value = (_fresh_name(f"__wgm_{n}", {user, item}) for n in ("kept", "key", "value"))
+    kept = _fresh_name("__wgm_kept", {user, item})
+    x = _fresh_name("__wgm_x", {user.lower(), item.lower()})  # a lambda variable shadows columns of any case
     # 128 secret bits from the OS, fed to xxhash64 before the row's values (Spark's hash chains its inputs)
-    seeds = [functions.lit(secrets.randbits(64) - 2**63).cast("bigint") for _ in range(2)]
-    items = functions.col(kept)
-
-    def keyed(x: Any) -> Any:
-        return functions.struct(functions.xxhash64(*seeds, functions.col(user), x).alias(key), x.alias(value))
-
-    sampled = functions.slice(
-        functions.transform(functions.array_sort(functions.transform(items, keyed)), lambda pair: pair[value]),
-        1,
-        max_contributions,
+    s1, s2 = (f"CAST({secrets.randbits(64) - 2**63} AS BIGINT)" for _ in range(2))
+    items, var = _quoted(kept), _quoted(x)
+    # one SQL expression, not a tree of Column calls: each Column call is a round trip to the JVM, and on small
+    # inputs building the plan that way cost as much as running it
+    bounded = functions.expr(
+        f"CASE WHEN size({items}) <= {max_contributions} THEN {items} ELSE slice(transform(array_sort(transform("
+        f"{items}, {var} -> named_struct('k', xxhash64({s1}, {s2}, {_quoted(user)}, {var}), 'v', {var}))), "
+        f"{var} -> {var}.v), 1, {max_contributions}) END"
     )
     sets = (
         frame.select(user, item)
@@ -295,7 +298,6 @@ def _kept_items(frame: DataFrame, space: SparkUserItemsDescriptor, max_contribut
         .groupBy(user)
         .agg(functions.collect_set(item).alias(kept))
     )
-    bounded = functions.when(functions.size(items) <= max_contributions, items).otherwise(sampled)
     return sets.select(user, bounded.alias(kept)), kept
 
 
@@ -324,7 +326,7 @@ def lattice_histogram_plan(frame: DataFrame, space: SparkUserItemsDescriptor, ma
     functions = _pyspark().functions
     item = space.item
     weight = _fresh_name("__wgm_weight", {space.user, item})
-    table = functions.array(*[functions.lit(int(w)).cast("bigint") for w in lattice_weights(max_contributions)])
+    table = functions.expr(f"array({', '.join(f'{int(w)}L' for w in lattice_weights(max_contributions))})")
     sets, kept = _kept_items(frame, space, max_contributions)
     weights = functions.element_at(table, functions.size(kept)).alias(weight)
     return (

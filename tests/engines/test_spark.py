@@ -108,6 +108,20 @@ def test_bound_rows_keep_a_subset_of_at_most_max_contributions(spark, ws, engine
     assert sum(r[1] for r in spark_hist) == sum(polars_histogram(frame, 5).values())
 
 
+@pytest.mark.parametrize("user", ["__WGM_X", "user id"])
+def test_bound_quotes_the_user_column_in_its_sql_expression(spark, ws, engine, user) -> None:
+    """The per-user bound is one SQL expression naming the user column: a name with a space, or the expression's
+    lambda variable in another case (which would shadow the column), still keeps min(t, Δ0) items per user."""
+    frame = wgm.datasets.synthetic_zipf(n_users=50, items_per_user=30, seed=3)
+    sdf = to_spark(spark, frame, "u long, item long").withColumnRenamed("u", user)
+    space = ws.SparkUserItemsDescriptor(user=user)
+    bounded = pl.DataFrame(engine.bound_plan(sdf, space, 5).collect(), schema=["user", "item"], orient="row")
+    expected = frame.unique().group_by("user").agg(n=pl.len().clip(upper_bound=5))
+    kept = bounded.group_by("user").agg(k=pl.len())
+    assert expected.join(kept, on="user").select((pl.col("n") == pl.col("k")).all()).item()
+    assert bounded.join(frame.unique(), on=["user", "item"], how="anti").height == 0
+
+
 @pytest.mark.parametrize(("ddl", "dtype"), [("user long, item string", pl.String), ("user string, item int", pl.Int32)])
 def test_no_noise_release_equals_polars(spark, ws, ddl, dtype) -> None:
     frame = small_users_frame()
