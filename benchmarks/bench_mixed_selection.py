@@ -70,7 +70,8 @@ def _rest(used: float, total: float) -> float:
 def _check_composed(first: dp.Measurement, second: dp.Measurement) -> None:
     """The two rounds' maps at d_in = 1 sum to at most (ε, δ) (basic composition)."""
     (eps1, delta1), (eps2, delta2) = first.map(1), second.map(1)
-    assert eps1 + eps2 <= EPSILON and delta1 + delta2 <= DELTA, ((eps1, delta1), (eps2, delta2))
+    assert eps1 + eps2 <= EPSILON, (eps1, eps2)
+    assert delta1 + delta2 <= DELTA, (delta1, delta2)
 
 
 def make_mixed(fraction: float, max_contributions: int) -> MixedDesign:
@@ -87,7 +88,7 @@ def make_mixed(fraction: float, max_contributions: int) -> MixedDesign:
     return design
 
 
-def second_round(measurement: dp.Measurement, data: pl.DataFrame, first: pl.DataFrame) -> pl.DataFrame:
+def second_round(measurement: Release, data: pl.DataFrame, first: pl.DataFrame) -> pl.DataFrame:
     """The union of ``first`` (round 1's released items) and ``measurement``'s release on the data without them."""
     rest = data.join(first.select("item"), on="item", how="anti")
     return pl.concat([first.select("item"), measurement(rest).select("item")])
@@ -103,7 +104,9 @@ def columns(fractions: Sequence[float]) -> list[str]:
     return ["partition selection", "WGM", "DP-SIPS", *mixed]
 
 
-def measure(data: pl.DataFrame, max_contributions: int, fractions: Sequence[float], trials: int) -> list[tuple[float, float]]:
+def measure(
+    data: pl.DataFrame, max_contributions: int, fractions: Sequence[float], trials: int
+) -> list[tuple[float, float]]:
     """Mean and standard error of the missing mass of each column of :func:`columns`, over ``trials`` trials."""
     space = wgm.user_items_space()
     budget = {"epsilon": EPSILON, "delta": DELTA}
@@ -119,7 +122,8 @@ def measure(data: pl.DataFrame, max_contributions: int, fractions: Sequence[floa
         trial = [wgm.metrics.missing_mass(truth, release(data)) for release in alone]
         for design in designs:
             first = design.selection(data)
-            trial += [wgm.metrics.missing_mass(truth, second_round(m, data, first)) for m in (design.wgm, design.dp_sips)]
+            for second in (design.wgm, design.dp_sips):
+                trial.append(wgm.metrics.missing_mass(truth, second_round(second, data, first)))
         for column, loss in zip(losses, trial, strict=True):
             column.append(loss)
     return [_mean_se(column) for column in losses]
@@ -131,7 +135,7 @@ def _load_average() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help=f"shared data folder (default: {DEFAULT_DATA})")
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help=f"data folder (default: {DEFAULT_DATA})")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--fractions", default=",".join(f"{f:g}" for f in FRACTIONS), help="round 1's shares f")
     parser.add_argument("--l0", type=int, default=None, help="round 2's Δ0 on every data set (default: BEST_L0)")
@@ -143,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     dp.enable_features("contrib", "honest-but-curious")
     start = time.perf_counter()
     heads = columns(fractions)
-    print(f"missing mass at ε = {EPSILON:g}, δ = {DELTA:g}, mean ± s.e. of {args.trials} trials; load average {_load_average()}\n")
+    print(f"missing mass at ε = {EPSILON:g}, δ = {DELTA:g}, mean ± s.e. of {args.trials} trials", end="; ")
+    print(f"load average {_load_average()}\n")
     print("| data set | items per user | Δ0 = g | " + " | ".join(heads) + " |")
     print("|---|---|---|" + "---|" * len(heads))
     for name in args.datasets.split(","):
@@ -155,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         per_user = data.height / data["user"].n_unique()
         cells = measure(data, l0, fractions, args.trials)
-        print(f"| {name} | {per_user:.2f} | {l0} | " + " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in cells) + " |", flush=True)
+        text = " | ".join(f"{m:.4f} ± {s:.4f}" for m, s in cells)
+        print(f"| {name} | {per_user:.2f} | {l0} | {text} |", flush=True)
     print(f"\nwall time {time.perf_counter() - start:.0f} s; load average {_load_average()}")
     return 0
 
