@@ -1,6 +1,6 @@
 """Replay the choice of ``max_contributions="auto"`` against measured fixed-Δ0 curves (``docs/auto.md``):
 ``python benchmarks/replay_auto_rule.py [--data DIR] [--fixed CSV] [--reduced CSV] [--fractions 0.01,0.015,0.02]
-[--draws N]``.
+[--draws N] [--designs current,tail,previous,earlier,gaussian]``.
 
 A 5-trial results table (``docs/results.md``) is itself noisy; this replay estimates how often each design of the
 choice misses the issue's targets without rerunning the mechanisms. For each data set it takes the exact
@@ -22,7 +22,9 @@ Designs: ``current`` (the package's rule and noise: 9 bins, the last above 200, 
 score), ``tail`` (the same bins and noise, the smallest grid point with at most 3% of the users above it, 500 when
 none up to 200 is), ``previous`` (the release before: the tail rule over 10 bins, the last above 500, candidates
 up to 1000) and ``earlier`` (the first release: the discrete Gaussian at (fε, fδ), 11 bins, tails of the bins
-clamped at 0).
+clamped at 0). ``gaussian`` is a design not built (``docs/auto.md``): the package's bins and rule with discrete
+Gaussian noise of the σ_h that, composed with the WGM's own Gaussian part (1/σ² adding, as DP-SIPS's rounds do),
+costs the WGM what (1 − f)ε does, 1/σ_h² = 1/σ(ε)² − 1/σ((1 − f)ε)²: the same cost, far less noise.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from opendp_wgm.datasets import DATASETS, load
 from opendp_wgm.measurements.auto_contributions import noisy_count_bins
 from opendp_wgm.privacy.auto import GRID, SINGLE_SHARE, bin_of, choose_max_contributions, split_auto_budget
 from opendp_wgm.privacy.budget import Budget
+from opendp_wgm.privacy.calibrate import calibrate_wgm
 from opendp_wgm.privacy.gaussian import _noise_delta
 from opendp_wgm.privacy.search import smallest_passing
 
@@ -79,6 +82,11 @@ def _tail_rule(noisy: NDArray[np.float64], grid: tuple[int, ...], *, clamp: bool
 
 def _design(name: str, fraction: float, counts: NDArray[np.int64]) -> tuple[NDArray[np.int64], Rule]:
     budget = Budget.of(epsilon=1.0, delta=1e-5)
+    if name == "gaussian":
+        full, reduced = (calibrate_wgm(max_contributions=100, delta=1e-5, epsilon=e).scale for e in (1.0, 1 - fraction))
+        sigma_h = (1.0 / full**2 - 1.0 / reduced**2) ** -0.5
+        bins = np.bincount(bin_of(counts), minlength=len(GRID)).astype(np.int64)
+        return bins, lambda b: choose_max_contributions(noisy_count_bins(b, sigma_h))
     if name != "earlier":
         auto = split_auto_budget(budget, fraction)
 
