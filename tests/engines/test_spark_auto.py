@@ -320,7 +320,7 @@ def test_partition_selection_as_a_spark_key_release(spark) -> None:
         schema={"user": pl.Int64, "item": pl.String, "minutes": pl.Int64},
     )
     sdf = to_spark(spark, frame, "user bigint, item string, minutes bigint")
-    options = dict(max_contributions=1, scale=0.1, sums={"minutes": (0, 100)}, output_measure=APPROX_DP, delta=1e-6)
+    options = dict(max_contributions=1, scale=0.05, sums={"minutes": (0, 100)}, output_measure=APPROX_DP, delta=1e-6)
     spark_m = wgm.make_wgm_group_by(
         *ws.spark_user_items_space(), key_release=ws.then_partition_selection(epsilon=1.0, delta=1e-5), **options
     )
@@ -331,8 +331,9 @@ def test_partition_selection_as_a_spark_key_release(spark) -> None:
     released, expected = spark_m(sdf), polars_m(frame)
     assert released.schema == expected.schema == pl.Schema({"item": pl.String, "count": pl.Int64, "minutes_sum": pl.Float64})
     assert released["item"].to_list() == expected["item"].to_list() == ["a", "b"]
-    assert released["count"].to_list() == pytest.approx([n, n], abs=2)  # noise of scale 0.1: 20σ
-    assert released["minutes_sum"].to_list() == pytest.approx([10.0 * n] * 2, abs=20)
+    # noise of scale 0.05 on the counts (abs 1: 20σ) and 0.05·100 = 5 on the sums (abs 30: 6σ)
+    assert released["count"].to_list() == pytest.approx([n, n], abs=1)
+    assert released["minutes_sum"].to_list() == pytest.approx([10.0 * n] * 2, abs=30)
     budget = dict(max_contributions=1, epsilon=1.0, delta=1e-6, mechanism="partition-selection", sums={"minutes": (0, 100)})
     from_budget = wgm.make_wgm_group_by_from_budget(*ws.spark_user_items_space(), **budget)
     assert [from_budget.map(d) for d in (1, 2)] == [
