@@ -22,6 +22,7 @@ from opendp_wgm.measurements.auto_contributions import user_count_bins
 from opendp_wgm.privacy.auto import BINS, GRID
 from opendp_wgm.privacy.partition import release_table
 
+pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
 APPROX_DP = dp.approximate(dp.max_divergence())
