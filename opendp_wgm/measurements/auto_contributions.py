@@ -86,7 +86,8 @@ def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Met
                     item: str | tuple[str, ...] | None = None, engine: _Engine = "auto") -> NDArray[np.int64]:
     """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID`
     (:data:`~opendp_wgm.privacy.auto.BINS` = 9 bins: bin ``j < 8`` holds the users with
-    ``GRID[j-1] < count <= GRID[j]``, bin 8 those above ``GRID[7] = 200``).
+    ``GRID[j-1] < count <= GRID[j]``, bin 8 those above ``GRID[7] = 200``). On a Spark input space ``frame`` is
+    a ``pyspark.sql.DataFrame`` and Spark counts them (:func:`opendp_wgm.engines.spark_aggregates.user_count_bins`).
 
     Not private: :func:`make_auto_contributions` noises it; exposed for tests and the auditor.
     """
