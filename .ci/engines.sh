@@ -6,13 +6,13 @@
 # Two supported combinations (docs/engines.md, "Installing"):
 #   1. "engines": opendp-wgm[spark,tumult] in its own venv. Tumult Core 0.20 on Python 3.11 needs numpy < 2
 #      and pandas < 2, so this venv resolves to numpy 1.26, pandas 1.5, pyarrow 23, pyspark 3.5.
-#      Runs tests/engines/ (test_spark.py, test_spark_group_by.py, test_tumult.py, test_streaming.py; then
+#      Runs tests/engines/ (test_spark.py, test_spark_group_by.py, test_spark_auto.py, test_tumult.py, test_streaming.py; then
 #      test_spark_cluster.py in its own process: a local-cluster Spark, executors in their own JVMs and Python
 #      workers) and
 #      tutorials/04_engines.ipynb.
 #   2. "spark-numpy2": the main environment (numpy 2, run `pip install -e .` first) plus pyspark 3.5 and
-#      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py and
-#      tests/engines/test_spark_group_by.py.
+#      pandas 2, in a venv that sees the main site-packages. Runs tests/engines/test_spark.py,
+#      tests/engines/test_spark_group_by.py and tests/engines/test_spark_auto.py.
 #
 # Environment: ENGINES_VENV (default /tmp/venv-engines), SPARK_VENV (default /tmp/venv-spark-numpy2),
 # ENGINES_SKIP_NUMPY2=1 to run combination 1 only. Needs Java 17 (`java` on PATH or JAVA_HOME).
@@ -48,7 +48,7 @@ print("engines venv:", ", ".join(f"{n} {version(n)}" for n in names))
 EOF
 # the engine tests must run here, not skip: -rs lists skips and the grep fails the job on any
 "$ENGINES_VENV/bin/python" -m pytest tests/engines/test_spark.py tests/engines/test_spark_group_by.py \
-    tests/engines/test_tumult.py tests/engines/test_streaming.py \
+    tests/engines/test_spark_auto.py tests/engines/test_tumult.py tests/engines/test_streaming.py \
     -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-pytest.log
 if grep -q "^SKIPPED" /tmp/engines-pytest.log; then
     echo "engines.sh: engine tests were skipped in the engines venv" >&2
@@ -76,7 +76,7 @@ if [ "${ENGINES_SKIP_NUMPY2:-0}" != "1" ]; then
     echo "spark-numpy2 venv: installed in $((t3 - t2)) s"
     "$SPARK_VENV/bin/python" -c "from importlib.metadata import version as v; import pyspark, opendp_wgm; print('spark-numpy2 venv:', ', '.join(n + ' ' + v(n) for n in ('numpy', 'pandas', 'pyarrow', 'polars', 'opendp', 'pyspark')))"
     "$SPARK_VENV/bin/python" -m pytest tests/engines/test_spark.py tests/engines/test_spark_group_by.py \
-        -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-numpy2-pytest.log
+        tests/engines/test_spark_auto.py -p no:cacheprovider -q -rs 2>&1 | tee /tmp/engines-numpy2-pytest.log
     if grep -q "^SKIPPED" /tmp/engines-numpy2-pytest.log; then
         echo "engines.sh: Spark tests were skipped in the numpy 2 venv" >&2
         exit 1

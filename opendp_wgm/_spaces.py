@@ -259,6 +259,7 @@ SPARK_CONSTRUCTORS = (
     "make_peeling_top_k",
     "make_user_peeling",
     "make_wgm_group_by",
+    "make_partition_selection",
 )
 
 

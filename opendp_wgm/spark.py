@@ -21,6 +21,7 @@ from opendp_wgm.measurements.hitting_set import (
     then_wgm_hitting_set,
     then_wgm_hitting_set_from_budget,
 )
+from opendp_wgm.measurements.partition_selection import make_partition_selection, then_partition_selection
 from opendp_wgm.measurements.top_k import (
     make_peeling_top_k,
     make_wgm_top_k,
@@ -34,6 +35,7 @@ __all__ = [
     "SparkUserItemsDescriptor",
     "make_dp_sips",
     "make_dp_sips_from_budget",
+    "make_partition_selection",
     "make_peeling_top_k",
     "make_user_peeling",
     "make_wgm",
@@ -45,6 +47,7 @@ __all__ = [
     "spark_user_items_space",
     "then_dp_sips",
     "then_dp_sips_from_budget",
+    "then_partition_selection",
     "then_wgm",
     "then_wgm_from_budget",
     "then_wgm_hitting_set",

@@ -18,8 +18,9 @@ steps they run, on a frame with a user column and an item column:
    (the package's exact sampler; each call keys a fresh AES-CTR generator from the executor's OS entropy), and
    only the items whose noisy sum exceeds :math:`\lfloor T 2^{20}\rfloor` leave the executors;
 
-plus what the other mechanisms read: the items of a release removed (DP-SIPS's rounds), the adaptive schedule's
-two-bin user count, the exact user counts of candidates and their (user, candidate) pairs (stage 2). Only
+plus what the other mechanisms read: the optimal partition selection (steps 1–3 at Δ0 = 1, then one exact
+Bernoulli draw per item in the executors), the items of a release removed (DP-SIPS's rounds), the adaptive
+schedule's two-bin user count, the exact user counts of candidates and their (user, candidate) pairs (stage 2). Only
 releases and counts reach the driver. The privacy maps are the measurements' own (``docs/privacy.md``); this
 module imports no measurement.
 
@@ -41,8 +42,8 @@ import polars as pl
 
 from opendp_wgm._spaces import _assert_features, _user_of_metric
 from opendp_wgm._validation import _check_columns, _check_key_columns, _check_one_item
-from opendp_wgm.engines.polars import cast_candidates, noisy_above_threshold, weights_frame
-from opendp_wgm.privacy.threshold import lattice_weights
+from opendp_wgm.engines.polars import cast_candidates, noisy_above_threshold, released_by_table, weights_frame
+from opendp_wgm.privacy.threshold import LATTICE_BITS, lattice_weights
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import numpy as np
@@ -366,17 +367,23 @@ def _item_schema(item: str, item_type: Any, column: str, column_type: Any) -> An
     return types.StructType([types.StructField(item, item_type, False), types.StructField(column, column_type, False)])
 
 
+def _collect_in_arrow(
+    histogram: DataFrame, step: Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: Any
+) -> list[Row]:
+    """Run ``step`` on the executors (``mapInArrow``: its closure is pickled to them) and collect its rows."""
+    with warnings.catch_warnings():  # pyspark builds mapInArrow on a pandas_udf and warns about its own call
+        warnings.filterwarnings("ignore", message="In Python 3.6\\+ and Spark 3.0\\+", category=UserWarning)
+        released = histogram.mapInArrow(step, schema)
+    rows: list[Row] = released.collect()
+    return rows
+
+
 def release_above_threshold(
     histogram: DataFrame, item: str, item_type: Any, *, scale: float, threshold: float
 ) -> list[Row]:
     """Noise and threshold in the executors; collect only the released (item, noisy_lat) rows."""
-    sql = _pyspark()
-    schema = _item_schema(item, item_type, _NOISY_LAT, sql.types.LongType())
-    with warnings.catch_warnings():  # pyspark builds mapInArrow on a pandas_udf and warns about its own call
-        warnings.filterwarnings("ignore", message="In Python 3.6\\+ and Spark 3.0\\+", category=UserWarning)
-        released = histogram.mapInArrow(_noise_and_threshold(item, scale, threshold), schema)
-    rows: list[Row] = released.collect()
-    return rows
+    schema = _item_schema(item, item_type, _NOISY_LAT, _pyspark().types.LongType())
+    return _collect_in_arrow(histogram, _noise_and_threshold(item, scale, threshold), schema)
 
 
 def _value(value: Any) -> Any:
@@ -412,6 +419,60 @@ def wgm_function(
 
 
 _spark_wgm_function = wgm_function  # the name the other engine modules import
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the optimal partition selection: the Δ0 = 1 histogram, then one exact Bernoulli draw per item
+
+
+def _release_by_table(
+    item: str, words: NDArray[np.uint64]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Partition selection's draws, run in the executors by ``mapInArrow``: an item of lattice sum ``n·2^20``
+    (``n`` users at Δ0 = 1) is kept with probability π(n) (``words``, public: pickled with the step), by the
+    Polars release's code (``opendp_wgm.engines.polars.released_by_table``, which the executors import)."""
+
+    def apply(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import numpy as np
+        import pyarrow as pa
+
+        for batch in batches:
+            counts = batch.column(1).to_numpy(zero_copy_only=False).astype(np.uint64) >> np.uint64(LATTICE_BITS)
+            keep = released_by_table(counts, words)  # a fresh AES-CTR generator keyed from the OS on every call
+            if keep.any():
+                yield pa.RecordBatch.from_arrays([batch.column(0).filter(pa.array(keep))], names=[item])
+
+    return apply
+
+
+def partition_selection_release(
+    frame: DataFrame, space: SparkUserItemsDescriptor, words: NDArray[np.uint64]
+) -> pl.DataFrame:
+    """The optimal partition selection on a checked frame: each user's one uniformly kept item and the per-item
+    sums (:func:`lattice_histogram_plan` at Δ0 = 1: every kept item weighs exactly 2^20, so a sum is ``n·2^20``
+    for ``n`` users), then each item's draw in the executors (:func:`_release_by_table`); only the released items
+    reach the driver. The Polars engine's output: the item column (its dtype mapped as the WGM's), sorted."""
+    types = _pyspark().types
+    item_type = frame.schema[space.item].dataType
+    histogram = lattice_histogram_plan(frame, space, 1)
+    schema = types.StructType([types.StructField(space.item, item_type, False)])
+    rows = _collect_in_arrow(histogram, _release_by_table(space.item, words), schema)
+    items = pl.Series(space.item, [_value(r[0]) for r in rows], dtype=_polars_dtype(item_type))
+    return items.to_frame().sort(space.item)  # the collected order is arbitrary: sort so that it carries nothing
+
+
+def partition_selection_function(
+    space: SparkUserItemsDescriptor, words: NDArray[np.uint64]
+) -> Callable[[DataFrame], pl.DataFrame]:
+    """:func:`opendp_wgm.make_partition_selection`'s release on Spark frames of ``space``, at the release table
+    ``words`` (``release_table(ε, δ).words()``): the frame checked, then :func:`partition_selection_release`."""
+    if lattice_weights(1).tolist() != [1 << LATTICE_BITS]:  # pragma: no cover - a guard on the kernel's weights
+        raise AssertionError("at Δ0 = 1 the lattice weight must be exactly 2^LATTICE_BITS")
+
+    def function(frame: DataFrame) -> pl.DataFrame:
+        return partition_selection_release(check_frame(frame, space), space, words)
+
+    return function
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,10 @@ row per released key to the driver, where the measurement adds OpenDP's noise
    count and each value column's sum on its grid (null and NaN as 0, clipped, rounded half to even to
    multiples of :math:`2^{-b}`, as Polars rounds);
 4. :func:`wgm_key_release`: stage 1 when it is the WGM, from the kernel's Spark steps
-   (``lattice_histogram_plan``, ``release_above_threshold``).
+   (``lattice_histogram_plan``, ``release_above_threshold``);
+
+and :func:`user_count_bins`, the histogram of the users' distinct-key counts that ``max_contributions="auto"``
+noises to choose Δ0 (for every Spark constructor: one key column or a composite key's).
 
 Which rows and keys a user keeps is a function of that user's rows and of secret seeds drawn from the OS for
 every release: each user keeps the R rows of each key of smallest ``xxhash64(s, user, key, values)`` (then by
@@ -40,11 +43,13 @@ from opendp_wgm.engines.spark import (
     _fresh_name,
     _polars_dtype,
     _pyspark,
+    _quoted,
     _resolve_spark_space,
     _value,
     lattice_histogram_plan,
     release_above_threshold,
 )
+from opendp_wgm.privacy.auto import BINS, GRID
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from numpy.typing import NDArray
@@ -58,6 +63,7 @@ __all__ = [
     "key_dtypes",
     "pack_keys",
     "unpack_keys",
+    "user_count_bins",
     "wgm_key_release",
 ]
 
@@ -212,3 +218,28 @@ def wgm_key_release(
     rows = release_above_threshold(histogram, space.item, item_type, scale=scale, threshold=threshold)
     items = pl.Series(space.item, [_value(r[0]) for r in rows], dtype=_polars_dtype(item_type))
     return weights_frame(items, pl.Series("noisy_lat", [r[1] for r in rows], dtype=pl.Int64))
+
+
+def user_count_bins(frame: object, space: SparkUserItemsDescriptor) -> NDArray[np.int64]:
+    """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID` on Spark
+    (``max_contributions="auto"``'s choice; the Polars engine's ``_count_bins``): rows with a null user or item
+    (any key column of a composite key) dropped, ``countDistinct`` of the item (the key columns) by user, each user
+    binned by one SQL expression (bin ``j`` holds the counts in ``(GRID[j-1], GRID[j]]``, bin 8 those above
+    200), and one ``groupBy`` of the bins: at most :data:`~opendp_wgm.privacy.auto.BINS` rows reach the driver.
+    The frame's schema is checked first (as :func:`check_group_by_frame` checks it: public)."""
+    functions = _pyspark().functions
+    checked = check_group_by_frame(frame, space, ())
+    user, keys = space.user, space.keys or (space.item,)
+    count, bin_name = (_fresh_name(f"__wgm_{n}", {user, *keys}) for n in ("count", "bin"))
+    present = functions.col(user).isNotNull()
+    for key in keys:
+        present = present & functions.col(key).isNotNull()
+    per_user = checked.where(present).groupBy(user).agg(functions.count_distinct(*keys).alias(count))
+    # the number of grid points below the count (numpy's searchsorted over GRID[:-1]), as one SQL expression
+    binned = functions.expr(" + ".join(f"CAST({_quoted(count)} > {g} AS INT)" for g in GRID[:-1]))
+    rows = per_user.select(binned.alias(bin_name)).groupBy(bin_name).count().collect()
+    bins = np.zeros(BINS, dtype=np.int64)
+    if rows:
+        table = np.array(rows, dtype=np.int64).reshape(len(rows), 2)
+        bins[table[:, 0]] = table[:, 1]
+    return bins

@@ -273,7 +273,9 @@ class TumultMeasurement(_TumultMeasurement):  # type: ignore[misc]  # tmlt.core 
         released = self._measurement(sdf)  # a Polars frame: the item column first, then the statistics
         fields = [types.StructField(self._item, sdf.schema[self._item].dataType, False)]
         others = [name for name in released.columns if name != self._item]
-        fields += [types.StructField(name, _spark_type(released.schema[name]), False) for name in others]
+        # the statistics are nullable: max_contributions="auto" releases a null noisy_weight where it chose Δ0 = 1
+        # (partition selection), so a non-nullable field would fail that release after its noise was drawn
+        fields += [types.StructField(name, _spark_type(released.schema[name]), True) for name in others]
         rows = released.select(self._item, *others).rows()
         return sdf.sparkSession.createDataFrame(rows, types.StructType(fields))
 

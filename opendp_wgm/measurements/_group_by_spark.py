@@ -36,7 +36,7 @@ from opendp_wgm.engines.spark_aggregates import (
     wgm_key_release,
 )
 from opendp_wgm.measurements._group_by_stage_2 import COUNT, _Aggregates, _GroupByRequest
-from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS
+from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, _key_release_from_budget
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release
 from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
 from opendp_wgm.privacy.budget import Budget
@@ -74,20 +74,20 @@ def spark_key_release(mechanism: Any, budget: Budget, max_contributions: int, k:
     """Stage 1 of :func:`opendp_wgm.make_wgm_group_by_from_budget` on Spark, calibrated to ``budget``: the WGM
     (:func:`opendp_wgm.calibrate_wgm`, as :func:`opendp_wgm.make_wgm_from_budget`), released by
     :func:`~opendp_wgm.engines.spark_aggregates.wgm_key_release` with the map of the Polars
-    :func:`opendp_wgm.make_wgm` at the same σ, T. Refused up front (public parameters only): the mechanisms that
-    have no key release on Spark here, and ``noise="opendp"`` (the executors draw the lattice sampler)."""
+    :func:`opendp_wgm.make_wgm` at the same σ, T; or the optimal partition selection
+    (:func:`opendp_wgm.make_partition_selection`, which runs on the packed Spark space). Refused up front (public
+    parameters only): the mechanisms that have no key release on Spark here, and ``noise="opendp"`` (the
+    executors draw the lattice sampler)."""
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
-    if mechanism != "wgm":
-        why = (
-            "OpenDP's partition selection runs on Polars frames only"
-            if mechanism == "partition-selection"
-            else "pass a Spark key release to make_wgm_group_by(key_release=...) instead"
-        )
-        msg = f"`mechanism` must be 'wgm' on Spark (found {mechanism!r}): {why}"
+    if mechanism not in ("wgm", "partition-selection"):
+        why = "pass a Spark key release to make_wgm_group_by(key_release=...) instead"
+        msg = f"`mechanism` must be 'wgm' or 'partition-selection' on Spark (found {mechanism!r}): {why}"
         raise ValueError(msg)
     if k is not None:
         msg = f"`k` must be None unless mechanism='top-k' (found {k!r})"
         raise ValueError(msg)
+    if mechanism == "partition-selection":  # the Polars path's key release: it runs on the packed Spark space
+        return _key_release_from_budget(mechanism, budget, max_contributions, k, noise)
     if noise != "lattice":
         msg = f"`noise` must be 'lattice' on Spark: the executors draw the WGM's lattice sampler (found {noise!r})"
         raise ValueError(msg)

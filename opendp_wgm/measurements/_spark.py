@@ -39,6 +39,12 @@ _POLARS_ONLY: dict[str, tuple[Any, str]] = {
 _LAST_POLARS: list[dp.Domain] = []
 
 
+def is_spark_domain(input_domain: dp.Domain) -> bool:
+    """Whether ``input_domain`` is a Spark space's, without importing the Spark engine (none exists without it)."""
+    engine = sys.modules.get(_SPARK_ENGINE)
+    return engine is not None and isinstance(getattr(input_domain, "descriptor", None), engine.SparkUserItemsDescriptor)
+
+
 def spark_space(
     input_domain: dp.Domain, input_metric: dp.Metric, *, item: str | Sequence[str] | None = None, **options: Any
 ) -> SparkUserItemsDescriptor | None:
@@ -55,6 +61,13 @@ def spark_space(
     if space is None:
         _LAST_POLARS[:] = [input_domain]
         return None
+    return check_spark_options(space, item=item, **options)
+
+
+def check_spark_options(
+    space: SparkUserItemsDescriptor, *, item: str | Sequence[str] | None = None, **options: Any
+) -> SparkUserItemsDescriptor:
+    """``space``, once ``item`` and the Polars-only ``options`` are checked as :func:`spark_space` checks them."""
     if item is not None and item != space.item:
         msg = (
             f"`item` ({item!r}) disagrees with the Spark input space's item column ({space.item!r}); on Spark "

@@ -10,8 +10,11 @@ r"""``max_contributions="auto"``: a private choice of Δ0, then the mechanism at
    rest of the budget) runs on the data.
 
 The release is an :class:`AutoRelease`: the candidate's ``pl.DataFrame`` with the chosen Δ0 attached as
-``max_contributions`` (private output, covered by the map). Every ``*_from_budget`` constructor of the Polars
-engine accepts ``max_contributions="auto"`` and builds its measurement here (``docs/auto.md``).
+``max_contributions`` (private output, covered by the map). Every ``*_from_budget`` constructor accepts
+``max_contributions="auto"`` and builds its measurement here (``docs/auto.md``), on Polars or on Spark: for a
+Spark input space the bins are counted by a Spark plan
+(:func:`opendp_wgm.engines.spark_aggregates.user_count_bins`: at most 9 rows reach the driver), the noise and
+the rule run on the driver, then the chosen Spark candidate runs on the cluster.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from numpy.typing import NDArray
 from opendp_wgm._spaces import _assert_features, _prepare_frame, _resolve_space
 from opendp_wgm._validation import _check_execution, _Engine
 from opendp_wgm.engines.polars import noisy_above_threshold
+from opendp_wgm.measurements._spark import check_spark_options, is_spark_domain
 from opendp_wgm.measurements.partition_selection import make_partition_selection
 from opendp_wgm.privacy.auto import (
     BINS,
@@ -82,12 +86,12 @@ def user_count_bins(frame: object, input_domain: dp.Domain, input_metric: dp.Met
                     item: str | tuple[str, ...] | None = None, engine: _Engine = "auto") -> NDArray[np.int64]:
     """The exact histogram of the users' distinct-item counts over :data:`~opendp_wgm.privacy.auto.GRID`
     (:data:`~opendp_wgm.privacy.auto.BINS` = 9 bins: bin ``j < 8`` holds the users with
-    ``GRID[j-1] < count <= GRID[j]``, bin 8 those above ``GRID[7] = 200``).
+    ``GRID[j-1] < count <= GRID[j]``, bin 8 those above ``GRID[7] = 200``). On a Spark input space ``frame`` is
+    a ``pyspark.sql.DataFrame`` and Spark counts them (:func:`opendp_wgm.engines.spark_aggregates.user_count_bins`).
 
     Not private: :func:`make_auto_contributions` noises it; exposed for tests and the auditor.
     """
-    space = _resolve_space(input_domain, input_metric, item)
-    return _count_bins(_prepare_frame(frame, space), space.user, space.item, engine)  # type: ignore[arg-type]
+    return _bins_of(input_domain, input_metric, item, _check_execution(1, engine)[1])(frame)
 
 
 def _count_bins(lf: pl.LazyFrame, user: str, item: str, engine: _Engine) -> NDArray[np.int64]:
@@ -109,16 +113,19 @@ def noisy_count_bins(
     return noisy.astype(np.float64) / 2.0**LATTICE_BITS
 
 
-def _check_not_spark(input_domain: dp.Domain) -> None:
-    # imported here: the Spark engine's module imports the measurements (pyspark itself is not imported)
-    from opendp_wgm.engines.spark import SparkUserItemsDescriptor
+def _bins_of(
+    input_domain: dp.Domain, input_metric: dp.Metric, item: str | tuple[str, ...] | None, engine: _Engine
+) -> Callable[[Any], NDArray[np.int64]]:
+    """The exact bins of a frame of the input space: on Spark for a Spark space (a composite key's included:
+    keys with statistics bound it), on Polars otherwise."""
+    if is_spark_domain(input_domain):
+        from opendp_wgm.engines import spark_aggregates  # imported: the space is a Spark one
 
-    if isinstance(getattr(input_domain, "descriptor", None), SparkUserItemsDescriptor):
-        msg = (
-            "max_contributions='auto' runs on the Polars engine only: give Spark data a fixed `max_contributions` "
-            "(found a Spark input domain)"
-        )
-        raise ValueError(msg)
+        spark = spark_aggregates.group_by_space(input_domain, input_metric)
+        check_spark_options(spark, item=item, engine=engine)
+        return lambda frame: spark_aggregates.user_count_bins(frame, spark)
+    space = _resolve_space(input_domain, input_metric, item)
+    return lambda frame: _count_bins(_prepare_frame(frame, space), space.user, space.item, engine)
 
 
 def make_auto_contributions(
@@ -142,7 +149,8 @@ def make_auto_contributions(
     Parameters
     ----------
     input_domain, input_metric
-        As for :func:`opendp_wgm.make_wgm` (Polars data; a Spark space is refused).
+        As for :func:`opendp_wgm.make_wgm`: Polars data, or a Spark space (then the bins are counted on Spark;
+        a composite key's space too, for :func:`opendp_wgm.make_wgm_group_by_from_budget`).
     candidate
         ``candidate(max_contributions, budget)``: the mechanism at a grid point, calibrated to ``budget`` (a
         :class:`~opendp_wgm.privacy.budget.Budget`, the rest after the choice), on the same input space and in
@@ -160,7 +168,7 @@ def make_auto_contributions(
         The choice's discrete Gaussian sampler under approximate zCDP, as for :func:`opendp_wgm.make_wgm` (under
         (ε, δ)-DP the choice draws OpenDP's discrete Laplace).
     engine
-        Polars engine that collects the per-user counts.
+        Polars engine that collects the per-user counts (``"auto"`` on Spark, which runs its own plan).
 
     Returns
     -------
@@ -190,20 +198,18 @@ def make_auto_contributions(
     1
     """
     _assert_features()
-    _check_not_spark(input_domain)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     auto = split_auto_budget(budget, check_auto_fraction(auto_fraction))
     _, engine = _check_execution(1, engine)
-    space = _resolve_space(input_domain, input_metric, item)
+    count_bins = _bins_of(input_domain, input_metric, item, engine)
     candidates = {g: candidate(g, auto.rest) for g in GRID}
     for g, measurement in candidates.items():
         if measurement.output_measure != budget.measure:  # pragma: no cover - a bug guard of the callers
             msg = f"the candidate at max_contributions={g} measures {measurement.output_measure}, not {budget.measure}"
             raise ValueError(msg)
-    user, item_column = space.user, space.item
 
-    def function(frame: pl.DataFrame | pl.LazyFrame) -> AutoRelease:
-        bins = _count_bins(_prepare_frame(frame, space), user, item_column, engine)
+    def function(frame: Any) -> AutoRelease:
+        bins = count_bins(frame)  # the frame's schema is checked here, before any noise
         chosen = choose_max_contributions(noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace))
         return AutoRelease.of(candidates[chosen](frame), chosen)
 

@@ -408,7 +408,7 @@ def make_wgm_group_by_from_budget(
     mechanism : {'wgm', 'dp-sips', 'top-k', 'partition-selection'}
         The key release; ``"partition-selection"`` (:func:`opendp_wgm.make_partition_selection`: one item per
         user, ``max_contributions`` then bounds the aggregates only) needs ``epsilon``. On a Spark space,
-        ``"wgm"`` only (the others are refused up front).
+        ``"wgm"`` or ``"partition-selection"`` (the others are refused up front).
     k
         With ``mechanism="top-k"`` only: the number of keys.
     noise : {'lattice', 'opendp'}

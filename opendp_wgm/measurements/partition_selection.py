@@ -17,7 +17,7 @@ wins.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import opendp.prelude as dp
@@ -27,9 +27,10 @@ from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import _assert_features
 from opendp_wgm._validation import _check_execution
 from opendp_wgm._validation import _Engine as Engine
+from opendp_wgm.engines.polars import released_by_table
+from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.privacy.budget import measure_kind, measure_of
-from opendp_wgm.privacy.partition import partition_selection_loss, release_table
-from opendp_wgm.samplers.bernoulli import sample_bernoulli
+from opendp_wgm.privacy.partition import ReleaseTable, partition_selection_loss, release_table
 from opendp_wgm.transformations import (
     histogram_space,
     make_bound_user_items,
@@ -49,6 +50,15 @@ def _check_measure(output_measure: dp.Measure | None) -> dp.Measure:
     if output_measure is None:
         return measure_of("approx_dp")
     return measure_of(measure_kind(output_measure, ("approx_dp",)))
+
+
+def _selection_map(table: ReleaseTable) -> Callable[[int], tuple[float, float]]:
+    """The privacy map of the selection at ``table``'s (ε, δ): group privacy in ``d_in`` (``docs/privacy.md`` §6)."""
+
+    def privacy_map(d_in: int) -> tuple[float, float]:
+        return partition_selection_loss(d_in, epsilon=table.epsilon, delta=table.delta)
+
+    return privacy_map
 
 
 def make_partition_release(
@@ -84,20 +94,14 @@ def make_partition_release(
     table = release_table(epsilon, delta)  # checks ε and δ, and the table's length
     histogram = histogram_space(input_domain, input_metric, single=True)
     item, words = histogram.item, table.words()
-    certain = np.uint64(table.n_star)
 
     def function(frame: pl.DataFrame | pl.LazyFrame) -> pl.DataFrame:
         counts = frame.lazy().select(item, count=pl.col("weight").round().cast(pl.UInt64)).collect()
-        n = counts.get_column("count").to_numpy()
-        row = np.minimum(n, certain - np.uint64(1)).astype(np.intp)  # π(n) for n < n*; the n ≥ n* rows: below
-        keep = sample_bernoulli(words[row]) | (n >= certain)
+        keep = released_by_table(counts.get_column("count").to_numpy().astype(np.uint64), words)
         released = counts.select(item).filter(pl.Series(keep)).sort(item)  # the row order is arbitrary
         return released.unnest(item) if histogram.composite else released
 
-    def privacy_map(d_in: int) -> tuple[float, float]:
-        return partition_selection_loss(d_in, epsilon=table.epsilon, delta=table.delta)
-
-    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, privacy_map)
+    return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, _selection_map(table))
 
 
 def make_partition_selection(
@@ -117,7 +121,9 @@ def make_partition_selection(
     ----------
     input_domain, input_metric
         From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``).
+        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``). From
+        :func:`opendp_wgm.spark.spark_user_items_space`: it runs on Spark, on a ``pyspark.sql.DataFrame``, with
+        the same map and output (``docs/engines.md``; ``passes`` and ``engine`` keep their defaults).
     epsilon
         ε > 0, for one user. The parameters are the budget: there is nothing to calibrate.
     delta
@@ -168,8 +174,14 @@ def make_partition_selection(
     """
     _assert_features()
     output_measure = _check_measure(output_measure)
-    release_table(epsilon, delta)  # the checks (and their order) of the steps below, before any is built
+    table = release_table(epsilon, delta)  # the checks (and their order) of the steps below, before any is built
     passes, engine = _check_execution(passes, engine)
+    spark = spark_space(input_domain, input_metric, item=item, passes=passes, engine=engine)
+    if spark is not None:  # the kernel's Δ0 = 1 histogram as a Spark plan, the draws in the executors
+        from opendp_wgm.engines.spark import partition_selection_function  # imported: the space is a Spark one
+
+        function = partition_selection_function(spark, table.words())
+        return dp.m.make_user_measurement(input_domain, input_metric, output_measure, function, _selection_map(table))
     bound = make_bound_user_items(input_domain, input_metric, max_contributions=1, item=item)
     histogram = make_weighted_histogram(bound.output_domain, bound.output_metric, passes=passes, engine=engine)
     release = make_partition_release(

@@ -167,3 +167,22 @@ def test_two_stage_over_adaptive_dp_sips_ranks_the_popular_items_with_the_polars
         released = m(sdf)
         assert released.schema == pl.Schema({"item": pl.String, "rank": pl.UInt32})
         assert set(released["item"]) == {"p", "q"} and released["rank"].to_list() == [1, 2]
+
+
+def test_partition_selection_and_auto_choice_run_on_the_executors(cluster) -> None:
+    """Partition selection's per-item draws (its release table pickled with the step) and the choice's bins
+    (``max_contributions="auto"``) run on the cluster with the Polars maps. At (1, 1e-5), n* = 23: p and q (300
+    users each) are certain; each rare item (one user) passes with probability δ = 1e-5 (two of 20: ≈ 2e-8). The
+    users hold one item each: the bins are all in bin 0, and the choice at a huge budget is Δ0 = 1, whose
+    candidate is the same partition selection."""
+    sdf = to_spark(cluster, popular_and_rare())
+    m = wgm.make_partition_selection(*spark_user_items_space(), epsilon=1.0, delta=1e-5)
+    reference = wgm.make_partition_selection(*wgm.user_items_space(), epsilon=1.0, delta=1e-5)
+    assert [m.map(d) for d in range(4)] == [reference.map(d) for d in range(4)]
+    released = m(sdf)
+    assert released.schema == pl.Schema({"item": pl.String})
+    assert {"p", "q"} <= set(released["item"]) and released.height <= 3
+    auto = dict(max_contributions="auto", epsilon=500.0, delta=1e-5, auto_fraction=0.5)
+    chosen = wgm.make_wgm_from_budget(*spark_user_items_space(), **auto)(sdf)
+    assert chosen.max_contributions == 1
+    assert chosen.columns == ["item", "noisy_weight"] and {"p", "q"} <= set(chosen["item"])

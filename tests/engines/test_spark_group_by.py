@@ -224,17 +224,18 @@ def test_from_budget_releases_on_spark(spark) -> None:
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"mechanism": "partition-selection"}, "partition selection runs on Polars frames only"),
-        ({"mechanism": "dp-sips"}, "must be 'wgm' on Spark"),
-        ({"mechanism": "top-k", "k": 2}, "must be 'wgm' on Spark"),
+        ({"mechanism": "partition-selection", "rho": 0.5, "epsilon": None}, "'partition-selection' under approximate zCDP"),
+        ({"mechanism": "dp-sips"}, "must be 'wgm' or 'partition-selection' on Spark"),
+        ({"mechanism": "top-k", "k": 2}, "must be 'wgm' or 'partition-selection' on Spark"),
         ({"noise": "opendp"}, "`noise` must be 'lattice' on Spark"),
         ({"item": "item"}, "`item` must be None on Spark"),
     ],
 )
 def test_from_budget_refuses_what_spark_does_not_run(options: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        wgm.make_wgm_group_by_from_budget(*ws.spark_user_items_space(), max_contributions=3, epsilon=1.0,
-                                          delta=1e-6, **options)
+        wgm.make_wgm_group_by_from_budget(
+            *ws.spark_user_items_space(), **{"max_contributions": 3, "epsilon": 1.0, "delta": 1e-6, **options}
+        )
 
 
 def test_other_spark_mechanisms_refuse_a_composite_key() -> None:

@@ -332,6 +332,24 @@ def test_releases_are_the_opendp_releases_as_spark_frames(tmlt, core, ws, spark)
         )
 
 
+def test_partition_selection_and_auto_releases_as_spark_frames(tmlt, core, ws, spark) -> None:
+    """Partition selection (the item only) and ``max_contributions="auto"`` choosing Δ0 = 1 (one item per user,
+    a huge budget: the release is the partition selection's, with a null ``noisy_weight``) wrap and release: the
+    statistics are nullable fields, so the null column cannot fail the release after its noise."""
+    data = spark.createDataFrame([(u, f"i{u % 10}") for u in range(300)], "user bigint, item string")
+    selection = ws.make_partition_selection(*ws.spark_user_items_space(), epsilon=1.0, delta=1e-5)
+    out = tmlt.TumultMeasurement(domain(core), selection)(data)
+    assert columns(out) == [("item", "string")]
+    assert sorted(r[0] for r in out.collect()) == [f"i{i}" for i in range(10)]  # 30 users each ≥ n* = 23
+    auto = ws.make_wgm_from_budget(
+        *ws.spark_user_items_space(), max_contributions="auto", epsilon=500.0, delta=1e-5, auto_fraction=0.5
+    )
+    out = tmlt.TumultMeasurement(domain(core), auto)(data)
+    assert columns(out) == [("item", "string"), ("noisy_weight", "double")]
+    rows = out.collect()
+    assert len(rows) == 10 and all(r[1] is None for r in rows)
+
+
 def test_composes_in_a_privacy_accountant_that_enforces_the_budget(tmlt, core, spark) -> None:
     sp, exact = core["sp"], core["ExactNumber"]
     frame = wgm.datasets.synthetic_zipf(n_users=2000, items_per_user=10, seed=4).with_columns(

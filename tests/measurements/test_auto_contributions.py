@@ -12,7 +12,6 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.engines.spark import SparkUserItemsDescriptor
 from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
 from opendp_wgm.privacy.auto import (
     BINS,
@@ -281,15 +280,6 @@ def test_auto_fraction_is_checked(fraction: float) -> None:
 def test_only_auto_is_a_string(value: str) -> None:
     with pytest.raises(ValueError, match=r"max_contributions.*'auto'"):
         wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions=value, epsilon=1.0, delta=1e-5)
-
-
-def test_spark_input_is_refused() -> None:
-    domain = dp.user_domain("SparkUserItemsDomain", lambda _: True, descriptor=SparkUserItemsDescriptor("user", "item"))
-    metric = dp.symmetric_id_distance(pl.col("user"))
-    with pytest.raises(ValueError, match="Polars engine only"):
-        wgm.make_auto_contributions(
-            domain, metric, candidate=lambda d0, b: None, epsilon=1.0, delta=1e-5  # type: ignore[arg-type,return-value]
-        )
 
 
 def test_a_budget_too_small_for_a_candidate_raises_at_construction() -> None:

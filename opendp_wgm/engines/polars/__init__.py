@@ -13,6 +13,7 @@ make_noisy_threshold``), its two-stage uses and the baselines build their releas
   steps that bound the same users several times (DP-SIPS's rounds, flags and count);
 - :func:`noisy_above_threshold` / :func:`release_above_threshold`: exact discrete Gaussian noise on the integer
   sums and the threshold, in integers (the Spark executors call :func:`noisy_above_threshold` too);
+  :func:`released_by_table`: partition selection's exact per-item draws (and the Spark executors');
 - :func:`candidate_pairs` / :func:`candidate_counts`: the distinct (user, candidate) pairs of a public candidate
   list and its distinct-user counts (stage 2 of top-k and of user peeling), on the compiled step's codes of the
   same frame, or the users' runs its route on runs found, when a two-stage release kept them (:class:`Prepared`).
@@ -90,6 +91,7 @@ from opendp_wgm.engines.polars._prepared import (
 from opendp_wgm.engines.polars._release import (
     noisy_above_threshold,
     release_above_threshold,
+    released_by_table,
     weights_frame,
 )
 
@@ -132,6 +134,7 @@ __all__ = [
     "peel_jit",
     "prepared_input",
     "release_above_threshold",
+    "released_by_table",
     "run_offsets",
     "run_starts",
     "runs_histogram",

@@ -11,12 +11,13 @@ import polars as pl
 from opendp_wgm.engines.polars._plans import WEIGHT_LAT
 from opendp_wgm.privacy.threshold import LATTICE_BITS
 from opendp_wgm.samplers import sample_discrete_gaussian
+from opendp_wgm.samplers.bernoulli import sample_bernoulli
 
 if TYPE_CHECKING:
-    pass
+    from numpy.typing import NDArray
 
 
-__all__ = ["noisy_above_threshold", "release_above_threshold", "weights_frame"]
+__all__ = ["noisy_above_threshold", "release_above_threshold", "released_by_table", "weights_frame"]
 
 
 def noisy_above_threshold(
@@ -30,6 +31,18 @@ def noisy_above_threshold(
     unit = 2.0**LATTICE_BITS
     noisy = weights_lat + sample_discrete_gaussian(scale * unit, weights_lat.shape[0], method=noise)  # type: ignore[arg-type]
     return noisy, noisy > math.floor(threshold * unit)
+
+
+def released_by_table(counts: NDArray[np.uint64], words: NDArray[np.uint64]) -> NDArray[np.bool_]:
+    """Which items of the optimal partition selection are released: an item counted ``n`` times (one user each,
+    ``counts``) with probability π(n), the row ``n`` of ``words`` (``release_table(ε, δ).words()``: π(0) …
+    π(n* − 1), n* rows), and with probability 1 from n*, independently, by the exact
+    :func:`~opendp_wgm.samplers.bernoulli.sample_bernoulli`. The Polars release and the Spark executors
+    (:mod:`opendp_wgm.engines.spark`) both call this."""
+    certain = np.uint64(words.shape[0])
+    row = np.minimum(counts, certain - np.uint64(1)).astype(np.intp)  # π(n) for n < n*; the n ≥ n* rows: below
+    released: NDArray[np.bool_] = sample_bernoulli(words[row]) | (counts >= certain)
+    return released
 
 
 def weights_frame(items: pl.Series, noisy_lat: pl.Series) -> pl.DataFrame:
