@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
 import opendp.prelude as dp
 import polars as pl
@@ -27,6 +27,7 @@ def budget_boundary(
     *,
     single_item_columns: dict[str, pl.Expr] | None = None,
     candidate: Callable[..., dp.Measurement] | None = None,
+    frame_check: Callable[..., Callable[[Any], object]] | None = None,
 ) -> Callable[[Callable[_P, dp.Measurement]], Callable[_P, dp.Measurement]]:
     """Decorate a ``*_from_budget`` constructor ``(input_domain, input_metric, *, max_contributions, delta, epsilon,
     rho, auto_fraction, **options)``: the call asserts the features and checks ``max_contributions`` (an integer
@@ -41,6 +42,10 @@ def budget_boundary(
         ``auto_from_budget``), if that selection stands for the constructor at Δ0 = 1 under (ε, δ)-DP.
     candidate
         The constructor at one grid point of the choice of Δ0, if not the decorated one.
+    frame_check
+        ``frame_check(input_domain, input_metric, **options)``: the candidates' checks of a frame's schema beyond
+        the input space's (e.g. the value columns a group-by aggregates), which ``"auto"`` runs before its choice
+        draws any noise (``check`` of ``make_auto_contributions``).
     """
 
     def decorate(make: Callable[_P, dp.Measurement]) -> Callable[_P, dp.Measurement]:
@@ -59,10 +64,11 @@ def budget_boundary(
             from opendp_wgm.measurements.auto_contributions import auto_from_budget  # only for "auto"
 
             options = {name: value for name, value in given.items() if name not in _BUDGET_ARGUMENTS}
+            space = given["input_domain"], given["input_metric"]
             return auto_from_budget(
-                candidate or constructor, given["input_domain"], given["input_metric"], delta=given["delta"],
-                epsilon=given["epsilon"], rho=given["rho"], auto_fraction=given["auto_fraction"],
-                single_item_columns=single_item_columns, **options,
+                candidate or constructor, *space, delta=given["delta"], epsilon=given["epsilon"], rho=given["rho"],
+                auto_fraction=given["auto_fraction"], single_item_columns=single_item_columns,
+                check=frame_check(*space, **options) if frame_check is not None else None, **options,
             )
 
         return constructor

@@ -61,6 +61,16 @@ def _spark_space(input_domain: dp.Domain, input_metric: dp.Metric, item: Any) ->
     return space
 
 
+def frame_check(
+    input_domain: dp.Domain, input_metric: dp.Metric, item: Any, max_rows_per_key: Any, sums: Any, means: Any
+) -> Callable[[Any], object]:
+    """The schema checks of :func:`make_spark_group_by`'s preparation (the user, key and value columns), alone:
+    ``max_contributions="auto"`` runs them before its choice draws noise."""
+    space = _spark_space(input_domain, input_metric, item)
+    values = _Aggregates.of(space.keys or (space.item,), 1, max_rows_per_key, sums, means).values
+    return lambda frame: check_group_by_frame(frame, space, values)
+
+
 def _packed_space(space: SparkUserItemsDescriptor) -> tuple[dp.Domain, dp.Metric]:
     """The space stage 1 runs on: (user, the packed key column)."""
     return spark_user_items_space(space.user, space.item)

@@ -140,6 +140,7 @@ def make_auto_contributions(
     item: str | tuple[str, ...] | None = None,
     noise: NoiseMethod = "lattice",
     engine: Literal["auto", "in-memory", "streaming"] = "auto",
+    check: Callable[[Any], object] | None = None,
 ) -> dp.Measurement:
     r"""A private choice of Δ0 with ``auto_fraction`` of the budget, then ``candidate`` at that Δ0 with the rest.
 
@@ -169,6 +170,11 @@ def make_auto_contributions(
         (ε, δ)-DP the choice draws OpenDP's discrete Laplace).
     engine
         Polars engine that collects the per-user counts (``"auto"`` on Spark, which runs its own plan).
+    check
+        The candidates' checks of a frame from public information (its schema, e.g. the value columns a candidate
+        aggregates), called on the frame before the choice draws any noise: what a candidate would refuse is
+        refused before the release starts, never after the choice's noise (the input space's user and item
+        columns are checked here in any case).
 
     Returns
     -------
@@ -198,6 +204,9 @@ def make_auto_contributions(
     1
     """
     _assert_features()
+    if check is not None and not callable(check):
+        msg = f"`check` must be a function of a frame or None (found {check!r})"
+        raise TypeError(msg)
     budget = Budget.of(epsilon=epsilon, rho=rho, delta=delta)
     auto = split_auto_budget(budget, check_auto_fraction(auto_fraction))
     _, engine = _check_execution(1, engine)
@@ -209,6 +218,8 @@ def make_auto_contributions(
             raise ValueError(msg)
 
     def function(frame: Any) -> AutoRelease:
+        if check is not None:
+            check(frame)  # the candidates' schema checks, before any noise
         bins = count_bins(frame)  # the frame's schema is checked here, before any noise
         chosen = choose_max_contributions(noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace))
         return AutoRelease.of(candidates[chosen](frame), chosen)
@@ -263,12 +274,14 @@ def auto_from_budget(
     rho: float | None,
     auto_fraction: float,
     single_item_columns: dict[str, pl.Expr] | None = None,
+    check: Callable[[Any], object] | None = None,
     **options: Any,
 ) -> dp.Measurement:
     """``max_contributions="auto"`` for a ``*_from_budget`` constructor ``make``: :func:`make_auto_contributions`
     over ``make(input_domain, input_metric, max_contributions=Δ0, delta=…, epsilon=…, rho=…, **options)`` at
     the rest of the budget. With ``single_item_columns`` the candidate at Δ0 = 1 is the optimal partition
-    selection under (ε, δ)-DP (:func:`single_item_candidate`, the release given those columns)."""
+    selection under (ε, δ)-DP (:func:`single_item_candidate`, the release given those columns); ``check`` is the
+    candidates' schema check (``check`` of :func:`make_auto_contributions`)."""
 
     def candidate(max_contributions: int, budget: Budget) -> dp.Measurement:
         return make(
@@ -287,7 +300,7 @@ def auto_from_budget(
     return make_auto_contributions(
         input_domain, input_metric, candidate=chosen, delta=delta, epsilon=epsilon, rho=rho,
         auto_fraction=auto_fraction, item=key, noise=options.get("noise", "lattice"),
-        engine=options.get("engine", "auto"),
+        engine=options.get("engine", "auto"), check=check,
     )
 
 

@@ -15,7 +15,7 @@ Privacy arguments: ``docs/privacy.md`` §5.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -364,7 +364,21 @@ def _group_by_candidate(
     )
 
 
-@budget_boundary(candidate=_group_by_candidate)
+def _group_by_frame_check(
+    input_domain: dp.Domain, input_metric: dp.Metric, *, max_rows_per_key: int = 1, sums: Bounds | None = None,
+    means: Bounds | None = None, item: str | Sequence[str] | None = None, **_: Any,
+) -> Callable[[Any], object]:
+    """The schema checks every grid point's group-by runs first (its key and value columns), for
+    ``max_contributions="auto"`` to run them before its choice draws noise: the candidates' own preparation."""
+    from opendp_wgm.measurements import _group_by_spark
+
+    if _group_by_spark.is_spark_space(input_domain):
+        return _group_by_spark.frame_check(input_domain, input_metric, item, max_rows_per_key, sums, means)
+    space = _resolve_space(input_domain, input_metric, item)
+    return _preparation(space, _Aggregates.of(space.keys, 1, max_rows_per_key, sums, means)).function
+
+
+@budget_boundary(candidate=_group_by_candidate, frame_check=_group_by_frame_check)
 def make_wgm_group_by_from_budget(
     input_domain: dp.Domain,
     input_metric: dp.Metric,

@@ -199,6 +199,29 @@ def test_spark_group_by_auto_on_a_composite_key(spark) -> None:
     assert released.sort(keys)["count"].to_list() == pytest.approx([50] * 4, abs=1.0)  # σ ≪ 1 at ε = 250
 
 
+@pytest.mark.parametrize(
+    ("ddl", "error"),
+    [("user bigint, item string", r"column\(s\) \['minutes'\] not found"),
+     ("user bigint, item string, minutes string", "must be numeric to be summed")],
+)
+def test_spark_group_by_auto_refuses_a_schema_before_the_choice_draws_noise(spark, monkeypatch, ddl, error) -> None:
+    """A value column missing or not numeric is refused by the candidates' own check, before the choice's noise
+    (a failure after noise would be an output)."""
+    import opendp_wgm.measurements.auto_contributions as auto
+
+    def noise_drawn(*_, **__):
+        raise AssertionError("the choice drew noise")
+
+    monkeypatch.setattr(auto, "noisy_count_bins", noise_drawn)
+    m = wgm.make_wgm_group_by_from_budget(
+        *ws.spark_user_items_space(), max_contributions="auto", epsilon=1.0, delta=1e-6, sums={"minutes": (0, 120)}
+    )
+    rows = [(1, "a"), (2, "b")] if "minutes" not in ddl else [(1, "a", "x"), (2, "b", "y")]
+    with pytest.raises(dp.OpenDPException, match=error) as raised:
+        m(spark.createDataFrame(rows, ddl))
+    assert "the choice drew noise" not in str(raised.value)
+
+
 def test_spark_auto_refuses_polars_options(spark) -> None:
     candidate = lambda d0, b: wgm.make_wgm_from_budget(  # noqa: E731
         *ws.spark_user_items_space(), max_contributions=d0, epsilon=b.epsilon, delta=b.delta

@@ -291,3 +291,37 @@ def test_empty_data_releases_an_empty_frame() -> None:
     m = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", epsilon=1.0, delta=1e-5)
     release = m(pl.DataFrame({"user": [], "item": []}, schema={"user": pl.Int64, "item": pl.Int64}))
     assert release.height == 0 and release.max_contributions in GRID
+
+
+@pytest.mark.parametrize(
+    ("columns", "error"),
+    [
+        ({}, r"column\(s\) \['minutes'\] not found"),
+        ({"minutes": ["x", "y", "z"]}, "must be numeric to be summed"),
+    ],
+)
+def test_a_schema_a_candidate_refuses_is_refused_before_the_choice_draws_noise(
+    monkeypatch: pytest.MonkeyPatch, columns: dict[str, list[str]], error: str
+) -> None:
+    # a group-by's value columns are checked by its candidates' preparation: "auto" runs that check first, so a
+    # frame they refuse never reaches the choice's noise (a failure after noise would be an output)
+    import opendp_wgm.measurements.auto_contributions as auto
+
+    def noise_drawn(*_: Any, **__: Any) -> None:
+        raise AssertionError("the choice drew noise")
+
+    monkeypatch.setattr(auto, "noisy_count_bins", noise_drawn)
+    m = wgm.make_wgm_group_by_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", epsilon=1.0, delta=1e-6, sums={"minutes": (0, 120)}
+    )
+    data = pl.DataFrame({"user": [1, 2, 3], "item": ["a", "b", "c"], **columns})
+    with pytest.raises(dp.OpenDPException, match=error) as raised:
+        m(data)
+    assert "the choice drew noise" not in str(raised.value)
+
+
+def test_check_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="`check` must be a function"):
+        wgm.make_auto_contributions(
+            *wgm.user_items_space(), candidate=lambda g, b: None, epsilon=1.0, delta=1e-6, check=3  # type: ignore[arg-type,return-value]
+        )
