@@ -16,6 +16,8 @@ On ``local[2]`` (two cores) it prints markdown tables on stdout (progress on std
    the goal (issue 23: ≤ 2×), and the CPU seconds of the Spark process tree (the driver JVM and its Python
    workers) for both, which other processes' load changes less than wall time; and, as the floor of any exact
    per-user bound, a bare ``sdf.repartition(user)`` (every row moved to its user's partition) run the same way;
+   and the extra cost of ``max_contributions="auto"`` on Spark, its choice alone (the per-user distinct counts
+   binned by a Spark plan, the noise and the rule) against the WGM release (issue 24: ≤ 1.5×);
 2. a release on ``--parquet-rows`` rows (Zipf as above, 10^7 rows per file), written by Polars to a temporary
    folder one file at a time (the generator never holds more than one file's rows) and read lazily by Spark (not
    cached): its wall time, the rows released, and the memory used, as the peak resident memory (``VmHWM``) of
@@ -44,6 +46,10 @@ import opendp.prelude as dp
 import polars as pl
 
 import opendp_wgm as wgm
+from opendp_wgm import spark as wgm_spark
+from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, choose_max_contributions, split_auto_budget
+from opendp_wgm.privacy.budget import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 EPSILON, DELTA = 1.0, 1e-5
@@ -132,13 +138,20 @@ def ratio_row(spark: Any, m: Any, name: str, path: Path, repeats: int) -> str:
     def shuffle() -> None:  # every row moved to its user's partition: what any exact per-user bound pays
         sdf.repartition("user").write.format("noop").mode("overwrite").save()
 
+    space = wgm_spark.spark_user_items_space()
+    auto = split_auto_budget(Budget.of(epsilon=EPSILON, delta=DELTA), DEFAULT_AUTO_FRACTION)
+
+    def choice() -> None:  # what max_contributions="auto" adds to a release: its bins, noise and rule
+        bins = user_count_bins(sdf, *space)
+        choose_max_contributions(noisy_count_bins(bins, auto.scale, laplace=auto.laplace))
+
     log(f"{name}: {n:,} rows cached; warming up")
     released = m(sdf)  # warm-up (JIT, Python workers)
     bare()
     jvm = jvm_pid(spark)
-    runs: dict[str, list[tuple[float, float]]] = {"wgm": [], "bare": [], "shuffle": []}
+    runs: dict[str, list[tuple[float, float]]] = {"wgm": [], "bare": [], "shuffle": [], "choice": []}
     for repeat in range(repeats):
-        for key, function in (("wgm", lambda: m(sdf)), ("bare", bare), ("shuffle", shuffle)):
+        for key, function in (("wgm", lambda: m(sdf)), ("bare", bare), ("shuffle", shuffle), ("choice", choice)):
             runs[key].append(measured(function, jvm))
         log(
             f"  repeat {repeat + 1}: "
@@ -152,13 +165,12 @@ def ratio_row(spark: Any, m: Any, name: str, path: Path, repeats: int) -> str:
     return (
         f"| {name} | {n:,} | {released.height:,} | {wall['wgm']:.2f} | {wall['bare']:.2f} | **{ratio:.1f}×** "
         f"| ≤ {GOAL:g}× | {verdict} | {cpu['wgm'] / cpu['bare']:.1f}× ({cpu['wgm']:.1f} / {cpu['bare']:.1f}) "
-        f"| {wall['shuffle']:.2f} s, {wall['shuffle'] / wall['bare']:.1f}× ({cpu['shuffle'] / cpu['bare']:.1f}× CPU) |"
+        f"| {wall['shuffle']:.2f} s, {wall['shuffle'] / wall['bare']:.1f}× ({cpu['shuffle'] / cpu['bare']:.1f}× CPU) "
+        f"| {wall['choice']:.2f} s, {wall['choice'] / wall['wgm']:.2f}× (≤ 1.5×) |"
     )
 
 
 def parquet_release(spark: Any, folder: Path, rows: int, max_contributions: int) -> str:
-    from opendp_wgm import spark as wgm_spark
-
     start = time.perf_counter()
     for part, first in enumerate(range(0, rows, ROWS_PER_FILE)):
         size = min(ROWS_PER_FILE, rows - first)
@@ -209,16 +221,14 @@ def main() -> None:
         if zipf_rows:
             zipf_file(folder / "zipf.parquet", zipf_rows, 0, seed=0)
             cases.append((f"zipf 10^{np.log10(zipf_rows):g}", folder / "zipf.parquet"))
-        from opendp_wgm import spark as wgm_spark
-
         m = wgm_spark.make_wgm_from_budget(
             *wgm_spark.spark_user_items_space(), max_contributions=args.max_contributions, epsilon=EPSILON, delta=DELTA
         )
         print(
             "| data | rows | released | WGM (s) | bare groupBy(item).count() (s) | ratio | goal | | CPU ratio "
-            "(CPU s) | floor: repartition(user), vs bare |"
+            "(CPU s) | floor: repartition(user), vs bare | auto's choice, vs WGM |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for name, path in cases:
             print(ratio_row(spark, m, name, path, args.repeats), flush=True)
         if args.parquet_rows:
