@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- script.py [its arguments]")
     args = parser.parse_args(argv)
     command = [a for a in args.command if a != "--"]
-    if len(args.rev) < 2 or not command or args.rounds < 1:
-        parser.error("give at least two --rev, --rounds >= 1 and a script after --")
+    if len(set(args.rev)) < 2 or len(set(args.rev)) < len(args.rev) or not command or args.rounds < 1:
+        parser.error("give at least two distinct --rev, --rounds >= 1 and a script after --")
     script, script_args = command[0], _absolute(command[1:])
     print(f"load at start: {_load()}", flush=True)
     results: dict[str, list[dict[Key, float]]] = defaultdict(list)
@@ -112,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
                         print(out.stdout + out.stderr, file=sys.stderr)
                         print(f"{rev}: the script failed (exit {out.returncode})", file=sys.stderr)
                         return 1
-                    results[rev].append(parse_tables(out.stdout))
+                    tables = parse_tables(out.stdout)
+                    if not tables:  # e.g. a data folder found beside the repository, absent beside the worktree
+                        print(out.stdout + out.stderr, file=sys.stderr)
+                        print(f"{rev}: the script printed no table row (pass data paths explicitly)", file=sys.stderr)
+                        return 1
+                    results[rev].append(tables)
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -40,3 +42,19 @@ def test_the_report_puts_revisions_side_by_side(compare: ModuleType) -> None:
     key = ("a | b", "row", "b")
     report = compare._report(["old", "new"], {"old": [{key: 2.0}, {key: 4.0}], "new": [{key: 1.0}, {key: 2.0}]}, 2)
     assert "| row | b | 3 | 1.5 | 0.50 |" in report
+
+
+def test_a_run_that_prints_no_table_is_an_error(
+    compare: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a benchmark that finds no data prints no table: reported, not an empty comparison
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text("print('no data here')\n")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert compare.main(["--rev", "HEAD", "--rev", head, "--rounds", "1", "--", str(quiet)]) == 1
+    assert "printed no table row" in capsys.readouterr().err
+
+
+def test_a_revision_given_twice_is_refused(compare: ModuleType) -> None:
+    with pytest.raises(SystemExit):
+        compare.main(["--rev", "HEAD", "--rev", "HEAD", "--", "script.py"])
