@@ -45,3 +45,16 @@ def spark_session(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _features() -> None:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib", "honest-but-curious")
+
+
+@pytest.fixture(scope="module")
+def spark(spark_session):  # type: ignore[no-untyped-def]
+    """The process's Spark session, under the name the engine tests use."""
+    return spark_session

@@ -31,17 +31,6 @@ ZCDP = dp.approximate(dp.zero_concentrated_divergence())
 APPROX_DP = dp.approximate(dp.max_divergence())
 
 
-@pytest.fixture(autouse=True)
-def _features() -> None:
-    dp.enable_features("contrib", "honest-but-curious")
-
-
-@pytest.fixture(scope="module")
-def spark(spark_session):
-    """The process's Spark session (tests/engines/conftest.py)."""
-    return spark_session
-
-
 @pytest.fixture(scope="module")
 def ws(spark):
     """The public path ``opendp_wgm.spark``: the Spark input space and the package's constructors (the same

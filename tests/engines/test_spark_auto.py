@@ -28,17 +28,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are de
 APPROX_DP = dp.approximate(dp.max_divergence())
 
 
-@pytest.fixture(autouse=True)
-def _features() -> None:
-    dp.enable_features("contrib", "honest-but-curious")
-
-
-@pytest.fixture(scope="module")
-def spark(spark_session):
-    """The process's Spark session (tests/engines/conftest.py)."""
-    return spark_session
-
-
 def to_spark(spark, frame: pl.DataFrame, ddl: str):
     return spark.createDataFrame(frame.rows(), ddl)
 

@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import opendp.prelude as dp
 import polars as pl
 import pytest
 
@@ -29,11 +28,6 @@ from opendp_wgm.spark import spark_user_items_space
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _features() -> None:
-    dp.enable_features("contrib", "honest-but-curious")
 
 
 @pytest.fixture(scope="module")

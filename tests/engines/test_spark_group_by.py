@@ -32,17 +32,6 @@ WGM = dict(max_contributions=3, scale=1e-7, threshold=0.5)
 STATISTICS = dict(sums={"minutes": (0, 100)}, means={"hours": (0.0, 3.0)})
 
 
-@pytest.fixture(autouse=True)
-def _features() -> None:
-    dp.enable_features("contrib", "honest-but-curious")
-
-
-@pytest.fixture(scope="module")
-def spark(spark_session):
-    """The process's Spark session (tests/engines/conftest.py)."""
-    return spark_session
-
-
 def spark_then_wgm(**options):
     """Stage 1 on Spark: the Spark WGM's partial constructor."""
     return ws.then_wgm(**options)

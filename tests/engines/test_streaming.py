@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import opendp.prelude as dp
 import polars as pl
 import pytest
 
@@ -22,11 +21,6 @@ from opendp_wgm.measurements import hitting_set, top_k
 from tests.engine_modules import patch_engine
 
 MAX_CONTRIBUTIONS = 12
-
-
-@pytest.fixture(autouse=True)
-def _features() -> None:
-    dp.enable_features("contrib", "honest-but-curious")
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _features() -> None:
-    dp.enable_features("contrib", "honest-but-curious")  # for the OpenDP measurements compared against
-
-
 @pytest.fixture(scope="module")
 def tmlt():
     pytest.importorskip("tmlt.core", reason='Tumult Core is not installed: pip install "opendp-wgm[tumult]"')
