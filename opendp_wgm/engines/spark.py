@@ -391,9 +391,14 @@ def _value(value: Any) -> Any:
     return bytes(value) if isinstance(value, bytearray) else value
 
 
-def _to_polars(rows: list[Row], item: str, item_dtype: pl.DataType) -> pl.DataFrame:
+def _released_items(rows: list[Row], item: str, item_type: Any) -> pl.Series:
+    """The collected rows' first column as the Polars engine returns an item: its Spark type mapped to Polars."""
+    return pl.Series(item, [_value(r[0]) for r in rows], dtype=_polars_dtype(item_type))
+
+
+def _to_polars(rows: list[Row], item: str, item_type: Any) -> pl.DataFrame:
     """The release as the Polars engine returns it: item (input dtype) and ``noisy_weight``, sorted by item."""
-    items = pl.Series(item, [_value(r[0]) for r in rows], dtype=item_dtype)
+    items = _released_items(rows, item, item_type)
     return weights_frame(items, pl.Series(_NOISY_LAT, [r[1] for r in rows], dtype=pl.Int64))
 
 
@@ -404,7 +409,7 @@ def wgm_release(
     item_type = frame.schema[space.item].dataType
     histogram = lattice_histogram_plan(frame, space, max_contributions)
     rows = release_above_threshold(histogram, space.item, item_type, scale=scale, threshold=threshold)
-    return _to_polars(rows, space.item, _polars_dtype(item_type))
+    return _to_polars(rows, space.item, item_type)
 
 
 def wgm_function(
@@ -457,7 +462,7 @@ def partition_selection_release(
     histogram = lattice_histogram_plan(frame, space, 1)
     schema = types.StructType([types.StructField(space.item, item_type, False)])
     rows = _collect_in_arrow(histogram, _release_by_table(space.item, words), schema)
-    items = pl.Series(space.item, [_value(r[0]) for r in rows], dtype=_polars_dtype(item_type))
+    items = _released_items(rows, space.item, item_type)
     return items.to_frame().sort(space.item)  # the collected order is arbitrary: sort so that it carries nothing
 
 

@@ -13,8 +13,8 @@ row per released key to the driver, where the measurement adds OpenDP's noise
    position), at most R rows per (user, key), at most Δ0 keys per user, then one ``groupBy`` per key: the row
    count and each value column's sum on its grid (null and NaN as 0, clipped, rounded half to even to
    multiples of :math:`2^{-b}`, as Polars rounds);
-4. :func:`wgm_key_release`: stage 1 when it is the WGM, from the kernel's Spark steps
-   (``lattice_histogram_plan``, ``release_above_threshold``);
+4. :func:`wgm_key_release`: stage 1 when it is the WGM, the kernel's Spark WGM (``wgm_release``) on the packed
+   key;
 
 and :func:`user_count_bins`, the histogram of the users' distinct-key counts that ``max_contributions="auto"``
 noises to choose Δ0 (for every Spark constructor: one key column or a composite key's).
@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import polars as pl
 
-from opendp_wgm.engines.polars import weights_frame
 from opendp_wgm.engines.spark import (
     SparkUserItemsDescriptor,
     _check_frame,
@@ -45,9 +44,7 @@ from opendp_wgm.engines.spark import (
     _pyspark,
     _quoted,
     _resolve_spark_space,
-    _value,
-    lattice_histogram_plan,
-    release_above_threshold,
+    wgm_release,
 )
 from opendp_wgm.privacy.auto import BINS, GRID
 
@@ -212,12 +209,9 @@ def wgm_key_release(
 ) -> pl.DataFrame:
     """The WGM's release on a packed frame (:func:`pack_keys`), with the kernel's Spark steps: each user's
     uniform random subset of at most Δ0 distinct keys, the lattice histogram, then noise and threshold in the
-    executors; the released keys as the Polars engine returns them (the key and ``noisy_weight``, sorted)."""
-    item_type = frame.schema[space.item].dataType
-    histogram = lattice_histogram_plan(frame, space, max_contributions)
-    rows = release_above_threshold(histogram, space.item, item_type, scale=scale, threshold=threshold)
-    items = pl.Series(space.item, [_value(r[0]) for r in rows], dtype=_polars_dtype(item_type))
-    return weights_frame(items, pl.Series("noisy_lat", [r[1] for r in rows], dtype=pl.Int64))
+    executors; the released keys as the Polars engine returns them (the key and ``noisy_weight``, sorted): the
+    Spark WGM's release (:func:`opendp_wgm.engines.spark.wgm_release`) on the packed key column."""
+    return wgm_release(frame, space, max_contributions, scale, threshold)
 
 
 def user_count_bins(frame: object, space: SparkUserItemsDescriptor) -> NDArray[np.int64]:
