@@ -21,8 +21,8 @@ import opendp.prelude as dp
 
 import opendp_wgm as wgm
 from opendp_wgm.datasets import DATASETS, load
-from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, GRID, choose_max_contributions, split_auto_budget
+from opendp_wgm.measurements.auto_contributions import choose_from_counts, user_count_bins
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, GRID, split_auto_budget
 from opendp_wgm.privacy.budget import Budget
 
 
@@ -59,8 +59,7 @@ def main() -> None:
         fixed(frame), auto(frame)  # warm-up: compiled steps, caches
 
         def choice(frame: Any = frame) -> int:
-            bins = user_count_bins(frame, *space)
-            return choose_max_contributions(noisy_count_bins(bins, split.scale, laplace=split.laplace))
+            return choose_from_counts(user_count_bins(frame, *space), split)
 
         t_choice = _median_seconds(choice, args.repeats)
         t_fixed = _median_seconds(lambda frame=frame: fixed(frame), args.repeats)

@@ -47,8 +47,8 @@ import polars as pl
 
 import opendp_wgm as wgm
 from opendp_wgm import spark as wgm_spark
-from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
-from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, choose_max_contributions, split_auto_budget
+from opendp_wgm.measurements.auto_contributions import choose_from_counts, user_count_bins
+from opendp_wgm.privacy.auto import DEFAULT_AUTO_FRACTION, split_auto_budget
 from opendp_wgm.privacy.budget import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,8 +142,7 @@ def ratio_row(spark: Any, m: Any, name: str, path: Path, repeats: int) -> str:
     auto = split_auto_budget(Budget.of(epsilon=EPSILON, delta=DELTA), DEFAULT_AUTO_FRACTION)
 
     def choice() -> None:  # what max_contributions="auto" adds to a release: its bins, noise and rule
-        bins = user_count_bins(sdf, *space)
-        choose_max_contributions(noisy_count_bins(bins, auto.scale, laplace=auto.laplace))
+        choose_from_counts(user_count_bins(sdf, *space), auto)
 
     log(f"{name}: {n:,} rows cached; warming up")
     released = m(sdf)  # warm-up (JIT, Python workers)

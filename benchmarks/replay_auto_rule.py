@@ -40,7 +40,7 @@ import polars as pl
 from numpy.typing import NDArray
 
 from opendp_wgm.datasets import DATASETS, load
-from opendp_wgm.measurements.auto_contributions import noisy_count_bins
+from opendp_wgm.measurements.auto_contributions import choose_from_counts, noisy_count_bins
 from opendp_wgm.privacy.auto import GRID, SINGLE_SHARE, bin_of, choose_max_contributions, split_auto_budget
 from opendp_wgm.privacy.budget import Budget
 from opendp_wgm.privacy.calibrate import calibrate_wgm
@@ -99,7 +99,7 @@ def _design(name: str, fraction: float, counts: NDArray[np.int64]) -> tuple[NDAr
         bins = np.bincount(bin_of(counts), minlength=len(GRID)).astype(np.int64)
         if name == "tail":
             return bins, lambda b: _tail_rule(noisy(b), GRID, clamp=False)
-        return bins, lambda b: choose_max_contributions(noisy(b))
+        return bins, lambda b: choose_from_counts(b, auto)
     _, choice = budget.split(1.0 - fraction)  # the earlier split: (fε, fδ) to the choice
     sigma: float = smallest_passing(  # the analytic Gaussian at (fε, fδ): the WGM's noise term at Δ0 = 1
         lambda s: _noise_delta(choice.value, s, 1, 1) <= choice.delta, lower=1e-6, parameter="σ", budget=choice

@@ -67,7 +67,7 @@ def frame_check(
     """The schema checks of :func:`make_spark_group_by`'s preparation (the user, key and value columns), alone:
     ``max_contributions="auto"`` runs them before its choice draws noise."""
     space = _spark_space(input_domain, input_metric, item)
-    values = _Aggregates.of(space.keys or (space.item,), 1, max_rows_per_key, sums, means).values
+    values = _Aggregates.of(space.keys or (space.item,), 1, max_rows_per_key, sums, means).values  # any valid Δ0
     return lambda frame: check_group_by_frame(frame, space, values)
 
 

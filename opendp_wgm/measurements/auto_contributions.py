@@ -51,6 +51,7 @@ from opendp_wgm.samplers import NoiseMethod, sample_discrete_laplace
 __all__ = [
     "AutoRelease",
     "auto_from_budget",
+    "choose_from_counts",
     "make_auto_contributions",
     "noisy_count_bins",
     "single_item_candidate",
@@ -221,7 +222,7 @@ def make_auto_contributions(
         if check is not None:
             check(frame)  # the candidates' schema checks, before any noise
         bins = count_bins(frame)  # the frame's schema is checked here, before any noise
-        chosen = choose_max_contributions(noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace))
+        chosen = choose_from_counts(bins, auto, noise)
         return AutoRelease.of(candidates[chosen](frame), chosen)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
@@ -302,6 +303,13 @@ def auto_from_budget(
         auto_fraction=auto_fraction, item=key, noise=options.get("noise", "lattice"),
         engine=options.get("engine", "auto"), check=check,
     )
+
+
+def choose_from_counts(bins: NDArray[np.int64], auto: AutoBudget, noise: NoiseMethod = "lattice") -> int:
+    """The private choice of Δ0 from the exact bins (:func:`user_count_bins`), as the measurement makes it: the
+    bins noised at ``auto``'s scale (:func:`noisy_count_bins`), then the rule
+    (:func:`~opendp_wgm.privacy.auto.choose_max_contributions`). Never raises."""
+    return choose_max_contributions(noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace))
 
 
 def _auto_map(d_in: int, auto: AutoBudget, losses: list[tuple[float, float]]) -> tuple[float, float]:

@@ -375,6 +375,7 @@ def _group_by_frame_check(
     if _group_by_spark.is_spark_space(input_domain):
         return _group_by_spark.frame_check(input_domain, input_metric, item, max_rows_per_key, sums, means)
     space = _resolve_space(input_domain, input_metric, item)
+    # Δ0 enters the aggregates' map, not their checks: any valid value (1) builds the same preparation
     return _preparation(space, _Aggregates.of(space.keys, 1, max_rows_per_key, sums, means)).function
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 
+import opendp.prelude as dp
 import pytest
 
 
@@ -49,8 +50,6 @@ def spark_session(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-
 
 @pytest.fixture(autouse=True)
 def _features() -> None:
-    import opendp.prelude as dp
-
     dp.enable_features("contrib", "honest-but-curious")
 
 
