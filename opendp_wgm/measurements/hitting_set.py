@@ -28,6 +28,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
+from opendp_wgm._docs import USER_ITEMS_SPACE, fill_doc
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import (
     _assert_features,
@@ -41,7 +42,6 @@ from opendp_wgm._validation import _check_int, _check_positive
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import prepared_input
 from opendp_wgm.measurements._budget_boundary import budget_boundary
-from opendp_wgm.measurements._docs import shared_doc
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 
 # re-exported: the Spark engine, the benchmarks and the tests reach the rounds through this module
@@ -87,7 +87,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------
 # user peeling on a public candidate list
 # --------------------------------------------------------------------------------------------------------
-@shared_doc
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_user_peeling(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -265,7 +265,7 @@ def make_user_peeling_from_budget(
 # --------------------------------------------------------------------------------------------------------
 # WGM, then user peeling
 # --------------------------------------------------------------------------------------------------------
-@shared_doc
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_wgm_hitting_set(
     input_domain: dp.Domain,
     input_metric: dp.Metric,

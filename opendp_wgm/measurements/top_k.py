@@ -25,6 +25,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
+from opendp_wgm._docs import USER_ITEMS_SPACE, fill_doc
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import (
     _assert_features,
@@ -42,7 +43,6 @@ from opendp_wgm._validation import (
 from opendp_wgm.engines import spark as spark_engine
 from opendp_wgm.engines.polars import Prepared, cast_candidates, item_counts, prepared_input
 from opendp_wgm.measurements._budget_boundary import budget_boundary
-from opendp_wgm.measurements._docs import shared_doc
 from opendp_wgm.measurements._of_calibration import two_stage_of_calibration
 from opendp_wgm.measurements._spark import spark_space
 from opendp_wgm.measurements.two_stage import (
@@ -117,7 +117,7 @@ def _peel_candidates(
 # known-domain peeling
 
 
-@shared_doc
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_peeling_top_k(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -237,7 +237,7 @@ _peeling_top_k_release = release_of(_peeling_top_k)
 # WGM-then-top-k
 
 
-@shared_doc
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_wgm_top_k(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
