@@ -17,6 +17,7 @@ SHARED_PRIVATE = (
     "opendp_wgm._spaces",
     "opendp_wgm._interrupt",
     "opendp_wgm._progress",
+    "opendp_wgm._docs",
 )
 
 #: The layers the privacy maps and the samplers sit under: they must not import these.
@@ -114,7 +115,7 @@ def _private_import_offenders() -> list[str]:
 
 def test_no_private_name_crosses_a_subpackage() -> None:
     """A private name (``_x``, not a dunder) is imported only within its own (sub)package (or by that package's
-    subpackages), or from the shared private helpers (``_validation``, ``_partial``, ``_version``, ``_spaces``, ``_interrupt``, ``_progress``)."""
+    subpackages), or from the shared private helpers (``_validation``, ``_partial``, ``_version``, ``_spaces``, ``_interrupt``, ``_progress``, ``_docs``)."""
     offenders = _private_import_offenders()
     assert offenders == [], f"{len(offenders)} private imports across subpackages:\n" + "\n".join(offenders)
 

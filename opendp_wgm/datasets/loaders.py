@@ -4,10 +4,12 @@ describes what they return)."""
 from __future__ import annotations
 
 import gzip
-from typing import Literal
+import textwrap
+from typing import Any, Literal
 
 import polars as pl
 
+from opendp_wgm._docs import fill_doc
 from opendp_wgm._validation import _check_choice
 from opendp_wgm.datasets._read import (
     PathLike,
@@ -20,6 +22,47 @@ from opendp_wgm.datasets._read import (
     _tokens,
     _with_item_names,
 )
+
+
+def _load_table(
+    path: PathLike, name: str, stem: str, columns: dict[str, Any], *, unique: bool,
+    names: tuple[str, dict[str, Any]] | None = None,
+) -> pl.DataFrame:
+    """Dataset ``name``'s one delimited file ``stem[.gz]`` (``path``, or in it), its ``columns`` read by
+    :func:`_read_delimited`; with ``names`` (the stem of a file next to it and how to read it), each integer item
+    replaced by its name (:func:`_with_item_names`)."""
+    file = _resolve(path, name, (f"{stem}.gz", stem))
+    lf = _read_delimited(file, **columns)
+    if names is not None:
+        names_stem, options = names
+        lf = _with_item_names(lf, _resolve(file.parent, name, (f"{names_stem}.gz", names_stem)), **options)
+    return _finish(lf, unique=unique)
+
+
+#: Width of a filled docstring line after the four spaces of the docstring's own indentation.
+_DOC_WIDTH = 112
+
+
+def _table_doc(directory: str, stem: str, counts: str, names: tuple[str, str, str] | None = None) -> str:
+    """The Parameters and Returns sections of a loader of one file ``stem[.gz]`` of integer ids that holds no
+    duplicate pairs; ``names`` = (what the names are, the stem of their file, one of them) adds ``item_names``."""
+    parameters = [
+        "path",
+        f"    The ``{directory}`` directory, or ``{stem}[.gz]`` itself.",
+        "unique",
+        "    Drop duplicate (user, item) rows (there are none).",
+    ]
+    columns = "Columns ``user`` and ``item``, both ``Int64``."
+    if names is not None:
+        what, names_stem, noun = names
+        parameters += ["item_names", *textwrap.wrap(
+            f"Return {what} (``String``) from ``{names_stem}[.gz]`` instead of the integer ids (one-to-one: a {noun}"
+            f' several ids share gets its id appended, ``"{noun.capitalize()} [#id]"``).',
+            width=_DOC_WIDTH, initial_indent="    ", subsequent_indent="    ",
+        )]
+        columns = f"Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` {noun} with ``item_names``)."
+    returns = ["polars.DataFrame", f"    {columns}", f"    {counts}"]
+    return "\n".join(["Parameters", "----------", *parameters, "", "Returns", "-------", *returns])
 
 
 def load_steam_200k(
@@ -128,119 +171,72 @@ def load_amazon_magazine_subscriptions(path: PathLike, *, unique: bool = True) -
         Columns ``user`` and ``item``, both ``String``. 72,098 users, 2,428 items, 88,318 distinct pairs
         (89,689 rows).
     """
-    file = _resolve(
-        path, "amazon_magazine_subscriptions", ("Magazine_Subscriptions.csv.gz", "Magazine_Subscriptions.csv")
-    )
-    lf = _read_delimited(
-        file, user=1, item=0, dtype=pl.String, separator=",", quote_char='"'
-    )
-    return _finish(lf, unique=unique)
+    columns = {"user": 1, "item": 0, "dtype": pl.String, "separator": ",", "quote_char": '"'}
+    return _load_table(path, "amazon_magazine_subscriptions", "Magazine_Subscriptions.csv", columns, unique=unique)
 
 
+@fill_doc(table=_table_doc(
+    "movielens_100k", "u.data", "943 users, 1,682 items, 100,000 pairs.", names=("movie titles", "u.item", "title")
+))
 def load_movielens_100k(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load MovieLens 100K: user → rated movies (ratings of any value).
 
     Reads ``u.data.gz`` (tab-separated, no header: user id, item id, rating, timestamp).
 
-    Parameters
-    ----------
-    path
-        The ``movielens_100k`` directory, or ``u.data[.gz]`` itself.
-    unique
-        Drop duplicate (user, item) rows (there are none).
-    item_names
-        Return movie titles (``String``) from ``u.item`` instead of the integer ids (one-to-one: a title
-        several ids share gets its id appended, ``"Title [#id]"``).
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` title with ``item_names``).
-        943 users, 1,682 items, 100,000 pairs.
+    {table}
     """
-    file = _resolve(path, "movielens_100k", ("u.data.gz", "u.data"))
-    lf = _read_delimited(file, user=0, item=1)
-    if item_names:  # u.item: pipe-separated, no header, Latin-1
-        names = _resolve(file.parent, "movielens_100k", ("u.item.gz", "u.item"))
-        lf = _with_item_names(lf, names, id_column=0, name_column=1, separator="|", encoding="latin-1")
-    return _finish(lf, unique=unique)
+    # u.item: pipe-separated, no header, Latin-1
+    names = ("u.item", {"id_column": 0, "name_column": 1, "separator": "|", "encoding": "latin-1"})
+    return _load_table(
+        path, "movielens_100k", "u.data", {"user": 0, "item": 1}, unique=unique, names=names if item_names else None
+    )
 
 
+@fill_doc(table=_table_doc(
+    "movielens_latest_small", "ratings.csv", "610 users, 9,724 items, 100,836 pairs.",
+    names=("movie titles", "movies.csv", "title"),
+))
 def load_movielens_latest_small(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load MovieLens Latest Small (ml-latest-small): user → rated movies.
 
     Reads ``ratings.csv.gz`` (header ``userId,movieId,rating,timestamp``).
 
-    Parameters
-    ----------
-    path
-        The ``movielens_latest_small`` directory, or ``ratings.csv[.gz]`` itself.
-    unique
-        Drop duplicate (user, item) rows (there are none).
-    item_names
-        Return movie titles (``String``) from ``movies.csv.gz`` instead of the integer ids (one-to-one: a
-        title several ids share gets its id appended, ``"Title [#id]"``).
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` title with ``item_names``).
-        610 users, 9,724 items, 100,836 pairs.
+    {table}
     """
-    file = _resolve(path, "movielens_latest_small", ("ratings.csv.gz", "ratings.csv"))
-    lf = _read_delimited(file, user="userId", item="movieId", separator=",", quote_char='"')
-    if item_names:
-        names = _resolve(file.parent, "movielens_latest_small", ("movies.csv.gz", "movies.csv"))
-        lf = _with_item_names(lf, names, id_column="movieId", name_column="title", separator=",", quote_char='"')
-    return _finish(lf, unique=unique)
+    csv = {"separator": ",", "quote_char": '"'}
+    names = ("movies.csv", {"id_column": "movieId", "name_column": "title", **csv})
+    return _load_table(
+        path, "movielens_latest_small", "ratings.csv", {"user": "userId", "item": "movieId", **csv}, unique=unique,
+        names=names if item_names else None,
+    )
 
 
+@fill_doc(table=_table_doc(
+    "lastfm_hetrec2011", "user_artists.dat", "1,892 users, 17,632 items, 92,834 pairs.",
+    names=("artist names", "artists.dat", "name"),
+))
 def load_lastfm_hetrec2011(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load Last.fm HetRec 2011: user → top-50 listened artists.
 
     Reads ``user_artists.dat.gz`` (tab-separated, header ``userID, artistID, weight``, CRLF line ends).
 
-    Parameters
-    ----------
-    path
-        The ``lastfm_hetrec2011`` directory, or ``user_artists.dat[.gz]`` itself.
-    unique
-        Drop duplicate (user, item) rows (there are none).
-    item_names
-        Return artist names (``String``) from ``artists.dat.gz`` instead of the integer ids (one-to-one: a
-        name several ids share gets its id appended, ``"Name [#id]"``).
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` name with ``item_names``).
-        1,892 users, 17,632 items, 92,834 pairs.
+    {table}
     """
-    file = _resolve(path, "lastfm_hetrec2011", ("user_artists.dat.gz", "user_artists.dat"))
-    lf = _read_delimited(file, user="userID", item="artistID")
-    if item_names:
-        names = _resolve(file.parent, "lastfm_hetrec2011", ("artists.dat.gz", "artists.dat"))
-        lf = _with_item_names(lf, names, id_column="id", name_column="name")
-    return _finish(lf, unique=unique)
+    names = ("artists.dat", {"id_column": "id", "name_column": "name"})
+    return _load_table(
+        path, "lastfm_hetrec2011", "user_artists.dat", {"user": "userID", "item": "artistID"}, unique=unique,
+        names=names if item_names else None,
+    )
 
 
+@fill_doc(table=_table_doc("fimi_retail", "retail.dat", "88,162 users, 16,470 items, 908,576 pairs."))
 def load_fimi_retail(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
     """Load the FIMI ``retail`` market baskets: each basket (line) is a user, its product ids are the items.
 
     Reads ``retail.dat.gz``: one basket per line, space-separated integer item ids. ``user`` is the 0-based
     line number; empty tokens are dropped.
 
-    Parameters
-    ----------
-    path
-        The ``fimi_retail`` directory, or ``retail.dat[.gz]`` itself.
-    unique
-        Drop duplicate (user, item) rows (there are none).
-
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``. 88,162 users, 16,470 items, 908,576 pairs.
+    {table}
     """
     file = _resolve(path, "fimi_retail", ("retail.dat.gz", "retail.dat"))
     opener = gzip.open if _is_gzip(file) else open
@@ -323,47 +319,34 @@ def load_reddit_pushshift(
     return _explode_tokens(documents, unique=unique)
 
 
-def _load_caserec(
-    path: PathLike, name: str, stem: str, user: str, item: str, *, unique: bool
-) -> pl.DataFrame:
-    file = _resolve(path, name, (f"{stem}.gz", stem))
-    return _finish(_read_delimited(file, user=user, item=item), unique=unique)
-
-
+@fill_doc(table=_table_doc("bookcrossing_caserec", "book_history.dat", "2,946 users, 17,384 items, 272,678 pairs."))
 def load_bookcrossing_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:
     """Load Book-Crossing (CaseRecommender's filtered copy): user → accessed books.
 
     Reads ``book_history.dat.gz`` (tab-separated, header ``user, item, accessed``).
 
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64``. 2,946 users, 17,384 items, 272,678 pairs.
+    {table}
     """
-    return _load_caserec(path, "bookcrossing_caserec", "book_history.dat", "user", "item", unique=unique)
+    columns = {"user": "user", "item": "item"}
+    return _load_table(path, "bookcrossing_caserec", "book_history.dat", columns, unique=unique)
 
 
+@fill_doc(table=_table_doc(
+    "anime_caserec", "anime_history.dat", "5,000 users, 7,390 items, 520,609 pairs.",
+    names=("anime titles", "anime_info.dat", "title"),
+))
 def load_anime_caserec(path: PathLike, *, unique: bool = True, item_names: bool = False) -> pl.DataFrame:
     """Load the Anime recommendations sample (CaseRecommender, 5k users): user → watched anime.
 
-    Reads ``anime_history.dat.gz`` (tab-separated, header ``User_ID, Anime_ID, Feedback``); with
-    ``item_names``, the anime titles (``String``) from ``anime_info.dat.gz`` instead of the integer ids
-    (one-to-one: a title several ids share gets its id appended, ``"Title [#id]"``).
+    Reads ``anime_history.dat.gz`` (tab-separated, header ``User_ID, Anime_ID, Feedback``).
 
-    Returns
-    -------
-    polars.DataFrame
-        Columns ``user`` and ``item``, both ``Int64`` (``item`` a ``String`` title with ``item_names``).
-        5,000 users, 7,390 items, 520,609 pairs.
+    {table}
     """
-    if not item_names:
-        return _load_caserec(path, "anime_caserec", "anime_history.dat", "User_ID", "Anime_ID", unique=unique)
-    file = _resolve(path, "anime_caserec", ("anime_history.dat.gz", "anime_history.dat"))
-    names = _resolve(file.parent, "anime_caserec", ("anime_info.dat.gz", "anime_info.dat"))
-    lf = _with_item_names(
-        _read_delimited(file, user="User_ID", item="Anime_ID"), names, id_column="anime_ids", name_column="name"
+    names = ("anime_info.dat", {"id_column": "anime_ids", "name_column": "name"})
+    return _load_table(
+        path, "anime_caserec", "anime_history.dat", {"user": "User_ID", "item": "Anime_ID"}, unique=unique,
+        names=names if item_names else None,
     )
-    return _finish(lf, unique=unique)
 
 
 def load_retailrocket_caserec(path: PathLike, *, unique: bool = True) -> pl.DataFrame:

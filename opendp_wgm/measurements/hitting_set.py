@@ -28,6 +28,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
+from opendp_wgm._docs import USER_ITEMS_SPACE, fill_doc
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import (
     _assert_features,
@@ -86,6 +87,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------
 # user peeling on a public candidate list
 # --------------------------------------------------------------------------------------------------------
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_user_peeling(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -106,10 +108,7 @@ def make_user_peeling(
 
     Parameters
     ----------
-    input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance`` (e.g. ``ctx.accountant.input_space`` of a ``dp.Context``); or
-        :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark, ``docs/engines.md``).
+    {user_items_space}
     candidates
         The public candidate items (distinct, no nulls), e.g. a WGM release. Cast exactly to the item
         column's dtype (at construction when a ``dp.lazyframe_domain`` states it, else at release before any
@@ -172,9 +171,8 @@ def make_user_peeling(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.hitting_set import make_user_peeling
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_user_peeling(*wgm.user_items_space(), candidates=["a", "b", "c"], k=2, scale=4.0)
+    >>> m = wgm.make_user_peeling(*wgm.user_items_space(), candidates=["a", "b", "c"], k=2, scale=4.0)
     >>> m.map(1)  # 2 rounds: 2 / (8 * 4^2)
     (0.015625, 0.0)
     """
@@ -241,9 +239,9 @@ def make_user_peeling_from_budget(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.hitting_set import make_user_peeling_from_budget
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_user_peeling_from_budget(*wgm.user_items_space(), candidates=[1, 2, 3], k=5, epsilon=1.0, delta=1e-5)
+    >>> m = wgm.make_user_peeling_from_budget(*wgm.user_items_space(), candidates=[1, 2, 3], k=5,
+    ...                                       epsilon=1.0, delta=1e-5)
     >>> m.check(1, (1.0, 1e-5))
     True
     """
@@ -267,6 +265,7 @@ def make_user_peeling_from_budget(
 # --------------------------------------------------------------------------------------------------------
 # WGM, then user peeling
 # --------------------------------------------------------------------------------------------------------
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_wgm_hitting_set(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -292,10 +291,7 @@ def make_wgm_hitting_set(
 
     Parameters
     ----------
-    input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
-        ``docs/engines.md``).
+    {user_items_space}
     k
         Number of peeling rounds, ≥ 1 (the output has ``min(k, #candidates)`` rows).
     max_contributions, wgm_scale, wgm_threshold
@@ -344,10 +340,9 @@ def make_wgm_hitting_set(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_wgm_hitting_set(*wgm.user_items_space(), k=10, max_contributions=100,
-    ...                          wgm_scale=4.0, wgm_threshold=25.0, peel_scale=10.0)
+    >>> m = wgm.make_wgm_hitting_set(*wgm.user_items_space(), k=10, max_contributions=100,
+    ...                              wgm_scale=4.0, wgm_threshold=25.0, peel_scale=10.0)
     >>> rho, delta = m.map(1)
     >>> round(rho, 6), delta < 1e-6
     (0.04375, True)
@@ -409,10 +404,9 @@ def make_wgm_hitting_set_from_budget(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.hitting_set import make_wgm_hitting_set_from_budget
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_wgm_hitting_set_from_budget(*wgm.user_items_space(), k=20, max_contributions=100,
-    ...                                      epsilon=1.0, delta=1e-5)
+    >>> m = wgm.make_wgm_hitting_set_from_budget(*wgm.user_items_space(), k=20, max_contributions=100,
+    ...                                          epsilon=1.0, delta=1e-5)
     >>> m.check(1, (1.0, 1e-5))
     True
     """

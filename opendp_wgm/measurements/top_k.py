@@ -25,6 +25,7 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 
+from opendp_wgm._docs import USER_ITEMS_SPACE, fill_doc
 from opendp_wgm._partial import _to_then
 from opendp_wgm._spaces import (
     _assert_features,
@@ -116,6 +117,7 @@ def _peel_candidates(
 # known-domain peeling
 
 
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_peeling_top_k(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -136,10 +138,7 @@ def make_peeling_top_k(
 
     Parameters
     ----------
-    input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
-        ``docs/engines.md``).
+    {user_items_space}
     candidates
         The public candidate items (distinct, no nulls). They are cast to the item column's dtype (at
         construction when a ``dp.lazyframe_domain`` states it, else at release before any noise is drawn); a
@@ -183,9 +182,8 @@ def make_peeling_top_k(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.top_k import make_peeling_top_k
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_peeling_top_k(*wgm.user_items_space(), candidates=["a", "b", "c"], k=2, scale=2.0)
+    >>> m = wgm.make_peeling_top_k(*wgm.user_items_space(), candidates=["a", "b", "c"], k=2, scale=2.0)
     >>> m.map(1)
     (0.06250000000000006, 0.0)
     """
@@ -239,6 +237,7 @@ _peeling_top_k_release = release_of(_peeling_top_k)
 # WGM-then-top-k
 
 
+@fill_doc(user_items_space=USER_ITEMS_SPACE)
 def make_wgm_top_k(
     input_domain: dp.Domain,
     input_metric: dp.Metric,
@@ -265,10 +264,7 @@ def make_wgm_top_k(
 
     Parameters
     ----------
-    input_domain, input_metric
-        From :func:`opendp_wgm.user_items_space`, or a ``dp.lazyframe_domain`` with
-        ``dp.symmetric_id_distance``; or :func:`opendp_wgm.spark.spark_user_items_space` (it runs on Spark,
-        ``docs/engines.md``).
+    {user_items_space}
     k
         Number of items to release, ≥ 1 (fewer when the WGM releases fewer than k candidates).
     max_contributions, wgm_scale, wgm_threshold
@@ -320,10 +316,9 @@ def make_wgm_top_k(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.top_k import make_wgm_top_k
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_wgm_top_k(*wgm.user_items_space(), k=10, max_contributions=100,
-    ...                    wgm_scale=4.0, wgm_threshold=25.0, peel_scale=10.0)
+    >>> m = wgm.make_wgm_top_k(*wgm.user_items_space(), k=10, max_contributions=100,
+    ...                        wgm_scale=4.0, wgm_threshold=25.0, peel_scale=10.0)
     >>> rho, delta = m.map(1)
     >>> round(rho, 6), delta < 1e-6
     (0.04375, True)
@@ -399,10 +394,9 @@ def make_wgm_top_k_from_budget(
     Examples
     --------
     >>> import opendp.prelude as dp, opendp_wgm as wgm
-    >>> from opendp_wgm.measurements.top_k import make_wgm_top_k_from_budget
     >>> dp.enable_features("contrib", "honest-but-curious")
-    >>> m = make_wgm_top_k_from_budget(*wgm.user_items_space(), k=100, max_contributions=100,
-    ...                                epsilon=1.0, delta=1e-5)
+    >>> m = wgm.make_wgm_top_k_from_budget(*wgm.user_items_space(), k=100, max_contributions=100,
+    ...                                    epsilon=1.0, delta=1e-5)
     >>> m.check(1, (1.0, 1e-5))
     True
     """

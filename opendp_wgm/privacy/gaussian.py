@@ -25,8 +25,8 @@ from opendp_wgm._validation import (
 )
 from opendp_wgm.privacy.threshold import (
     _LATTICE_UNIT,
+    _check_threshold_arguments,
     _threshold_delta,
-    check_max_contributions,
 )
 
 __all__ = [
@@ -195,10 +195,7 @@ def wgm_privacy_loss(
     (no clamp at 0: at σ = 0.7, Δ0 = 2^20, ε = 0 the clamp would under-report δ by 9.5e-4). The sum is
     rounded up.
     """
-    d_in = _check_d_in(d_in)
-    scale = _check_positive("scale", scale)
-    threshold = _check_real("threshold", threshold)
-    max_contributions = check_max_contributions(max_contributions)
+    d_in, scale, threshold, max_contributions = _check_threshold_arguments(d_in, scale, threshold, max_contributions)
     delta_t = _threshold_delta(scale, threshold, max_contributions, d_in)
     if epsilon is None:
         return wgm_rho(d_in, scale), delta_t

@@ -142,11 +142,21 @@ def wgm_threshold_delta(
     d_in
         Number of users added or removed.
     """
-    scale = _check_positive("scale", scale)
-    threshold = _check_real("threshold", threshold)
-    max_contributions = check_max_contributions(max_contributions)
-    d_in = _check_d_in(d_in)
+    d_in, scale, threshold, max_contributions = _check_threshold_arguments(d_in, scale, threshold, max_contributions)
     return _threshold_delta(scale, threshold, max_contributions, d_in)
+
+
+def _check_threshold_arguments(
+    d_in: object, scale: object, threshold: object, max_contributions: object
+) -> tuple[int, float, float, int]:
+    """``d_in``, σ > 0, T and Δ0 checked: the arguments of :func:`wgm_threshold_delta`, which the WGM's privacy
+    loss (:func:`opendp_wgm.privacy.gaussian.wgm_privacy_loss`) takes too."""
+    return (
+        _check_d_in(d_in),
+        _check_positive("scale", scale),
+        _check_real("threshold", threshold),
+        check_max_contributions(max_contributions),
+    )
 
 
 @lru_cache(maxsize=4096)
