@@ -30,13 +30,14 @@ from opendp_wgm.engines.polars._compiled_steps import (
     _coding,
     _even_ranges,
     _hash_holds,
+    _Hashed,
     _hashed_text,
     _text_codes,
     in_threads,
     kernel_threads,
     user_ranges,
 )
-from opendp_wgm.engines.polars._plans import BoundedLists, bound_key
+from opendp_wgm.engines.polars._plans import BoundedLists, keys_of_hashes, value_hash
 from opendp_wgm.engines.polars._prepared import _UserCodes
 from opendp_wgm.privacy.threshold import lattice_weights
 
@@ -62,9 +63,9 @@ def _exact_coding(column: pl.Series, jit: ModuleType, threads: int, *, compact: 
     return _text_coding(*text)
 
 
-#: Text coded by its hash and not checked yet: the column, its codes and the value of each code
-#: (:func:`_hashed_text`), which :func:`_hash_holds` must hold on (every row) before the codes are used.
-_Unchecked = tuple[pl.Series, NDArray[np.int32], pl.Series]
+#: Text coded by its hash and not checked yet: the column and its hashed codes (:func:`_hashed_text`), which
+#: :func:`_hash_holds` must hold on (every row) before the codes are used.
+_Unchecked = tuple[pl.Series, _Hashed]
 
 
 def _coding_of(
@@ -75,15 +76,15 @@ def _coding_of(
     if not check and column.dtype == pl.String:
         hashed = _hashed_text(column, jit)
         if hashed is not None:
-            codes, values = hashed
-            return _text_coding(codes, values.len(), values.gather), (column, codes, values)
+            return _text_coding(hashed.codes, hashed.values.len(), hashed.values.gather), (column, hashed)
     return _exact_coding(column, jit, threads, compact=compact), None
 
 
 class _SharedWork:
     """Tasks (each returning whether its check held) that several threads take in turn, each task once, and the
     groups (``"users"``, ``"items"``, ``"keys"``) whose checks failed. :meth:`drain_when_ready` waits until the
-    first tasks are in (:meth:`set_ready`), so that a thread that comes early does not leave at once."""
+    first tasks are in (:meth:`set_ready`), so that a thread that comes early does not leave at once; the
+    threads take the tasks in the order they were added."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -109,8 +110,11 @@ class _SharedWork:
                 with self._lock:
                     self.failed.add(group)
 
-    def drain_when_ready(self) -> None:
+    def wait_ready(self) -> None:
         self._ready.wait()
+
+    def drain_when_ready(self) -> None:
+        self.wait_ready()
         self.drain()
 
 
@@ -128,9 +132,9 @@ class UserCounts:
     coding: _Coding
     counts: NDArray[np.int64]
     threads: int
-    #: text users coded by their hash but not checked yet (``check=False``): the column, codes and code values
-    #: :func:`_hash_holds` must hold on (every row) before the codes are used; ``None``: exact already
-    unchecked: tuple[pl.Series, NDArray[np.int32], pl.Series] | None = None
+    #: text users coded by their hash but not checked yet (``check=False``), which :func:`_hash_holds` must hold on
+    #: (every row) before the codes are used; ``None``: exact already
+    unchecked: _Unchecked | None = None
 
     def mostly_above(self, max_contributions: int) -> bool:
         """Whether most rows belong to users with more than ``max_contributions`` rows (a speed choice only:
@@ -151,11 +155,20 @@ def user_counts(frame: pl.DataFrame, space: _Space, jit: ModuleType, *, check: b
     return UserCounts(users, counts, threads, unchecked)
 
 
-def _keys_of(lists: BoundedLists, frame: pl.DataFrame, keys: NDArray[np.uint64], first: int, stop: int) -> bool:
-    """The secret keys (:func:`bound_key`) of the rows ``first <= r < stop`` into ``keys``, by one Polars
-    ``select`` (of one expression: it runs in one thread; the caller runs chunks in several). ``True``."""
-    key = bound_key(frame.lazy(), lists.space, lists.seeds)
-    keys[first:stop] = frame.slice(first, stop - first).select(key).to_series().to_numpy()
+def _public_hashes(frame: pl.DataFrame, column: str, unchecked: _Unchecked | None) -> NDArray[np.uint64]:
+    """Each row's public hash of ``column`` (:func:`value_hash`): the text coding's, else hashed by Polars."""
+    if unchecked is not None:
+        return unchecked[1].hashes
+    hashes: NDArray[np.uint64] = frame.select(value_hash(column, frame.schema[column])).to_series().to_numpy()
+    return hashes
+
+
+def _keys_of(
+    user_hashes: NDArray[np.uint64], item_hashes: NDArray[np.uint64], seeds: tuple[int, ...], keys: NDArray[np.uint64],
+    first: int, stop: int,
+) -> bool:
+    """The secret keys (:func:`keys_of_hashes`) of the rows ``first <= r < stop`` into ``keys``. ``True``."""
+    keys[first:stop] = keys_of_hashes(user_hashes[first:stop], item_hashes[first:stop], seeds)
     return True
 
 
@@ -191,34 +204,38 @@ def hashed_histogram(
     pieces = list(itertools.pairwise(_even_ranges(rows, 2 * threads).tolist()))
     keys = np.zeros(0, dtype=np.uint64)
     work = _SharedWork()
+    given: list[UserCounts] = []
 
-    def counted_then_shared() -> UserCounts:
-        """The users counted (unless given), then their checks and the keys shared; then a share of the work."""
-        nonlocal keys
+    def counted_then_shared() -> None:
+        """The users counted (unless given) and their checks shared; then a share of the work."""
         try:
-            counted = users if users is not None else user_counts(frame, space, jit, check=False)
-            if counted.mostly_above(bound):
-                keys = np.empty(rows, dtype=np.uint64)
-                work.add("keys", [partial(_keys_of, lists, frame, keys, a, b) for a, b in pieces])
-            if counted.unchecked is not None:
-                work.add("users", [partial(_hash_holds, *counted.unchecked, a, b) for a, b in pieces])
+            given.append(users if users is not None else user_counts(frame, space, jit, check=False))
+            if given[0].unchecked is not None:
+                work.add("users", [partial(_hash_holds, *given[0].unchecked, a, b) for a, b in pieces])
         finally:  # the other threads wait for this, whatever happens
             work.set_ready()
         work.drain()
-        return counted
 
     # every step releases the GIL: the items are coded (their check left to the shared work) while another thread
-    # counts the users; then all threads share the users' check, the keys and the items' check
+    # counts the users; then all threads share the checks and the keys, which combine the hashes text was coded by
     with ThreadPoolExecutor(max_workers=threads) as pool:
         counting = pool.submit(counted_then_shared)
         helpers = [pool.submit(work.drain_when_ready) for _ in range(threads - 2)]
-        items, items_unchecked = _coding_of(frame.get_column(space.item), jit, threads, compact=True, check=False)
+        item = frame.get_column(space.item)
+        items, items_unchecked = _coding_of(item, jit, threads, compact=True, check=False)
         if items_unchecked is not None:
             work.add("items", [partial(_hash_holds, *items_unchecked, a, b) for a, b in pieces])
-        work.drain_when_ready()
-        counted = counting.result()
+        work.wait_ready()
+        if given and given[0].mostly_above(bound):
+            user_hashes = _public_hashes(frame, space.user, given[0].unchecked)
+            item_hashes = _public_hashes(frame, space.item, items_unchecked)
+            keys = np.empty(rows, dtype=np.uint64)
+            work.add("keys", [partial(_keys_of, user_hashes, item_hashes, lists.seeds, keys, a, b) for a, b in pieces])
+        work.drain()
+        counting.result()
         for helper in helpers:
             helper.result()
+    counted = given[0]
     if "items" in work.failed:  # two item values share a hash: coded exactly (by a category map)
         items = _exact_coding(frame.get_column(space.item), jit, threads, compact=True)
     if "users" in work.failed:  # two user values share a hash: coded exactly and counted again (the keys do not
