@@ -5,7 +5,7 @@ chooses a Polars plan and refuses the compiled ones. The result is **identical**
 same seeds: users and items come in as exact integer codes (one per distinct value: a value's offset from the
 smallest, or its rank in a bitmap of the offsets present, or a hashed code), a user with at most Δ0 distinct items
 keeps them all, and a user with more keeps the Δ0 distinct items of smallest key, where the keys are the
-Polars plans' own secret keyed hashes of (user, item), computed by the same Polars expression and passed in.
+Polars plans' own secret keyed hashes of (user, item) (`bound_key`, or `keys_of_hashes`), passed in.
 
 No comparison sort of the rows: the rows are bucketed by user (a counting sort), each user's items deduplicated
 with a per-item marker, and the Δ0-th smallest key of a user above Δ0 found by a linear selection

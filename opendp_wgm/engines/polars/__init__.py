@@ -78,9 +78,11 @@ from opendp_wgm.engines.polars._plans import (
     bounded_lists_plan,
     distinct_pairs_plan,
     fresh_seeds,
+    keys_of_hashes,
     lattice_histogram,
     lattice_histogram_plan,
     mostly_above,
+    value_hash,
 )
 from opendp_wgm.engines.polars._prepared import (
     Prepared,
@@ -125,6 +127,7 @@ __all__ = [
     "item_counts",
     "kernel_jit",
     "kernel_threads",
+    "keys_of_hashes",
     "lattice_histogram",
     "lattice_histogram_plan",
     "mostly_above",
@@ -142,6 +145,7 @@ __all__ = [
     "string_views",
     "user_counts",
     "user_ranges",
+    "value_hash",
     "weights_frame",
     "without_numba",
 ]

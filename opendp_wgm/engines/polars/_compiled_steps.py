@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import polars as pl
 from numpy.typing import NDArray
 
-from opendp_wgm.engines.polars._plans import _PLAN_SAMPLE_ROWS
+from opendp_wgm.engines.polars._plans import _PLAN_SAMPLE_ROWS, VALUE_SEEDS
 
 if TYPE_CHECKING:
     pass
@@ -327,10 +327,6 @@ def _user_runs(column: pl.Series) -> NDArray[np.uint32] | None:
 
 
 
-#: Seeds of :func:`_text_codes`' hash (no secret: the codes only index arrays, and every row is checked).
-_TEXT_SEEDS = (0x5EED, 0xC0DE, 0xFACE, 0xBEEF)
-
-
 def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _Codes | None:
     """Codes of a text column without nulls in order of first occurrence, the codes a fresh category map gives it
     (:func:`_code_expr`, then :func:`_codes`), without building the map (a single-threaded cast: 0.4 s on
@@ -343,9 +339,9 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     codes = _user_runs(column) if runs else None
     if codes is None:
         hashed = _hashed_text(column, jit)
-        if hashed is None or not _hash_holds(column, *hashed, 0, column.len()):
+        if hashed is None or not _hash_holds(column, hashed, 0, column.len()):
             return None
-        return hashed[0], hashed[1].len(), hashed[1].gather
+        return hashed.codes, hashed.values.len(), hashed.values.gather
     if not codes.size:
         return None
     first = np.empty(int(codes[-1]) + 1, dtype=np.int64)  # the run indices, sorted
@@ -354,24 +350,35 @@ def _text_codes(column: pl.Series, jit: ModuleType, *, runs: bool = False) -> _C
     return codes, values.len(), values.gather
 
 
-def _hashed_text(column: pl.Series, jit: ModuleType) -> tuple[NDArray[np.int32], pl.Series] | None:
-    """The first-occurrence codes of a 64-bit hash of each value of a text column (``None`` without rows), and the
-    value of each code's first row: **unchecked** (two values sharing a hash share a code) until
-    :func:`_hash_holds` holds on every row."""
-    hashes = column.hash(*_TEXT_SEEDS).to_numpy().view(np.int64)
+class _Hashed(NamedTuple):
+    """A text column coded by the public hash of each value (:func:`_hashed_text`), **unchecked** (two values
+    sharing a hash share a code) until :func:`_hash_holds` holds on every row."""
+
+    #: each row's code, in order of first occurrence
+    codes: NDArray[np.int32]
+    #: the value of each code's first row
+    values: pl.Series
+    #: each row's public hash (:func:`~opendp_wgm.engines.polars.value_hash`), which the secret keys combine
+    hashes: NDArray[np.uint64]
+
+
+def _hashed_text(column: pl.Series, jit: ModuleType) -> _Hashed | None:
+    """The first-occurrence codes of the public 64-bit hash (:func:`~opendp_wgm.engines.polars.value_hash`) of each
+    value of a text column, unchecked (:class:`_Hashed`); ``None`` without rows."""
+    hashes = column.hash(*VALUE_SEEDS).to_numpy()
     if not hashes.size:
         return None
     codes, uniques = np.empty(hashes.size, dtype=np.int32), np.empty(hashes.size, dtype=np.int64)
-    first = np.empty(int(jit.dense_codes(hashes, codes, uniques)), dtype=np.int64)
+    first = np.empty(int(jit.dense_codes(hashes.view(np.int64), codes, uniques)), dtype=np.int64)
     jit.first_rows(codes, first)  # codes come in order of first row: one pass finds each code's first
-    return codes, column.gather(first)
+    return _Hashed(codes, column.gather(first), hashes)
 
 
-def _hash_holds(column: pl.Series, codes: NDArray[np.int32], values: pl.Series, first: int, stop: int) -> bool:
+def _hash_holds(column: pl.Series, hashed: _Hashed, first: int, stop: int) -> bool:
     """Whether the rows ``first <= r < stop`` of ``column`` each hold the value of their code (:func:`_hashed_text`):
     a gather from the distinct values, which stay in cache, compared with the rows. The caller checks every row
     (in one range, or in several, in threads)."""
-    return bool((values.gather(codes[first:stop]) == column.slice(first, stop - first)).all())
+    return bool((hashed.values.gather(hashed.codes[first:stop]) == column.slice(first, stop - first)).all())
 
 
 def hashed_jit() -> ModuleType | None:

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import polars as pl
+from numpy.typing import NDArray
 
 from opendp_wgm._spaces import _Space, _value_key
 from opendp_wgm._validation import _Engine
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 
 __all__ = [
+    "VALUE_SEEDS",
     "WEIGHT_LAT",
     "BoundedLists",
     "bound_key",
@@ -28,9 +31,11 @@ __all__ = [
     "bounded_lists_plan",
     "distinct_pairs_plan",
     "fresh_seeds",
+    "keys_of_hashes",
     "lattice_histogram",
     "lattice_histogram_plan",
     "mostly_above",
+    "value_hash",
 ]
 
 
@@ -77,11 +82,32 @@ def distinct_pairs_plan(lf: pl.LazyFrame, space: _Space) -> pl.LazyFrame:
     return lf.group_by(user).agg(pl.col(item).unique()).sort(user).explode(item)
 
 
+#: Seeds of each value's public 64-bit hash (:func:`value_hash`; no secret: the secret keys hash a combination of
+#: two of them under secret seeds, and the text codes that use them are checked on every row).
+VALUE_SEEDS = (0x5EED, 0xC0DE, 0xFACE, 0xBEEF)
+
+
+def value_hash(column: str, dtype: pl.DataType) -> pl.Expr:
+    """The public 64-bit hash of each value of ``column`` (of dtype ``dtype``), by its value only (a Categorical
+    by its string, not its code, which depends on other rows)."""
+    return _value_key(column, dtype).hash(*VALUE_SEEDS)
+
+
 def bound_key(lf: pl.LazyFrame, space: _Space, seeds: tuple[int, ...]) -> pl.Expr:
-    """The secret key of each (user, item) row: a hash of their values under ``seeds`` (equal rows, equal keys)."""
+    """The secret key of each (user, item) row: the hash under ``seeds`` of the xor of the user's and the item's
+    public hashes (:func:`value_hash`). Equal rows get equal keys, and a user's distinct items distinct inputs to
+    the secret hash unless their public hashes collide (then their keys tie, in every plan alike). The compiled
+    plan that hashed text to code it reuses those hashes (:func:`keys_of_hashes`): no value is hashed twice."""
     schema = lf.collect_schema()
-    values = (_value_key(column, schema[column]) for column in (space.user, space.item))
-    return pl.struct(*values).hash(*seeds)
+    return (value_hash(space.user, schema[space.user]) ^ value_hash(space.item, schema[space.item])).hash(*seeds)
+
+
+def keys_of_hashes(
+    user_hashes: NDArray[np.uint64], item_hashes: NDArray[np.uint64], seeds: tuple[int, ...]
+) -> NDArray[np.uint64]:
+    """:func:`bound_key` of the rows whose users' and items' public hashes (:func:`value_hash`) are given."""
+    keys: NDArray[np.uint64] = pl.Series(user_hashes ^ item_hashes).hash(*seeds).to_numpy()
+    return keys
 
 
 def bounded_lists_plan(
