@@ -12,10 +12,11 @@ script itself is the revision's own copy (its imports match its package). A rela
 the script's arguments is made absolute first.
 
 Every markdown table row the script prints (``| label | 1.23 | 4.5× | ...``) is read; each numeric cell, keyed
-by (table header, row label — the row's leading text cells —, column), gets its median over the rounds per
-revision, and one table per benchmark table is printed with the revisions side by side and the last revision's
-ratio to the first (below 1: faster or smaller). Non-numeric cells are left out. Quote ``uptime`` with the
-result (printed at the start and the end): the machine is shared.
+by (table header, row label — the row's leading text cells —, column; a repeated column name is prefixed by
+the name before it), gets its median over the rounds per revision, and one table per benchmark table is printed
+with the revisions side by side and the last revision's ratio to the first (below 1: faster or smaller).
+Non-numeric cells are left out. Quote ``uptime`` with the result (printed at the start and the end): the
+machine is shared.
 
 This is a script, not a test: nothing here runs under pytest.
 """
@@ -58,7 +59,7 @@ def parse_tables(text: str) -> dict[Key, float]:
             continue
         parts = [p.strip() for p in line.strip().strip("|").split("|")]
         if header is None:
-            header = parts
+            header = _distinct_names(parts)
             continue
         if all(set(p) <= set("-: ") for p in parts):
             continue  # the separator row
@@ -69,6 +70,17 @@ def parse_tables(text: str) -> dict[Key, float]:
             if value is not None:
                 cells[(" | ".join(header), label, column)] = value
     return cells
+
+
+def _distinct_names(header: list[str]) -> list[str]:
+    """The header's column names, a repeated one named after the column before it (``ratio`` after
+    ``hitting set (s)`` becomes ``hitting set (s) ratio``), so that no two columns share a key."""
+    seen: set[str] = set()
+    names: list[str] = []
+    for i, name in enumerate(header):
+        names.append(f"{header[i - 1]} {name}" if name in seen and i else name)
+        seen.add(name)
+    return names
 
 
 def _absolute(args: list[str]) -> list[str]:

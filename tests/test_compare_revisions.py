@@ -38,6 +38,19 @@ def test_tables_are_read_cell_by_cell(compare: ModuleType) -> None:
     assert len(cells) == 6
 
 
+def test_a_repeated_column_name_keeps_its_own_key(compare: ModuleType) -> None:
+    # bench_logs' two-stage table: a ratio after top-k and another after the hitting set
+    text = """| frame | top-k (s) | ratio | hitting set (s) | ratio |
+|---|---|---|---|---|
+| imdb | 0.25 | 1.04× | 0.29 | 1.19× |
+"""
+    cells = compare.parse_tables(text)
+    header = "frame | top-k (s) | ratio | hitting set (s) | hitting set (s) ratio"
+    assert cells[(header, "imdb", "ratio")] == pytest.approx(1.04)
+    assert cells[(header, "imdb", "hitting set (s) ratio")] == pytest.approx(1.19)
+    assert len(cells) == 4
+
+
 def test_the_report_puts_revisions_side_by_side(compare: ModuleType) -> None:
     key = ("a | b", "row", "b")
     report = compare._report(["old", "new"], {"old": [{key: 2.0}, {key: 4.0}], "new": [{key: 1.0}, {key: 2.0}]}, 2)
