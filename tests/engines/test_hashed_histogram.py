@@ -5,6 +5,7 @@ distinct items it leaves in the release's :class:`kernel.Prepared`."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -117,3 +118,33 @@ def test_interleaved_users_take_the_hashed_plan_from_2_21_rows(threads: int, mon
         assert plan_for(lists) is expected, (frame.height, bound)
         expected_histogram = reference_histogram(lists.lf, SPACE, bound, SEEDS, bound).sort("item")
         assert histogram("auto", lists, bound).collect().sort("item").equals(expected_histogram)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("failing", ["user_counts", "_hash_holds"])
+def test_a_failing_step_raises_and_no_thread_waits_forever(
+    failing: str, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The threads share the checks and keys through one queue, and wait for the users to be counted: a step that
+    raises (in the counting thread, or in a shared piece) reaches the caller, and no thread is left waiting."""
+    pytest.importorskip("numba")
+    patch_engine(monkeypatch, "kernel_threads", lambda rows, jit: threads)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a step failed")
+
+    monkeypatch.setattr(_hashed_histogram, failing, broken)
+    lists = kernel.BoundedLists(_prepare_frame(_logs("string"), SPACE), SPACE, BOUND, SEEDS)
+    raised: list[BaseException] = []
+
+    def release() -> None:
+        try:
+            histogram(Plan.COMPILED_HASHED, lists, BOUND).collect()
+        except RuntimeError as error:
+            raised.append(error)
+
+    caller = threading.Thread(target=release, daemon=True)  # a wait that never ends fails here, not in CI's timeout
+    caller.start()
+    caller.join(timeout=60)
+    assert not caller.is_alive(), "a thread of the plan waits forever"
+    assert [str(error) for error in raised] == ["a step failed"]
