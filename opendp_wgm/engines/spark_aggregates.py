@@ -2,7 +2,8 @@ r"""Keys with statistics on Spark: the Spark steps of :func:`opendp_wgm.make_wgm
 
 Spark computes what the Polars engine's OpenDP plan aggregates, only over the released keys, and collects one
 row per released key to the driver, where the measurement adds OpenDP's noise
-(``opendp_wgm.measurements._group_by_spark``):
+(``opendp_wgm.measurements._group_by_spark``; stage 1, the key release, is a constructor's own, which runs on
+the packed key column as on any Spark space):
 
 1. :func:`check_group_by_frame`: the frame's schema (public) — the user and key columns of supported types,
    the summed columns numeric;
@@ -13,8 +14,6 @@ row per released key to the driver, where the measurement adds OpenDP's noise
    position), at most R rows per (user, key), at most Δ0 keys per user, then one ``groupBy`` per key: the row
    count and each value column's sum on its grid (null and NaN as 0, clipped, rounded half to even to
    multiples of :math:`2^{-b}`, as Polars rounds);
-4. :func:`wgm_key_release`: stage 1 when it is the WGM, the kernel's Spark WGM (``wgm_release``) on the packed
-   key;
 
 and :func:`user_count_bins`, the histogram of the users' distinct-key counts that ``max_contributions="auto"``
 noises to choose Δ0 (for every Spark constructor: one key column or a composite key's).
@@ -44,7 +43,6 @@ from opendp_wgm.engines.spark import (
     _pyspark,
     _quoted,
     _resolve_spark_space,
-    wgm_release,
 )
 from opendp_wgm.privacy.auto import BINS, GRID
 
@@ -61,7 +59,6 @@ __all__ = [
     "pack_keys",
     "unpack_keys",
     "user_count_bins",
-    "wgm_key_release",
 ]
 
 #: Spark types of a composite key's columns: their ``to_json`` text reads back exactly (``unpack_keys``).
@@ -202,16 +199,6 @@ def bounded_aggregates(
         table = np.array(collected, dtype=np.int64).reshape(len(collected), 2 + len(values))
         totals[:, table[:, 0]] = table[:, 1:].T
     return totals
-
-
-def wgm_key_release(
-    frame: DataFrame, space: SparkUserItemsDescriptor, *, max_contributions: int, scale: float, threshold: float
-) -> pl.DataFrame:
-    """The WGM's release on a packed frame (:func:`pack_keys`), with the kernel's Spark steps: each user's
-    uniform random subset of at most Δ0 distinct keys, the lattice histogram, then noise and threshold in the
-    executors; the released keys as the Polars engine returns them (the key and ``noisy_weight``, sorted): the
-    Spark WGM's release (:func:`opendp_wgm.engines.spark.wgm_release`) on the packed key column."""
-    return wgm_release(frame, space, max_contributions, scale, threshold)
 
 
 def user_count_bins(frame: object, space: SparkUserItemsDescriptor) -> NDArray[np.int64]:

@@ -23,7 +23,6 @@ import opendp.prelude as dp
 import polars as pl
 
 from opendp_wgm._validation import _check_choice
-from opendp_wgm.domains import user_items_space
 from opendp_wgm.engines.spark import SparkUserItemsDescriptor, spark_user_items_space
 from opendp_wgm.engines.spark_aggregates import (
     GridValue,
@@ -33,14 +32,11 @@ from opendp_wgm.engines.spark_aggregates import (
     key_dtypes,
     pack_keys,
     unpack_keys,
-    wgm_key_release,
 )
 from opendp_wgm.measurements._group_by_stage_2 import COUNT, _Aggregates, _GroupByRequest
 from opendp_wgm.measurements.key_discovery import KEY_MECHANISMS, _key_release_from_budget
 from opendp_wgm.measurements.two_stage import Preparation, Stage1, Stage2Release
-from opendp_wgm.measurements.wgm import make_wgm, wgm_arguments
 from opendp_wgm.privacy.budget import Budget
-from opendp_wgm.privacy.calibrate import calibrate_wgm_for
 
 __all__ = ["is_spark_space", "make_spark_group_by", "spark_key_release"]
 
@@ -81,11 +77,10 @@ def _packed_space(space: SparkUserItemsDescriptor) -> tuple[dp.Domain, dp.Metric
 
 
 def spark_key_release(mechanism: Any, budget: Budget, max_contributions: int, k: int | None, noise: Any) -> Stage1:
-    """Stage 1 of :func:`opendp_wgm.make_wgm_group_by_from_budget` on Spark, calibrated to ``budget``: the WGM
-    (:func:`opendp_wgm.calibrate_wgm`, as :func:`opendp_wgm.make_wgm_from_budget`), released by
-    :func:`~opendp_wgm.engines.spark_aggregates.wgm_key_release` with the map of the Polars
-    :func:`opendp_wgm.make_wgm` at the same σ, T; or the optimal partition selection
-    (:func:`opendp_wgm.make_partition_selection`, which runs on the packed Spark space). Refused up front (public
+    """Stage 1 of :func:`opendp_wgm.make_wgm_group_by_from_budget` on Spark, calibrated to ``budget``: the Polars
+    path's key release (its own ``*_from_budget``), which runs on the packed Spark space as every constructor
+    does: the WGM (:func:`opendp_wgm.make_wgm_from_budget`, the kernel's Spark plan with the Polars map) or the
+    optimal partition selection (:func:`opendp_wgm.make_partition_selection`). Refused up front (public
     parameters only): the mechanisms that have no key release on Spark here, and ``noise="opendp"`` (the
     executors draw the lattice sampler)."""
     mechanism = _check_choice("mechanism", mechanism, KEY_MECHANISMS)
@@ -93,29 +88,10 @@ def spark_key_release(mechanism: Any, budget: Budget, max_contributions: int, k:
         why = "pass a Spark key release to make_wgm_group_by(key_release=...) instead"
         msg = f"`mechanism` must be 'wgm' or 'partition-selection' on Spark (found {mechanism!r}): {why}"
         raise ValueError(msg)
-    if k is not None:
-        msg = f"`k` must be None unless mechanism='top-k' (found {k!r})"
-        raise ValueError(msg)
-    if mechanism == "partition-selection":  # the Polars path's key release: it runs on the packed Spark space
-        return _key_release_from_budget(mechanism, budget, max_contributions, k, noise)
-    if noise != "lattice":
+    stage_1 = _key_release_from_budget(mechanism, budget, max_contributions, k, noise)  # checks `k` first
+    if mechanism == "wgm" and noise != "lattice":
         msg = f"`noise` must be 'lattice' on Spark: the executors draw the WGM's lattice sampler (found {noise!r})"
         raise ValueError(msg)
-    calibration = calibrate_wgm_for(budget, max_contributions=max_contributions)
-    arguments = wgm_arguments(calibration)
-
-    def stage_1(domain: dp.Domain, metric: dp.Metric) -> dp.Measurement:
-        space = _spark_space(domain, metric, None)
-        reference = make_wgm(*user_items_space(space.user, space.item), **arguments)  # checks, measure and map
-
-        def function(frame: Any) -> pl.DataFrame:
-            return wgm_key_release(
-                frame, space, max_contributions=calibration.max_contributions, scale=calibration.scale,
-                threshold=calibration.threshold,
-            )
-
-        return dp.m.make_user_measurement(domain, metric, reference.output_measure, function, reference.map)
-
     return stage_1
 
 

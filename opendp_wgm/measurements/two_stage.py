@@ -298,8 +298,8 @@ def wgm_then_peeling(
     passes, engine = _check_execution(passes, engine)
     parameters = {"max_contributions": max_contributions, "scale": wgm_scale, "threshold": wgm_threshold}
     return _then_peeling(
-        input_domain, input_metric, stage_2, make_stage_1=None, default_stage_1=make_wgm,
-        stage_1_parameters=parameters, noise=noise, item=item, preparation=None, passes=passes, engine=engine,
+        input_domain, input_metric, stage_2, make_stage_1=make_wgm, stage_1_parameters=parameters, noise=noise,
+        item=item, passes=passes, engine=engine,
     )
 
 
@@ -321,8 +321,6 @@ def make_dp_sips_then_peeling(
     engine: Engine,
     peeling: Peeling,
     accounting: Accounting,
-    make_stage_1: Callable[..., dp.Measurement] | None = None,
-    preparation: Preparation | None = None,
     sips_statistic_scale: float | None = None,
     sips_branch_scales: Sequence[float] | None = None,
     sips_branch_thresholds: Sequence[float] | None = None,
@@ -330,9 +328,7 @@ def make_dp_sips_then_peeling(
     r""":func:`wgm_then_peeling` with DP-SIPS (:func:`opendp_wgm.make_dp_sips`, R rounds at σ_i, T_i) as
     stage 1: its release is the candidate list; the map is DP-SIPS's plus the peeling's charged map (adaptive
     composition, as with the WGM: only stage 1 changes). ``sips_epsilon`` is DP-SIPS's ``epsilon`` under
-    (ε, δ); the DP-SIPS constructor checks its own parameters. ``make_stage_1``: an engine's DP-SIPS, without
-    the Polars execution options ``noise``, ``passes``, ``engine`` (default :func:`opendp_wgm.make_dp_sips` with
-    them), built once; ``preparation`` as for :func:`make_two_stage`. ``sips_statistic_scale``,
+    (ε, δ); the DP-SIPS constructor checks its own parameters, and is built once. ``sips_statistic_scale``,
     ``sips_branch_scales``, ``sips_branch_thresholds``: DP-SIPS's adaptive schedule (its ``statistic_scale``,
     ``branch_scales``, ``branch_thresholds``; all three or none), which ``stage_1="dp-sips"`` of the
     ``_from_budget`` constructors calibrates by default."""
@@ -348,8 +344,8 @@ def make_dp_sips_then_peeling(
         "branch_thresholds": sips_branch_thresholds,
     }
     return _then_peeling(
-        input_domain, input_metric, stage_2, make_stage_1=make_stage_1, default_stage_1=make_dp_sips,
-        stage_1_parameters=parameters, noise=noise, item=item, preparation=preparation, passes=passes, engine=engine,
+        input_domain, input_metric, stage_2, make_stage_1=make_dp_sips, stage_1_parameters=parameters, noise=noise,
+        item=item, passes=passes, engine=engine,
     )
 
 
@@ -389,31 +385,24 @@ def _then_peeling(
     input_metric: dp.Metric,
     stage_2: PeelingStage,
     *,
-    make_stage_1: Callable[..., dp.Measurement] | None,
-    default_stage_1: Callable[..., dp.Measurement],
+    make_stage_1: Callable[..., dp.Measurement],
     stage_1_parameters: dict[str, Any],
     noise: NoiseMethod,
     item: str | Sequence[str] | None,
-    preparation: Preparation | None,
     passes: int,
     engine: Engine,
 ) -> dp.Measurement:
-    """Stage 1, ``make_stage_1`` (a key release: an engine's, without the Polars execution options; None:
-    ``default_stage_1`` with ``noise``, ``passes``, ``engine``) on ``stage_1_parameters`` at ``stage_2``'s output
-    measure (and stage 1's ε under (ε, δ)), then ``stage_2``'s peeling of ``k`` rounds on its candidates (on the
-    unclipped data), charged ``k`` rounds whatever the number of candidates (:func:`make_two_stage`). Without a
-    ``preparation``, the Polars frame's at stage 1's ``passes`` and ``engine`` (collected once at one in-memory
-    pass)."""
-    options: dict[str, Any] = {}  # an engine's key release has its own execution options
-    if make_stage_1 is None:
-        make_stage_1, options = default_stage_1, {"noise": noise, "passes": passes, "engine": engine}
+    """Stage 1, ``make_stage_1`` (:func:`opendp_wgm.make_wgm` or :func:`opendp_wgm.make_dp_sips`) on
+    ``stage_1_parameters`` with ``noise``, ``passes``, ``engine``, at ``stage_2``'s output measure (and stage 1's ε
+    under (ε, δ)), then ``stage_2``'s peeling of ``k`` rounds on its candidates (on the unclipped data), charged
+    ``k`` rounds whatever the number of candidates (:func:`make_two_stage`), both on the input's preparation at
+    stage 1's ``passes`` and ``engine`` (:func:`_preparation`: collected once at one in-memory pass)."""
     stage_1 = functools.partial(
         make_stage_1, **stage_1_parameters, epsilon=stage_2.stage_1_epsilon, output_measure=stage_2.output_measure,
-        **options,
+        noise=noise, passes=passes, engine=engine,
     )
     delta = stage_2.delta if stage_2.kind == "approx_dp" else None
-    if preparation is None:
-        preparation = _preparation(input_domain, input_metric, item, passes=passes, engine=engine)
+    preparation = _preparation(input_domain, input_metric, item, passes=passes, engine=engine)
 
     def peel(domain: dp.Domain, metric: dp.Metric, candidates: pl.Series) -> dp.Measurement | Stage2Release:
         return stage_2.peeling(

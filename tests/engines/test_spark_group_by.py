@@ -20,7 +20,7 @@ import pytest
 
 import opendp_wgm as wgm
 from opendp_wgm import spark as ws
-from opendp_wgm.measurements import _group_by_spark
+from opendp_wgm.engines import spark as spark_engine
 
 pytest.importorskip("pyspark", reason='pyspark is not installed: pip install "opendp-wgm[spark]"')
 pytestmark = pytest.mark.filterwarnings("ignore:distutils Version classes are deprecated:DeprecationWarning")
@@ -241,7 +241,7 @@ def test_bad_frames_are_refused_before_stage_1(spark, monkeypatch: pytest.Monkey
     def no_stage_1(*args, **kwargs):  # pragma: no cover - reached only if a check came too late
         raise AssertionError("stage 1 ran on a frame that should have been refused")
 
-    monkeypatch.setattr(_group_by_spark, "wgm_key_release", no_stage_1)
+    monkeypatch.setattr(spark_engine, "wgm_release", no_stage_1)  # stage 1's release: the Spark WGM's
 
     def make(space=None, **options):
         options = {"max_contributions": 3, "epsilon": 1.0, "delta": 1e-6, **options}
