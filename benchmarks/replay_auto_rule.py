@@ -1,6 +1,6 @@
 """Replay the choice of ``max_contributions="auto"`` against measured fixed-Δ0 curves (``docs/auto.md``):
 ``python benchmarks/replay_auto_rule.py [--data DIR] [--fixed CSV] [--reduced CSV] [--fractions 0.01,0.015,0.02]
-[--draws N] [--designs current,tail,previous,earlier,gaussian,single@0.005]``.
+[--draws N] [--designs current,histogram,tail,previous,earlier,gaussian,single@0.005]``.
 
 A 5-trial results table (``docs/results.md``) is itself noisy; this replay estimates how often each design of the
 choice misses the issue's targets without rerunning the mechanisms. For each data set it takes the exact
@@ -18,8 +18,9 @@ elsewhere.
 Printed per design and fraction: the expected number of data sets within 0.01 of the best fixed Δ0 (of 11), the
 worst expected excess over Δ0 = 100, and the expected number of (data set) failures per 5-trial table of each
 target ("gap": more than 0.01 above the best; "vs 100": more than 0.005 above Δ0 = 100), for the WGM and DP-SIPS.
-Designs: ``current`` (the package's rule and noise: 9 bins, the last above 200, candidates up to 500, the least
-score), ``tail`` (the same bins and noise, the smallest grid point with at most 3% of the users above it, 500 when
+Designs: ``current`` (the package's: the single-item test at f/15, then where it fails the histogram at 14f/15,
+9 bins, the last above 200, candidates up to 500, the least score), ``histogram`` (the release before: the same
+histogram and rule at all of f, no test), ``tail`` (the same bins and noise, the smallest grid point with at most 3% of the users above it, 500 when
 none up to 200 is), ``previous`` (the release before: the tail rule over 10 bins, the last above 500, candidates
 up to 1000) and ``earlier`` (the first release: the discrete Gaussian at (fε, fδ), 11 bins, tails of the bins
 clamped at 0). ``gaussian`` is a design not built (``docs/auto.md``): the package's bins and rule with discrete
@@ -52,6 +53,7 @@ from opendp_wgm.privacy.auto import (
     ROOT_COST,
     SINGLE_SHARE,
     bin_of,
+    calibrate_choice,
     choose_max_contributions,
     split_auto_budget,
 )
@@ -66,9 +68,8 @@ _CURVE_GRID = (*GRID, 1000)
 #: The tail rules' share: Δ0 cuts at most this share of the users.
 _TAIL_SHARE = 0.03
 _PARTITION_SELECTION = {"amazon_magazine_subscriptions": 0.0831}
-Rule = Callable[[NDArray[np.float64]], int]
-#: The share of ε a design charges, given the Δ0 it chose.
-Charge = Callable[[int], float]
+#: A design's choice from the exact bins: Δ0, and the share of ε it charged.
+Rule = Callable[[NDArray[np.int64]], tuple[int, float]]
 
 
 def _user_counts(data: str, cache: Path) -> dict[str, NDArray[np.int64]]:
@@ -118,35 +119,44 @@ def _single_first(fraction: float, single: float, margin: float) -> Rule:
     laplace, sigma_h = 1.0 / single, _gaussian_scale(fraction)
     spread = laplace * np.sqrt(2.0) * np.hypot(1 - SINGLE_SHARE, SINGLE_SHARE)  # of n1 - 3/4 (n1 + n_more)
 
-    def rule(bins: NDArray[np.int64]) -> int:
+    def rule(bins: NDArray[np.int64]) -> tuple[int, float]:
         two = noisy_count_bins(np.array([bins[0], bins[1:].sum()]), laplace, laplace=True)
         if two[0] - SINGLE_SHARE * np.maximum(two, 0.0).sum() >= margin * spread:
-            return GRID[0]
-        return _least_score(noisy_count_bins(bins, sigma_h))
+            return GRID[0], single
+        return _least_score(noisy_count_bins(bins, sigma_h)), single + fraction
 
     return rule
 
 
-def _design(name: str, fraction: float, counts: NDArray[np.int64]) -> tuple[NDArray[np.int64], Rule, Charge]:
+def _design(name: str, fraction: float, counts: NDArray[np.int64]) -> tuple[NDArray[np.int64], Rule]:
     budget = Budget.of(epsilon=1.0, delta=1e-5)
     bins = np.bincount(bin_of(counts), minlength=len(GRID)).astype(np.int64)
+    if name == "current":
+        auto = split_auto_budget(budget, fraction)
+
+        def current(b: NDArray[np.int64]) -> tuple[int, float]:
+            choice = choose_from_counts(b, auto)
+            return choice.max_contributions, auto.test.value if choice.single_item_test else auto.fraction
+
+        return bins, current
     if name == "gaussian":
         sigma_h = _gaussian_scale(fraction)
-        return bins, lambda b: choose_max_contributions(noisy_count_bins(b, sigma_h)), lambda _: fraction
+        return bins, lambda b: (choose_max_contributions(noisy_count_bins(b, sigma_h)), fraction)
     if name.startswith("single@"):
         single, margin = [*map(float, name.split("@")[1:]), 0.0][:2]
-        return bins, _single_first(fraction, single, margin), lambda g: single + (fraction if g > 1 else 0.0)
-    return (*_older_design(name, fraction, counts, budget), lambda _: fraction)
+        return bins, _single_first(fraction, single, margin)
+    bins, rule = _older_design(name, fraction, counts, budget)
+    return bins, lambda b: (rule(b), fraction)
 
 
 def _older_design(
     name: str, fraction: float, counts: NDArray[np.int64], budget: Budget
-) -> tuple[NDArray[np.int64], Rule]:
+) -> tuple[NDArray[np.int64], Callable[[NDArray[np.int64]], int]]:
     if name != "earlier":
-        auto = split_auto_budget(budget, fraction)
+        scale = calibrate_choice(Budget(budget.kind, fraction * budget.value, 0.0))  # the histogram at all of f
 
         def noisy(b: NDArray[np.int64]) -> NDArray[np.float64]:
-            return noisy_count_bins(b, auto.scale, laplace=auto.laplace)
+            return noisy_count_bins(b, scale, laplace=True)
 
         if name == "previous":
             bins = np.bincount(np.searchsorted(np.array(GRID), counts, side="left"), minlength=len(_CURVE_GRID))
@@ -154,7 +164,9 @@ def _older_design(
         bins = np.bincount(bin_of(counts), minlength=len(GRID)).astype(np.int64)
         if name == "tail":
             return bins, lambda b: _tail_rule(noisy(b), GRID, clamp=False)
-        return bins, lambda b: choose_from_counts(b, auto)
+        if name == "histogram":
+            return bins, lambda b: choose_max_contributions(noisy(b))
+        raise SystemExit(f"unknown design {name!r}")
     _, choice = budget.split(1.0 - fraction)  # the earlier split: (fε, fδ) to the choice
     sigma: float = smallest_passing(  # the analytic Gaussian at (fε, fδ): the WGM's noise term at Δ0 = 1
         lambda s: _noise_delta(choice.value, s, 1, 1) <= choice.delta, lower=1e-6, parameter="σ", budget=choice
@@ -180,8 +192,9 @@ def main() -> None:
     parser.add_argument("--fixed", default="docs/results/auto-grid_trials.csv")
     parser.add_argument("--cache", default="/tmp/opendp_wgm_user_counts.npz")
     parser.add_argument("--fractions", default="0.01,0.015,0.02")
-    parser.add_argument("--designs", default="current,tail,previous,earlier")
+    parser.add_argument("--designs", default="current,histogram,tail,previous,earlier")
     parser.add_argument("--draws", type=int, default=500)
+    parser.add_argument("--by-dataset", action="store_true", help="also print each data set's failures per table")
     parser.add_argument("--reduced", default="docs/results/auto-eps090_trials.csv", help="the rows at a smaller ε")
     args = parser.parse_args()
     dp.enable_features("contrib")
@@ -193,6 +206,7 @@ def main() -> None:
     )
     slopes = _slopes(stats, pl.read_csv(args.reduced))
     rng = np.random.default_rng(0)
+    by_dataset: list[str] = []
     print(f"load average before: {os.getloadavg()}; {args.draws} draws per data set")
     print("measured slopes (missing mass per unit of ε):", {k: round(v, 3) for k, v in sorted(slopes.items())})
     print("| design | f | mechanism | within 0.01 (expected, of 11) | worst excess over Δ0 = 100 | "
@@ -202,10 +216,10 @@ def main() -> None:
         for fraction in (float(f) for f in args.fractions.split(",")):
             chosen, charged = {}, {}
             for name, user_counts in counts.items():
-                bins, rule, charge = _design(design, fraction, user_counts)
+                bins, rule = _design(design, fraction, user_counts)
                 picks = [rule(bins) for _ in range(args.draws)]
-                chosen[name] = np.array([_CURVE_GRID.index(g) for g in picks])
-                charged[name] = np.array([charge(g) for g in picks])
+                chosen[name] = np.array([_CURVE_GRID.index(g) for g, _ in picks])
+                charged[name] = np.array([share for _, share in picks])
             for mechanism in _MECHANISMS:
                 within, worst, gap_fails, vs_fails, amazon = 0, -1.0, 0.0, 0.0, float("nan")
                 for name, picks in chosen.items():
@@ -219,11 +233,17 @@ def main() -> None:
                     tables = values[: picks.size // 5 * 5].reshape(-1, 5).mean(axis=1)
                     within += values.mean() - best <= 0.01
                     worst = max(worst, values.mean() - at_100)
-                    gap_fails += float((tables - best > 0.01).mean())
-                    vs_fails += float((tables - at_100 > 0.005).mean())
+                    gap, vs = float((tables - best > 0.01).mean()), float((tables - at_100 > 0.005).mean())
+                    gap_fails, vs_fails = gap_fails + gap, vs_fails + vs
+                    if args.by_dataset and gap + vs > 0:
+                        by_dataset.append(f"| {design} | {fraction:g} | {mechanism} | {name} | {gap:.2f} | {vs:.2f} |")
                     amazon = float(values.mean()) if name in _PARTITION_SELECTION else amazon
                 print(f"| {design} | {fraction:g} | {mechanism} | {within} | {worst:+.4f} | {gap_fails:.2f} | "
                       f"{vs_fails:.2f} | {amazon:.4f} |")
+    if args.by_dataset:
+        print("\n| design | f | mechanism | data set | gap failures per table | vs-100 failures per table |")
+        print("|---|---|---|---|---|---|")
+        print("\n".join(by_dataset))
     print(f"load average after: {os.getloadavg()}")
 
 

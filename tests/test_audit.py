@@ -429,3 +429,48 @@ def test_audit_flags_an_auto_choice_without_noise(monkeypatch: pytest.MonkeyPatc
     assert not report.passed
     row = report.table().row(0, named=True)
     assert row["hits_d"] == 0 and row["hits_d_prime"] == 200
+
+
+def _auto_test_threshold(budget: dict[str, float]) -> float:
+    # the single-item test's threshold in users at half of the budget on the choice (a fifteenth of it on the test)
+    from opendp_wgm.privacy.auto import single_item_threshold, split_auto_budget
+    from opendp_wgm.privacy.budget import Budget
+
+    auto = split_auto_budget(Budget.of(delta=0.05, **budget), 0.5)
+    return single_item_threshold(auto.test_scale, laplace=auto.laplace)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("budget", [{"epsilon": 2.0}, {"rho": 1.0}], ids=["approx-dp", "zcdp"])
+def test_audit_passes_on_the_single_item_test(budget: dict[str, float]) -> None:
+    # the pair puts the single-item test at its edge (D′ at the threshold, D 3/4 of a user below it); the claim is
+    # the whole map (the test, then the larger of the single-item candidate and the histogram's branch)
+    from opendp_wgm.audit import single_item_test_pair
+
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, delta=0.05, **budget
+    )
+    report = audit(m, single_item_test_pair(_auto_test_threshold(budget)), trials=500, alpha=ALPHA, progress=False)
+    assert report.passed, report.violations
+    passed = report.table().filter(pl.col("event") == "single-item test passed").row(0, named=True)
+    # both sides pass the test about half of the time (the noise is centred at the edge)
+    assert 100 < passed["hits_d"] < 400 and 100 < passed["hits_d_prime"] < 400
+
+
+@pytest.mark.slow
+def test_audit_flags_a_single_item_test_without_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the test's counts without noise: it passes on D′ and fails on D, always
+    import opendp_wgm.measurements.auto_contributions as auto
+    from opendp_wgm.audit import SingleItemTestPassed, single_item_test_pair
+
+    monkeypatch.setattr(
+        auto, "noisy_count_bins", lambda bins, scale, noise="lattice", laplace=False: bins.astype(np.float64)
+    )
+    m = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions="auto", auto_fraction=0.5, epsilon=2.0, delta=0.05
+    )
+    pair = single_item_test_pair(_auto_test_threshold({"epsilon": 2.0}))
+    report = audit(m, pair, events=[SingleItemTestPassed()], trials=200, alpha=ALPHA, progress=False)
+    assert not report.passed
+    row = report.table().row(0, named=True)
+    assert row["hits_d"] == 0 and row["hits_d_prime"] == 200

@@ -44,9 +44,22 @@ def test_discover_prints_the_chosen_max_contributions(
         "--delta", "1e-3", "--mechanism", mechanism,
     )
     assert code == 0, err
-    assert _chosen(err) == 5
+    assert _chosen(err) == 5 and "chosen by the histogram" in err
     assert "auto: 0.5 of the budget" in err and "(Δ0 auto)" in err
     assert "budget spent  ε = 50," in err
+
+
+def test_discover_says_when_the_single_item_test_chose(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # 3000 users holding one item each (from 40): at ε = 50 and half of it on the choice the test's threshold is
+    # 2 users (b = 0.6) and its statistic 750
+    path = tmp_path / "single.parquet"
+    pl.DataFrame({"user": np.arange(3000), "item": np.arange(3000) % 40}).write_parquet(path)
+    code, _, err = _run(
+        capsys, "discover", path, "--max-contributions", "auto", "--auto-fraction", "0.5", "--epsilon", "50",
+        "--delta", "1e-3",
+    )
+    assert code == 0, err
+    assert _chosen(err) == 1 and "chosen by the single-item test" in err
 
 
 @pytest.mark.parametrize("command", [["top-k", "--k", "3"], ["hitting-set", "--k", "3"]])

@@ -7,11 +7,20 @@ privacy (``docs/audit.md``).
 """
 
 from opendp_wgm.audit._flawed import make_underclaimed
-from opendp_wgm.audit.events import AnyReleased, ChosenMaxContributions, Event, ItemReleased, RankAtMost, SetEquals
+from opendp_wgm.audit.events import (
+    AnyReleased,
+    ChosenMaxContributions,
+    Event,
+    ItemReleased,
+    RankAtMost,
+    SetEquals,
+    SingleItemTestPassed,
+)
 from opendp_wgm.audit.neighbours import (
     NeighbourPair,
     auto_choice_pair,
     shared_item_pair,
+    single_item_test_pair,
     symmetric_id_distance,
     unique_items_pair,
     worst_case_pairs,
@@ -35,6 +44,7 @@ __all__ = [
     "NeighbourPair",
     "RankAtMost",
     "SetEquals",
+    "SingleItemTestPassed",
     "audit",
     "auto_choice_pair",
     "clopper_pearson",
@@ -43,6 +53,7 @@ __all__ = [
     "flag_power",
     "make_underclaimed",
     "shared_item_pair",
+    "single_item_test_pair",
     "symmetric_id_distance",
     "unique_items_pair",
     "worst_case_pairs",

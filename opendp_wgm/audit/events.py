@@ -12,7 +12,15 @@ from typing import Any, Protocol
 
 import polars as pl
 
-__all__ = ["AnyReleased", "ChosenMaxContributions", "Event", "ItemReleased", "RankAtMost", "SetEquals"]
+__all__ = [
+    "AnyReleased",
+    "ChosenMaxContributions",
+    "Event",
+    "ItemReleased",
+    "RankAtMost",
+    "SetEquals",
+    "SingleItemTestPassed",
+]
 
 
 class Event(Protocol):
@@ -115,3 +123,20 @@ class ChosenMaxContributions:
             msg = "`ChosenMaxContributions` needs a release of max_contributions='auto' (an AutoRelease)"
             raise ValueError(msg)
         return bool(chosen == self.value)
+
+
+@dataclass(frozen=True)
+class SingleItemTestPassed:
+    """A ``max_contributions="auto"`` release's Δ0 was chosen by the single-item test (its ``single_item_test``
+    attribute, :class:`~opendp_wgm.measurements.auto_contributions.AutoRelease`)."""
+
+    @property
+    def label(self) -> str:
+        return "single-item test passed"
+
+    def __call__(self, released: pl.DataFrame) -> bool:
+        passed = getattr(released, "single_item_test", None)
+        if passed is None:
+            msg = "`SingleItemTestPassed` needs a release of max_contributions='auto' (an AutoRelease)"
+            raise ValueError(msg)
+        return bool(passed)

@@ -23,13 +23,21 @@ import numpy as np
 import polars as pl
 
 from opendp_wgm._validation import _check_int, _check_real
-from opendp_wgm.audit.events import AnyReleased, ChosenMaxContributions, Event, ItemReleased, SetEquals
+from opendp_wgm.audit.events import (
+    AnyReleased,
+    ChosenMaxContributions,
+    Event,
+    ItemReleased,
+    SetEquals,
+    SingleItemTestPassed,
+)
 from opendp_wgm.privacy.auto import GRID
 
 __all__ = [
     "NeighbourPair",
     "auto_choice_pair",
     "shared_item_pair",
+    "single_item_test_pair",
     "symmetric_id_distance",
     "unique_items_pair",
     "worst_case_pairs",
@@ -227,3 +235,38 @@ def auto_choice_pair(
     above = next((g for g in GRID if g >= items), GRID[-1])  # the rule returns 500 when nothing up to 200 fits
     events: tuple[Event, ...] = (ChosenMaxContributions(1), ChosenMaxContributions(above), ItemReleased(-1, item))
     return NeighbourPair(pl.concat([neighbour, differing]), neighbour, f"Δ0 auto at its edge ({items} items)", events)
+
+
+def single_item_test_pair(
+    threshold: float,
+    *,
+    more_users: int = 4,
+    user: str = "user",
+    item: str = "item",
+) -> NeighbourPair:
+    """A pair that moves the single-item test of ``max_contributions="auto"`` (``docs/privacy.md`` §8) across its
+    edge ``threshold`` (in users: :func:`opendp_wgm.privacy.auto.single_item_threshold` of the test's scale).
+
+    D′: ``more_users`` users holding the items 0 and 1, and the fewest users holding one item each (ids 0, 1, …
+    mod 3) for which the noise-free statistic, the one-item count minus 3/4 of all users, reaches ``threshold``
+    (it is then below ``threshold`` + 1/4). D adds a user holding two unique items (−1, −2): the statistic falls
+    by 3/4, below ``threshold``. Events: the test passed, and item −1 released.
+
+    Examples
+    --------
+    >>> pair = single_item_test_pair(10.0)
+    >>> pair.neighbour.height, pair.data.height - pair.neighbour.height, [e.label for e in pair.events]
+    (60, 2, ['single-item test passed', '-1 released'])
+    """
+    threshold = _check_real("threshold", threshold, minimum=0.0)
+    more_users = _check_int("more_users", more_users, minimum=1)
+    single_users = math.ceil(4.0 * (threshold + 0.75 * more_users))  # 0.25·S − 0.75·M ≥ threshold
+    singles = pl.DataFrame({user: np.arange(single_users, dtype=np.int64), item: np.arange(single_users) % 3})
+    more = np.repeat(np.arange(single_users, single_users + more_users, dtype=np.int64), 2)
+    shared = pl.DataFrame({user: more, item: np.tile(np.arange(2, dtype=np.int64), more_users)})
+    neighbour = pl.concat([singles, shared])
+    differing = pl.DataFrame({user: [single_users + more_users] * 2, item: [-1, -2]})
+    events: tuple[Event, ...] = (SingleItemTestPassed(), ItemReleased(-1, item))
+    return NeighbourPair(
+        pl.concat([neighbour, differing]), neighbour, f"single-item test at its edge ({threshold:g} users)", events
+    )

@@ -51,9 +51,10 @@ def auto_plan(
     grid = ", ".join(str(g) for g in GRID)
     noise = "discrete Laplace" if auto.laplace else "discrete Gaussian"
     lines = [
-        f"  Δ0            auto: {budget.auto_fraction:g} of the budget buys a private choice of Δ0 in {{{grid}}} "
-        f"(noisy histogram of the users' distinct-item counts, {noise} of scale {auto.scale:.4g} users); the rest "
-        f"calibrates {name} at the chosen Δ0",
+        f"  Δ0            auto: {budget.auto_fraction:g} of the budget buys a private choice of Δ0 in {{{grid}}}: "
+        f"a single-item test (users holding one item against the others, {noise} of scale {auto.test_scale:.4g} "
+        f"users) chooses 1 at a fifteenth of it, else a noisy histogram of the users' distinct-item counts (scale "
+        f"{auto.scale:.4g} users) chooses; the rest calibrates {name} at the chosen Δ0",
         *([f"                {note}"] if note else []),
     ]
 
@@ -61,10 +62,12 @@ def auto_plan(
         value = getattr(release, "max_contributions", None)
         single = value == 1 and budget.epsilon is not None  # discover's partition selection: no rounds to read
         more = outcome(release) if outcome is not None and not single else []
-        return [f"  chosen Δ0     {value} (private: part of the release)", *more]
+        by = "the single-item test" if getattr(release, "single_item_test", False) else "the histogram"
+        return [f"  chosen Δ0     {value} (private: part of the release; chosen by {by})", *more]
 
     def candidates() -> dict[int, WGMCalibration | DPSIPSCalibration]:
-        return {g: curve_at(g, auto.rest) for g in GRID}
+        # Δ0 = 1 at the share it mostly runs at where it is right: after the single-item test
+        return {g: curve_at(g, auto.single if g == GRID[0] else auto.rest) for g in GRID}
 
     return _Plan(
         f"{name} (Δ0 auto)", measurement, lines, released=released, outcome=chosen, candidates=candidates

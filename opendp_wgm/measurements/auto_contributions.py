@@ -3,11 +3,14 @@ r"""``max_contributions="auto"``: a private choice of Δ0, then the mechanism at
 :func:`make_auto_contributions` composes two stages on the same data:
 
 1. the users' distinct-item counts, binned over the public grid :data:`~opendp_wgm.privacy.auto.GRID`
-   (one bin per user), get exact noise bought with ``auto_fraction`` of the budget (discrete Laplace under
-   (ε, δ)-DP, discrete Gaussian under approximate zCDP); the rule
+   (one bin per user), are counted once; ``auto_fraction`` of the budget buys the choice from them, in two steps
+   with exact noise (discrete Laplace under (ε, δ)-DP, discrete Gaussian under approximate zCDP): the single-item
+   test (:func:`~opendp_wgm.privacy.auto.passes_single_item_test`, on two counts: one item, more) chooses
+   Δ0 = 1 at a fifteenth of ``auto_fraction``; where it does not pass, the rule
    :func:`~opendp_wgm.privacy.auto.choose_max_contributions` reads Δ0 off the noisy bins;
 2. the candidate measurement at that Δ0 (built, and so validated, for every grid point at construction, at the
-   rest of the budget) runs on the data.
+   rest of the budget: ``1 − auto_fraction/15`` of it after the test, ``1 − auto_fraction`` after the
+   histogram) runs on the data.
 
 The release is an :class:`AutoRelease`: the candidate's ``pl.DataFrame`` with the chosen Δ0 attached as
 ``max_contributions`` (private output, covered by the map). Every ``*_from_budget`` constructor accepts
@@ -20,7 +23,7 @@ the rule run on the driver, then the chosen Spark candidate runs on the cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import opendp.prelude as dp
@@ -42,6 +45,7 @@ from opendp_wgm.privacy.auto import (
     check_auto_fraction,
     choice_loss,
     choose_max_contributions,
+    passes_single_item_test,
     split_auto_budget,
 )
 from opendp_wgm.privacy.budget import Budget
@@ -49,6 +53,7 @@ from opendp_wgm.privacy.threshold import LATTICE_BITS
 from opendp_wgm.samplers import NoiseMethod, sample_discrete_laplace
 
 __all__ = [
+    "AutoChoice",
     "AutoRelease",
     "auto_from_budget",
     "choose_from_counts",
@@ -62,24 +67,37 @@ __all__ = [
 Candidate = Callable[[int, Budget], dp.Measurement]
 
 
+class AutoChoice(NamedTuple):
+    """The private choice: Δ0, and whether the single-item test chose it (then Δ0 = 1 and the mechanism ran at
+    ``1 − auto_fraction/15`` of the budget; otherwise the histogram chose, and it ran at ``1 − auto_fraction``)."""
+
+    max_contributions: int
+    single_item_test: bool
+
+
 class AutoRelease(pl.DataFrame):
-    """A release of ``max_contributions="auto"``: the mechanism's frame, and the Δ0 it ran at.
+    """A release of ``max_contributions="auto"``: the mechanism's frame, and the choice it ran at.
 
     Attributes
     ----------
     max_contributions
-        The privately chosen Δ0 (a point of :data:`~opendp_wgm.privacy.auto.GRID`): released, and covered by
-        the measurement's map. Polars operations on the frame return plain ``pl.DataFrame`` objects, without it.
+        The privately chosen Δ0 (a point of :data:`~opendp_wgm.privacy.auto.GRID`).
+    single_item_test
+        Whether the single-item test chose it (see :class:`AutoChoice`).
+
+    Both are released, and covered by the measurement's map. Polars operations on the frame return plain
+    ``pl.DataFrame`` objects, without them.
     """
 
     max_contributions: int
+    single_item_test: bool
 
     @classmethod
-    def of(cls, frame: pl.DataFrame, max_contributions: int) -> AutoRelease:
-        """``frame`` (not copied) with the chosen Δ0."""
+    def of(cls, frame: pl.DataFrame, choice: AutoChoice) -> AutoRelease:
+        """``frame`` (not copied) with the choice."""
         release = cls._from_pydf(frame._df)
         assert isinstance(release, AutoRelease)  # the classmethod builds this class
-        release.max_contributions = max_contributions
+        release.max_contributions, release.single_item_test = choice
         return release
 
 
@@ -156,14 +174,14 @@ def make_auto_contributions(
     candidate
         ``candidate(max_contributions, budget)``: the mechanism at a grid point, calibrated to ``budget`` (a
         :class:`~opendp_wgm.privacy.budget.Budget`, the rest after the choice), on the same input space and in
-        ``budget.measure``. It is called once per grid point, here: every candidate is validated before any
-        data is read.
+        ``budget.measure``. It is called here once per grid point at the rest after the histogram, and once more
+        at Δ0 = 1 at the rest after the single-item test: every candidate is validated before any data is read.
     delta, epsilon, rho
         The total budget for one user: δ ∈ (0, 1) and exactly one of ε (then (ε, δ)-DP) and ρ (approximate
         zCDP).
     auto_fraction
-        Share of the budget that buys the choice, in (0, 0.5]: fε (and no δ) under (ε, δ)-DP, fρ (and no δ) under
-        approximate zCDP.
+        Share of the budget that buys the choice, in (0, 0.5]: at most fε (and no δ) under (ε, δ)-DP, fρ (and no
+        δ) under approximate zCDP; fε/15 when the single-item test chooses Δ0 = 1.
     item
         As for :func:`opendp_wgm.make_wgm`.
     noise
@@ -181,15 +199,16 @@ def make_auto_contributions(
     -------
     opendp.mod.Measurement
         Maps a frame to an :class:`AutoRelease`: the chosen candidate's frame, with the chosen Δ0 as attribute
-        ``max_contributions``.
+        ``max_contributions`` (and ``single_item_test``).
 
     Notes
     -----
-    Each user falls in one bin of its distinct-item count, so ``d_in`` users move the histogram by at most
-    ``d_in`` in ℓ1 and ℓ2: the choice is ``d_in·fε``-DP (discrete Laplace of scale 1/(fε)) or
-    ``d_in²·fρ``-zCDP (discrete Gaussian). The candidate run depends on the data and on the noisy histogram only
-    through the chosen Δ0, so the stages compose adaptively (``docs/privacy.md`` §8): the map is
-    :func:`~opendp_wgm.privacy.auto.auto_loss`, the choice's loss plus the largest candidate loss, part by part.
+    Each user falls in one bin of its distinct-item count (and in one of the test's two counts), so ``d_in``
+    users move each step's counts by at most ``d_in`` in ℓ1 and ℓ2: a step at share s is ``d_in·sε``-DP
+    (discrete Laplace of scale 1/(sε)) or ``d_in²·sρ``-zCDP (discrete Gaussian). The candidate run depends on the
+    data and on the noise only through the choice, so the steps compose adaptively (``docs/privacy.md`` §8): the
+    map is the test's loss plus the larger of the single-item candidate's and the histogram's plus the largest
+    grid candidate's (:func:`~opendp_wgm.privacy.auto.auto_loss`, part by part, applied twice).
 
     Required features: ``contrib``, ``honest-but-curious``.
 
@@ -213,7 +232,8 @@ def make_auto_contributions(
     _, engine = _check_execution(1, engine)
     count_bins = _bins_of(input_domain, input_metric, item, engine)
     candidates = {g: candidate(g, auto.rest) for g in GRID}
-    for g, measurement in candidates.items():
+    single = candidate(GRID[0], auto.single)
+    for g, measurement in [*candidates.items(), (GRID[0], single)]:
         if measurement.output_measure != budget.measure:  # pragma: no cover - a bug guard of the callers
             msg = f"the candidate at max_contributions={g} measures {measurement.output_measure}, not {budget.measure}"
             raise ValueError(msg)
@@ -222,11 +242,12 @@ def make_auto_contributions(
         if check is not None:
             check(frame)  # the candidates' schema checks, before any noise
         bins = count_bins(frame)  # the frame's schema is checked here, before any noise
-        chosen = choose_from_counts(bins, auto, noise)
-        return AutoRelease.of(candidates[chosen](frame), chosen)
+        choice = choose_from_counts(bins, auto, noise)
+        chosen = single if choice.single_item_test else candidates[choice.max_contributions]
+        return AutoRelease.of(chosen(frame), choice)
 
     def privacy_map(d_in: int) -> tuple[float, float]:
-        return _auto_map(d_in, auto, [c.map(d_in) for c in candidates.values()])
+        return _auto_map(d_in, auto, single.map(d_in), [c.map(d_in) for c in candidates.values()])
 
     return dp.m.make_user_measurement(input_domain, input_metric, budget.measure, function, privacy_map)
 
@@ -305,13 +326,23 @@ def auto_from_budget(
     )
 
 
-def choose_from_counts(bins: NDArray[np.int64], auto: AutoBudget, noise: NoiseMethod = "lattice") -> int:
+def choose_from_counts(bins: NDArray[np.int64], auto: AutoBudget, noise: NoiseMethod = "lattice") -> AutoChoice:
     """The private choice of Δ0 from the exact bins (:func:`user_count_bins`), as the measurement makes it: the
-    bins noised at ``auto``'s scale (:func:`noisy_count_bins`), then the rule
+    test's two counts (bin 0, and the sum of the others) noised at ``auto.test_scale`` and the single-item test
+    (:func:`~opendp_wgm.privacy.auto.passes_single_item_test`); where it fails, the bins noised at
+    ``auto.scale`` (:func:`noisy_count_bins`, fresh noise) and the rule
     (:func:`~opendp_wgm.privacy.auto.choose_max_contributions`). Never raises."""
-    return choose_max_contributions(noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace))
+    two = np.array([bins[0], bins[1:].sum()], dtype=np.int64)
+    if passes_single_item_test(
+        noisy_count_bins(two, auto.test_scale, noise, laplace=auto.laplace), auto.test_scale, laplace=auto.laplace
+    ):
+        return AutoChoice(GRID[0], single_item_test=True)
+    noisy = noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace)
+    return AutoChoice(choose_max_contributions(noisy), single_item_test=False)
 
 
-def _auto_map(d_in: int, auto: AutoBudget, losses: list[tuple[float, float]]) -> tuple[float, float]:
-    choice = choice_loss(d_in, scale=auto.scale, laplace=auto.laplace)
-    return auto_loss(d_in, choice, losses)
+def _auto_map(
+    d_in: int, auto: AutoBudget, single: tuple[float, float], losses: list[tuple[float, float]]
+) -> tuple[float, float]:
+    histogram = auto_loss(d_in, choice_loss(d_in, scale=auto.scale, laplace=auto.laplace), losses)
+    return auto_loss(d_in, choice_loss(d_in, scale=auto.test_scale, laplace=auto.laplace), [single, histogram])

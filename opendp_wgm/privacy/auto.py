@@ -1,16 +1,25 @@
 r"""``max_contributions="auto"``: the budget split, the private choice of Δ0, and the map of both stages.
 
-A stated fraction ``f`` of the budget (``auto_fraction``, default 0.015) buys a noisy histogram of the users'
-distinct-item counts over the public grid :data:`GRID`: every user falls in one of :data:`BINS` bins (its count
-rounded up to the grid, or above 200), so adding or removing one user moves one bin by one (ℓ1 and ℓ2 sensitivity
-1). Under (ε, δ)-DP the bins get exact discrete Laplace noise of scale :math:`b = 1/(f\varepsilon)` (OpenDP's
-sampler: pure DP, no δ); under approximate zCDP exact discrete Gaussian noise of scale :math:`\sigma_c`
-(:func:`calibrate_choice`). The rule :func:`choose_max_contributions` reads only the noisy bins. The rest of the
-budget calibrates the mechanism at the chosen Δ0. The two stages compose adaptively (``docs/privacy.md`` §8): the
-map is the choice's plus the largest of the candidates' maps (:func:`auto_loss`).
+A stated fraction ``f`` of the budget (``auto_fraction``, default 0.015) buys the choice, in two steps on the
+users' distinct-item counts, each user counted once:
 
-Under (ε, δ)-DP the choice costs (fε, 0) and the mechanism gets ((1 − f)ε, δ); under approximate zCDP the choice
-costs fρ (and no δ) and the mechanism gets (1 − f)ρ and all of δ.
+1. **the single-item test**, at :data:`TEST_SHARE` of ``f``: two counts (the users holding one item, and the
+   others) with exact noise; Δ0 = 1 when the noisy one-item count exceeds 3/4 of the noisy total by
+   :data:`TEST_MARGIN` standard deviations of that difference (:func:`passes_single_item_test`). The mechanism
+   then runs at the rest of the budget, ``1 − f/15`` of it: where users hold one item (the case the optimal
+   partition selection serves) the choice costs about a fifteenth of ``f``;
+2. otherwise **the histogram**, at the rest of ``f``: a noisy histogram over the public grid :data:`GRID` (every
+   user in one of :data:`BINS` bins, its count rounded up to the grid, or above 200), read by the rule
+   :func:`choose_max_contributions`; the mechanism runs at ``1 − f`` of the budget.
+
+Adding or removing one user moves one count of each step by one (ℓ1 and ℓ2 sensitivity 1). Under (ε, δ)-DP
+the counts get exact discrete Laplace noise (OpenDP's sampler: pure DP, no δ) of scale about ``1/(share·ε)``;
+under approximate zCDP exact discrete Gaussian noise (:func:`calibrate_choice`). The steps compose adaptively
+(``docs/privacy.md`` §8): the map is the test's, plus the larger of the single-item candidate's and the
+histogram's plus the largest candidate's (:func:`auto_loss`, applied twice).
+
+Under (ε, δ)-DP the choice never costs more than (fε, 0), and the mechanism gets ((1 − f/15)ε, δ) after the test,
+((1 − f)ε, δ) after the histogram; under approximate zCDP the same with ρ.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ __all__ = [
     "GRID",
     "ROOT_COST",
     "SINGLE_SHARE",
+    "TEST_MARGIN",
+    "TEST_SHARE",
     "AutoBudget",
     "auto_loss",
     "check_auto_fraction",
@@ -44,6 +55,8 @@ __all__ = [
     "choice_loss",
     "choose_max_contributions",
     "is_auto",
+    "passes_single_item_test",
+    "single_item_threshold",
     "split_auto_budget",
 ]
 
@@ -62,6 +75,10 @@ DEFAULT_AUTO_FRACTION = 0.015
 MAX_AUTO_FRACTION = 0.5
 #: Δ0 = 1 when the noisy share of users holding one item is at least this.
 SINGLE_SHARE = 0.75
+#: The single-item test's share of ``auto_fraction`` (the histogram gets the rest): 0.001 of ε at the default.
+TEST_SHARE = 1.0 / 15.0
+#: The test passes when the noisy one-item share clears :data:`SINGLE_SHARE` by this many standard deviations.
+TEST_MARGIN = 3.0
 #: Otherwise Δ0 is the grid point of least score: the noisy share of the users above it plus this times √Δ0.
 ROOT_COST = 0.0045
 #: The relative shrink of the mechanism's share: the rounded-up sum of the two stages' maps stays in the budget.
@@ -92,30 +109,38 @@ def check_auto_fraction(auto_fraction: Any) -> float:
 
 @dataclass(frozen=True)
 class AutoBudget:
-    r"""The two stages of ``max_contributions="auto"``.
+    r"""The budgets of ``max_contributions="auto"``: the two steps of the choice and the mechanism after each.
 
     Attributes
     ----------
     total
         The budget the user gave.
+    test
+        The single-item test's share: (f/15·ε, 0) under (ε, δ)-DP, (f/15·ρ, 0) under approximate zCDP.
     choice
-        The choice's share: (fε, 0) under (ε, δ)-DP, (fρ, 0) under approximate zCDP.
+        The histogram's share: (14f/15·ε, 0), or (14f/15·ρ, 0).
+    single
+        The mechanism's share when the test chose Δ0 = 1: ((1 − f/15)ε, δ), or ((1 − f/15)ρ, δ).
     rest
-        The mechanism's share: ((1 − f)ε, δ), or ((1 − f)ρ, δ), each shrunk by a relative 1e-12.
-    scale
-        The noise scale of the choice's histogram (in users): the discrete Laplace's :math:`b` under (ε, δ)-DP, the
-        discrete Gaussian's :math:`\sigma_c` under approximate zCDP.
+        The mechanism's share after the histogram: ((1 − f)ε, δ), or ((1 − f)ρ, δ). The mechanism's shares are
+        shrunk by a relative 1e-12.
+    test_scale, scale
+        The noise scales of the test's counts and of the histogram (in users): the discrete Laplace's :math:`b`
+        under (ε, δ)-DP, the discrete Gaussian's :math:`\sigma` under approximate zCDP.
     """
 
     total: Budget
+    test: Budget
     choice: Budget
+    single: Budget
     rest: Budget
+    test_scale: float
     scale: float
 
     @property
     def fraction(self) -> float:
-        """The share of ε (or ρ) the choice spends."""
-        return self.choice.value / self.total.value
+        """The share of ε (or ρ) the choice spends at most (the test's and the histogram's)."""
+        return (self.test.value + self.choice.value) / self.total.value
 
     @property
     def laplace(self) -> bool:
@@ -124,12 +149,22 @@ class AutoBudget:
 
 
 def split_auto_budget(budget: Budget, auto_fraction: float) -> AutoBudget:
-    """The choice's and the mechanism's budgets, and the choice's noise scale, for a checked ``auto_fraction``:
+    """The choice's and the mechanism's budgets, and the choice's noise scales, for a checked ``auto_fraction``:
     the choice spends no δ (pure DP or zCDP), so the mechanism keeps all of it."""
-    choice_value = auto_fraction * budget.value
-    rest = Budget(budget.kind, (budget.value - choice_value) * _SHRINK, budget.delta * _SHRINK)
-    choice = Budget(budget.kind, choice_value, 0.0)
-    return AutoBudget(budget, choice, rest, calibrate_choice(choice))
+
+    def share(value: float) -> Budget:
+        return Budget(budget.kind, value, 0.0)
+
+    def mechanism(spent: float) -> Budget:
+        return Budget(budget.kind, (budget.value - spent) * _SHRINK, budget.delta * _SHRINK)
+
+    test_value = TEST_SHARE * auto_fraction * budget.value
+    choice_value = auto_fraction * budget.value - test_value
+    test, choice = share(test_value), share(choice_value)
+    return AutoBudget(
+        budget, test, choice, mechanism(test_value), mechanism(test_value + choice_value),
+        calibrate_choice(test), calibrate_choice(choice),
+    )
 
 
 def choice_loss(d_in: int, *, scale: float, laplace: bool) -> tuple[float, float]:
@@ -147,7 +182,8 @@ def choice_loss(d_in: int, *, scale: float, laplace: bool) -> tuple[float, float
 
 
 def calibrate_choice(choice: Budget) -> float:
-    """The smallest scale whose :func:`choice_loss` at one user fits ``choice`` (its ε, or its ρ).
+    """The smallest scale whose :func:`choice_loss` at one user fits ``choice`` (its ε, or its ρ): a step of the
+    choice (the test's counts or the histogram).
 
     Raises
     ------
@@ -172,11 +208,13 @@ def calibrate_choice(choice: Budget) -> float:
 
 
 def auto_loss(d_in: int, choice: tuple[float, float], candidates: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    r"""The map of the two stages: the choice's loss plus the largest of the candidates' losses, part by part.
+    r"""The map of a choice and a candidate chosen by it: the choice's loss plus the largest of the candidates'
+    losses, part by part.
 
-    For every released Δ0 the second stage is one of the candidates; each is (ε_j, δ_j) (or (ρ_j, δ_j)), so
-    the second stage is :math:`(\max_j \varepsilon_j, \max_j \delta_j)` whatever the first released, and the
-    adaptive composition adds the two (``docs/privacy.md`` §8). Sums are rounded up.
+    For every output of the choice the second stage is one of the candidates; each is (ε_j, δ_j) (or
+    (ρ_j, δ_j)), so the second stage is :math:`(\max_j \varepsilon_j, \max_j \delta_j)` whatever the first
+    released, and the adaptive composition adds the two (``docs/privacy.md`` §8). Sums are rounded up. The auto
+    path applies it twice: the histogram and the grid's candidates, then the test and the two branches.
     """
     _check_d_in(d_in)
     value = max(c[0] for c in candidates)
@@ -188,6 +226,27 @@ def bin_of(counts: NDArray[np.int64]) -> NDArray[np.intp]:
     """Each user's bin: the number of grid points up to 200 below its distinct-item count (0 for one item, 8
     above 200)."""
     return np.searchsorted(np.array(GRID[:-1]), counts, side="left")
+
+
+def passes_single_item_test(
+    noisy_counts: NDArray[np.float64] | Sequence[float], scale: float, *, laplace: bool
+) -> bool:
+    r"""The single-item test on the noisy counts (users holding one item, users holding more) of noise scale
+    ``scale``: whether :math:`\tilde n_1 - \tfrac34(\max(\tilde n_1, 0) + \max(\tilde n_{>1}, 0))` is at least
+    :data:`TEST_MARGIN` times :math:`s\sqrt{(1/4)^2 + (3/4)^2}`, with :math:`s` the standard deviation of one
+    count's noise (:math:`\sqrt2 b` for the Laplace of scale :math:`b`, :math:`\sigma` for the Gaussian): the
+    deviation of :math:`\tilde n_1 - \tfrac34(\tilde n_1 + \tilde n_{>1})`. A margin of 3 makes the test pass
+    rarely where fewer than 3/4 of the users hold one item; where it fails the histogram decides, Δ0 = 1 included.
+    Never raises."""
+    counts = np.asarray(noisy_counts, dtype=np.float64)
+    statistic = float(counts[0] - SINGLE_SHARE * np.maximum(counts, 0.0).sum())
+    return statistic >= single_item_threshold(scale, laplace=laplace)
+
+
+def single_item_threshold(scale: float, *, laplace: bool) -> float:
+    """The single-item test's threshold in users (:func:`passes_single_item_test`) at noise scale ``scale``."""
+    deviation = (math.sqrt(2.0) * scale if laplace else scale) * math.hypot(1.0 - SINGLE_SHARE, SINGLE_SHARE)
+    return TEST_MARGIN * deviation
 
 
 def choose_max_contributions(noisy_bins: NDArray[np.float64] | Sequence[float]) -> int:

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 import opendp_wgm as wgm
-from opendp_wgm.measurements.auto_contributions import noisy_count_bins, user_count_bins
+from opendp_wgm.measurements.auto_contributions import choose_from_counts, noisy_count_bins, user_count_bins
 from opendp_wgm.privacy.auto import (
     BINS,
     GRID,
@@ -20,6 +20,8 @@ from opendp_wgm.privacy.auto import (
     bin_of,
     choice_loss,
     choose_max_contributions,
+    passes_single_item_test,
+    single_item_threshold,
     split_auto_budget,
 )
 from opendp_wgm.privacy.budget import Budget
@@ -53,6 +55,16 @@ BUDGETS: list[dict[str, float]] = [
 ]
 
 
+def _candidate_loss(g: int, d_in: int, share: Budget) -> tuple[float, float]:
+    """The WGM's candidate at Δ0 = g and ``share``: the optimal partition selection at Δ0 = 1 under (ε, δ)-DP."""
+    if g == 1 and share.epsilon is not None:
+        return partition_selection_loss(d_in, epsilon=share.value, delta=share.delta)
+    c = wgm.make_wgm_from_budget(
+        *wgm.user_items_space(), max_contributions=g, delta=share.delta, epsilon=share.epsilon, rho=share.rho
+    )
+    return c.map(d_in)
+
+
 @pytest.mark.parametrize("budget", BUDGETS, ids=lambda b: ",".join(f"{k}={v:g}" for k, v in b.items()))
 @pytest.mark.parametrize("fraction", [0.02, 0.1])
 def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, float], fraction: float) -> None:
@@ -61,32 +73,32 @@ def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, flo
     assert m.output_measure == total.measure
     assert m.check(1, total.d_out)
     auto = split_auto_budget(total, fraction)
-    # the choice costs its fraction of ε or ρ and no δ (pure DP or zCDP); the rest, with all of δ, is the mechanism's
+    # the test costs f/15 and the histogram 14f/15 of ε or ρ, and no δ (pure DP or zCDP); the rest after each, with
+    # all of δ, is the mechanism's
+    test = choice_loss(1, scale=auto.test_scale, laplace=auto.laplace)
     choice = choice_loss(1, scale=auto.scale, laplace=auto.laplace)
     assert auto.laplace == (total.epsilon is not None)
-    assert choice[0] <= fraction * total.value and choice[1] == 0.0
-    assert total.delta * (1 - 1e-11) < auto.rest.delta < total.delta
+    assert test[0] <= fraction / 15 * total.value * (1 + 1e-12) and test[1] == 0.0
+    assert choice[0] <= 14 * fraction / 15 * total.value * (1 + 1e-12) and choice[1] == 0.0
+    assert test[0] + auto.single.value <= total.value and choice[0] + test[0] + auto.rest.value <= total.value
+    assert total.delta * (1 - 1e-11) < auto.rest.delta == auto.single.delta < total.delta
     for d_in in (1, 2, 5):
-        candidates = []
-        for g in GRID:
-            if g == 1 and total.epsilon is not None:  # the optimal partition selection at Δ0 = 1
-                candidates.append(partition_selection_loss(d_in, epsilon=auto.rest.value, delta=auto.rest.delta))
-            else:
-                c = wgm.make_wgm_from_budget(
-                    *wgm.user_items_space(), max_contributions=g, delta=auto.rest.delta,
-                    epsilon=auto.rest.epsilon, rho=auto.rest.rho,
-                )
-                candidates.append(c.map(d_in))
-        expected = auto_loss(d_in, choice_loss(d_in, scale=auto.scale, laplace=auto.laplace), candidates)
-        assert m.map(d_in) == expected
-        # each part at least the choice's plus every candidate's (adaptive composition)
+        candidates = [_candidate_loss(g, d_in, auto.rest) for g in GRID]
+        single = _candidate_loss(1, d_in, auto.single)
+        test_d = choice_loss(d_in, scale=auto.test_scale, laplace=auto.laplace)
+        choice_d = choice_loss(d_in, scale=auto.scale, laplace=auto.laplace)
+        expected = auto_loss(d_in, test_d, [single, auto_loss(d_in, choice_d, candidates)])
+        got = m.map(d_in)
+        assert got == expected
+        if auto.laplace:  # the discrete Laplace's pure-DP map: d_in / b
+            assert choice_d == (pytest.approx(d_in / auto.scale, rel=1e-12), 0.0)
+            assert test_d == (pytest.approx(d_in / auto.test_scale, rel=1e-12), 0.0)
+        # each part at least the test's plus the single-item candidate's, and the test's plus the histogram's plus
+        # every candidate's (adaptive composition)
+        assert got[0] >= test_d[0] + single[0] - 1e-15 and got[1] >= min(1.0, single[1]) - 1e-20
         for loss in candidates:
-            got = m.map(d_in)
-            choice_d = choice_loss(d_in, scale=auto.scale, laplace=auto.laplace)
-            if auto.laplace:  # the discrete Laplace's pure-DP map: d_in / b
-                assert choice_d == (pytest.approx(d_in / auto.scale, rel=1e-12), 0.0)
-            assert got[0] >= choice_d[0] + loss[0] - 1e-15
-            assert got[1] >= min(1.0, choice_d[1] + loss[1]) - 1e-20
+            assert got[0] >= test_d[0] + choice_d[0] + loss[0] - 1e-15
+            assert got[1] >= min(1.0, loss[1]) - 1e-20
     assert m.map(0) == (0.0, 0.0)
 
 
@@ -113,16 +125,21 @@ def test_every_constructor_fits_the_budget(
 
 def test_the_choice_costs_the_stated_fraction() -> None:
     total = Budget.of(epsilon=1.0, delta=1e-5)
-    auto = split_auto_budget(total, 0.02)
-    assert math.isclose(auto.fraction, 0.02, rel_tol=1e-9)
-    assert auto.choice.delta == 0.0 and math.isclose(auto.rest.value, 0.98) and math.isclose(auto.rest.delta, 1e-5)
-    eps, delta = choice_loss(1, scale=auto.scale, laplace=True)
-    assert eps <= auto.choice.value and delta == 0.0
-    # b is the smallest passing scale: 1/(fε) = 50 users, and one ulp less does not pass
-    assert math.isclose(auto.scale, 50.0, rel_tol=1e-12)
-    assert choice_loss(1, scale=math.nextafter(auto.scale, 0.0), laplace=True)[0] > auto.choice.value
-    rho = split_auto_budget(Budget.of(rho=0.5, delta=1e-5), 0.1)
-    assert not rho.laplace and choice_loss(1, scale=rho.scale, laplace=False)[0] <= 0.05
+    auto = split_auto_budget(total, 0.03)
+    assert math.isclose(auto.fraction, 0.03, rel_tol=1e-9)
+    assert math.isclose(auto.test.value, 0.002) and math.isclose(auto.choice.value, 0.028)
+    assert auto.test.delta == auto.choice.delta == 0.0
+    assert math.isclose(auto.single.value, 0.998) and math.isclose(auto.rest.value, 0.97)
+    assert math.isclose(auto.rest.delta, 1e-5) and math.isclose(auto.single.delta, 1e-5)
+    for scale, share in ((auto.scale, auto.choice), (auto.test_scale, auto.test)):
+        eps, delta = choice_loss(1, scale=scale, laplace=True)
+        assert eps <= share.value and delta == 0.0
+        # b is the smallest passing scale: 1/(sε) users, and one ulp less does not pass
+        assert math.isclose(scale, 1.0 / share.value, rel_tol=1e-12)
+        assert choice_loss(1, scale=math.nextafter(scale, 0.0), laplace=True)[0] > share.value
+    rho = split_auto_budget(Budget.of(rho=0.5, delta=1e-5), 0.15)
+    assert not rho.laplace and choice_loss(1, scale=rho.scale, laplace=False)[0] <= 0.07
+    assert choice_loss(1, scale=rho.test_scale, laplace=False)[0] <= 0.005
     assert math.isclose(rho.rest.delta, 1e-5)
 
 
@@ -178,6 +195,71 @@ def test_rule_under_the_default_noise(sizes: dict[int, int], expected: int) -> N
     auto = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.02)
     chosen = [choose_max_contributions(noisy_count_bins(bins, auto.scale, laplace=auto.laplace)) for _ in range(200)]
     assert sum(c == expected for c in chosen) >= 195, np.unique(chosen, return_counts=True)
+
+
+@pytest.mark.parametrize(
+    ("counts", "laplace", "expected"),
+    [
+        # Laplace of b = 10: the threshold is 3·√2·10·√(1/16 + 9/16) = 33.54 users
+        ([1000, 200], True, True),  # 1000 − 900 = 100
+        ([1000, 288], True, True),  # 34
+        ([1000, 289], True, False),  # 33.25
+        ([100, -50], True, False),  # a negative count is clamped: 100 − 75 = 25
+        ([200, -50], True, True),  # 50
+        ([-5, 100], True, False),
+        ([0, 0], True, False),  # no users
+        # Gaussian of σ = 10: 3·10·√(10/16) = 23.72 users
+        ([1000, 301], False, True),  # 24.25
+        ([1000, 302], False, False),  # 23.5
+    ],
+)
+def test_single_item_test_on_exact_counts(counts: list[int], laplace: bool, expected: bool) -> None:
+    assert single_item_threshold(10.0, laplace=laplace) == pytest.approx(
+        3 * (math.sqrt(2) if laplace else 1.0) * 10 * math.sqrt(10 / 16), rel=1e-12
+    )
+    assert passes_single_item_test(counts, 10.0, laplace=laplace) is expected
+
+
+@pytest.mark.parametrize(("sizes", "passes"), [({1: 60_000, 2: 10_000}, True), ({1: 50_000, 2: 20_000}, False)])
+def test_single_item_test_under_the_default_noise(sizes: dict[int, int], passes: bool) -> None:
+    # the default budget (ε = 1, f = 0.015: the test at 0.001, a discrete Laplace of b = 1000 users per count; the
+    # threshold is 3354 users). 86% holding one item: the statistic is 7500, 3.7 deviations of 1118 above the
+    # threshold; 71%: −2500, 5.2 below it. The Laplace tails beyond 3.7 deviations weigh about 0.3%: at least 195 of
+    # 200 draws give the noise-free answer
+    auto = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.015)
+    assert auto.test_scale == pytest.approx(1000.0, rel=1e-9)
+    bins = np.zeros(BINS, dtype=np.int64)
+    np.add.at(bins, bin_of(np.array(list(sizes))), np.array(list(sizes.values())))
+    choices = [choose_from_counts(bins, auto) for _ in range(200)]
+    assert sum(c.single_item_test == passes for c in choices) >= 195
+    # where the test fails, the histogram decides, Δ0 = 1 included (86% hold one item)
+    assert all(c.max_contributions == 1 for c in choices if passes or c.single_item_test)
+
+
+def test_the_release_says_which_step_chose_and_runs_at_its_share() -> None:
+    # candidates that release their Δ0 and the ε they were calibrated to; at ε = 1000 and half of it on the choice
+    # the test's threshold is 0.1 user and its counts are exact but with probability e^-33: the test passes where
+    # every user holds one item, and fails at exactly 3/4 (the statistic is 0), where the histogram still chooses
+    # Δ0 = 1, at its own share of the budget
+    def candidate(g: int, budget: Budget) -> dp.Measurement:
+        return dp.m.make_user_measurement(
+            *wgm.user_items_space(), budget.measure,
+            lambda _: pl.DataFrame({"g": [g], "epsilon": [budget.value]}), lambda d: (d * budget.value, budget.delta),
+        )
+
+    m = wgm.make_auto_contributions(
+        *wgm.user_items_space(), candidate=candidate, epsilon=1000.0, delta=1e-3, auto_fraction=0.5
+    )
+    auto = split_auto_budget(Budget.of(epsilon=1000.0, delta=1e-3), 0.5)
+    for sizes, by_test, g, epsilon in [
+        ({1: 300}, True, 1, auto.single.value),
+        ({1: 300, 2: 100}, False, 1, auto.rest.value),
+        ({3: 300}, False, 5, auto.rest.value),
+    ]:
+        release = m(_users_with(sizes))
+        assert (release.single_item_test, release.max_contributions) == (by_test, g)
+        assert release.row(0) == (g, epsilon)
+    assert math.isclose(auto.single.value, 1000 * (1 - 0.5 / 15)) and math.isclose(auto.rest.value, 500.0)
 
 
 def test_noise_is_centred_at_the_counts() -> None:
