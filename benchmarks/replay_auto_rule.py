@@ -22,8 +22,8 @@ Designs: ``current`` (the package's: the single-item test at f/15, then where it
 9 bins, the last above 200, candidates up to 500, the least score), ``histogram`` (the release before: the same
 histogram and rule at all of f, no test), ``tail`` (that histogram, the smallest grid point with at most 3% of the
 users above it, 500 when none up to 200 is), ``previous`` (the release before that: the tail rule over 10 bins,
-the last above 500, candidates up to 1000) and ``earlier`` (the first release: the discrete Gaussian at (fε, fδ), 11 bins, tails of the bins
-clamped at 0). ``gaussian`` is a design not built (``docs/auto.md``): the package's bins and rule with discrete
+the last above 500, candidates up to 1000) and ``earlier`` (the first release: the discrete Gaussian at
+(fε, fδ), 11 bins, tails of the bins clamped at 0). ``gaussian`` is a design not built (``docs/auto.md``): the package's bins and rule with discrete
 Gaussian noise of the σ_h that, composed with the WGM's own Gaussian part (1/σ² adding, as DP-SIPS's rounds do),
 costs the WGM what (1 − f)ε does, 1/σ_h² = 1/σ(ε)² − 1/σ((1 − f)ε)²: the same cost, far less noise.
 ``single@F1`` (or ``single@F1@Z``), not built either, adds what ``gaussian`` needs for Δ0 = 1, where partition
