@@ -18,19 +18,20 @@ elsewhere.
 Printed per design and fraction: the expected number of data sets within 0.01 of the best fixed Δ0 (of 11), the
 worst expected excess over Δ0 = 100, and the expected number of (data set) failures per 5-trial table of each
 target ("gap": more than 0.01 above the best; "vs 100": more than 0.005 above Δ0 = 100), for the WGM and DP-SIPS.
-Designs: ``current`` (the package's: the single-item test at f/15, then where it fails the histogram at 14f/15,
-9 bins, the last above 200, candidates up to 500, the least score), ``histogram`` (the release before: the same
+Designs: ``current`` (the package's: the single-item test at f/15, then where it fails the histogram at 14f/15, 9
+bins, the last above 200, candidates up to 500, the least score), ``histogram`` (the release before: the same
 histogram and rule at all of f, no test), ``tail`` (that histogram, the smallest grid point with at most 3% of the
-users above it, 500 when none up to 200 is), ``previous`` (the release before that: the tail rule over 10 bins,
-the last above 500, candidates up to 1000) and ``earlier`` (the first release: the discrete Gaussian at
-(fε, fδ), 11 bins, tails of the bins clamped at 0). ``gaussian`` is a design not built (``docs/auto.md``): the package's bins and rule with discrete
-Gaussian noise of the σ_h that, composed with the WGM's own Gaussian part (1/σ² adding, as DP-SIPS's rounds do),
-costs the WGM what (1 − f)ε does, 1/σ_h² = 1/σ(ε)² − 1/σ((1 − f)ε)²: the same cost, far less noise.
-``single@F1`` (or ``single@F1@Z``), not built either, adds what ``gaussian`` needs for Δ0 = 1, where partition
-selection has no Gaussian part: two counts first (the users holding one item, and the others) with discrete Laplace
-noise at F1·ε of pure DP, Δ0 = 1 when the noisy one-item count is at least 3/4 of the clamped total (plus Z
-standard deviations of that test), which charges F1 only; otherwise ``gaussian``'s histogram at f and the least
-score over 2–500, which charges F1 + f. The last column is amazon_magazine_subscriptions' expected missing mass
+users above it, 500 when none up to 200 is), ``previous`` (the release before that: the tail rule over 10 bins, the
+last above 500, candidates up to 1000) and ``earlier`` (the first release: the discrete Gaussian at (fε, fδ), 11
+bins, tails of the bins clamped at 0). ``gaussian`` is a design not built (``docs/auto.md``): the package's bins
+and rule with discrete Gaussian noise of the σ_h that, composed with the WGM's own Gaussian part (1/σ² adding, as
+DP-SIPS's rounds do), costs the WGM what (1 − f)ε does, 1/σ_h² = 1/σ(ε)² − 1/σ((1 − f)ε)²: the same cost, far less
+noise. ``single@F1`` (or ``single@F1@Z``), not built either, adds what ``gaussian`` needs for Δ0 = 1, where
+partition selection has no Gaussian part: two counts first (the users holding one item, and the others) with
+discrete Laplace noise at F1·ε of pure DP, Δ0 = 1 when the noisy one-item count is at least 3/4 of the clamped
+total (plus Z standard deviations of that test), which charges F1 only; otherwise ``gaussian``'s histogram at f and
+the least score over 2–500, which charges F1 + f.
+The last column is amazon_magazine_subscriptions' expected missing mass
 (its best peer, PipelineDP's partition selection, measured 0.0830 ± 0.0001 in ``docs/results.md``).
 """
 
