@@ -54,7 +54,7 @@ def auto_plan(
         f"  Δ0            auto: {budget.auto_fraction:g} of the budget buys a private choice of Δ0 in {{{grid}}}: "
         f"a single-item test (users holding one item against the others, {noise} of scale {auto.test_scale:.4g} "
         f"users) chooses 1 at a fifteenth of it, else a noisy histogram of the users' distinct-item counts (scale "
-        f"{auto.scale:.4g} users) chooses; the rest calibrates {name} at the chosen Δ0",
+        f"{auto.histogram_scale:.4g} users) chooses; the rest calibrates {name} at the chosen Δ0",
         *([f"                {note}"] if note else []),
     ]
 

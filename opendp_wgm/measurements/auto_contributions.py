@@ -330,19 +330,19 @@ def choose_from_counts(bins: NDArray[np.int64], auto: AutoBudget, noise: NoiseMe
     """The private choice of Δ0 from the exact bins (:func:`user_count_bins`), as the measurement makes it: the
     test's two counts (bin 0, and the sum of the others) noised at ``auto.test_scale`` and the single-item test
     (:func:`~opendp_wgm.privacy.auto.passes_single_item_test`); where it fails, the bins noised at
-    ``auto.scale`` (:func:`noisy_count_bins`, fresh noise) and the rule
+    ``auto.histogram_scale`` (:func:`noisy_count_bins`, fresh noise) and the rule
     (:func:`~opendp_wgm.privacy.auto.choose_max_contributions`). Never raises."""
     two = np.array([bins[0], bins[1:].sum()], dtype=np.int64)
     if passes_single_item_test(
         noisy_count_bins(two, auto.test_scale, noise, laplace=auto.laplace), auto.test_scale, laplace=auto.laplace
     ):
         return AutoChoice(GRID[0], single_item_test=True)
-    noisy = noisy_count_bins(bins, auto.scale, noise, laplace=auto.laplace)
+    noisy = noisy_count_bins(bins, auto.histogram_scale, noise, laplace=auto.laplace)
     return AutoChoice(choose_max_contributions(noisy), single_item_test=False)
 
 
 def _auto_map(
     d_in: int, auto: AutoBudget, single: tuple[float, float], losses: list[tuple[float, float]]
 ) -> tuple[float, float]:
-    histogram = auto_loss(d_in, choice_loss(d_in, scale=auto.scale, laplace=auto.laplace), losses)
+    histogram = auto_loss(d_in, choice_loss(d_in, scale=auto.histogram_scale, laplace=auto.laplace), losses)
     return auto_loss(d_in, choice_loss(d_in, scale=auto.test_scale, laplace=auto.laplace), [single, histogram])

@@ -117,30 +117,30 @@ class AutoBudget:
         The budget the user gave.
     test
         The single-item test's share: (f/15·ε, 0) under (ε, δ)-DP, (f/15·ρ, 0) under approximate zCDP.
-    choice
+    histogram
         The histogram's share: (14f/15·ε, 0), or (14f/15·ρ, 0).
     single
         The mechanism's share when the test chose Δ0 = 1: ((1 − f/15)ε, δ), or ((1 − f/15)ρ, δ).
     rest
         The mechanism's share after the histogram: ((1 − f)ε, δ), or ((1 − f)ρ, δ). The mechanism's shares are
         shrunk by a relative 1e-12.
-    test_scale, scale
+    test_scale, histogram_scale
         The noise scales of the test's counts and of the histogram (in users): the discrete Laplace's :math:`b`
         under (ε, δ)-DP, the discrete Gaussian's :math:`\sigma` under approximate zCDP.
     """
 
     total: Budget
     test: Budget
-    choice: Budget
+    histogram: Budget
     single: Budget
     rest: Budget
     test_scale: float
-    scale: float
+    histogram_scale: float
 
     @property
     def fraction(self) -> float:
         """The share of ε (or ρ) the choice spends at most (the test's and the histogram's)."""
-        return (self.test.value + self.choice.value) / self.total.value
+        return (self.test.value + self.histogram.value) / self.total.value
 
     @property
     def laplace(self) -> bool:
@@ -159,18 +159,19 @@ def split_auto_budget(budget: Budget, auto_fraction: float) -> AutoBudget:
         return Budget(budget.kind, (budget.value - spent) * _SHRINK, budget.delta * _SHRINK)
 
     test_value = TEST_SHARE * auto_fraction * budget.value
-    choice_value = auto_fraction * budget.value - test_value
-    test, choice = share(test_value), share(choice_value)
+    histogram_value = auto_fraction * budget.value - test_value
+    test, histogram = share(test_value), share(histogram_value)
     return AutoBudget(
-        budget, test, choice, mechanism(test_value), mechanism(test_value + choice_value),
-        calibrate_choice(test), calibrate_choice(choice),
+        budget, test, histogram, mechanism(test_value), mechanism(test_value + histogram_value),
+        calibrate_choice(test), calibrate_choice(histogram),
     )
 
 
 def choice_loss(d_in: int, *, scale: float, laplace: bool) -> tuple[float, float]:
-    r"""The choice's privacy loss for ``d_in`` users added or removed.
+    r"""The privacy loss of one step of the choice (the test's two counts, or the histogram) for ``d_in`` users
+    added or removed.
 
-    The histogram moves by a vector of non-negative integers summing to ``d_in`` (ℓ1 and ℓ2 norm at most
+    The counts move by a vector of integers whose absolute values sum to at most ``d_in`` (ℓ1 and ℓ2 norm at most
     ``d_in``). With ``laplace`` (under (ε, δ)-DP): :math:`(d_{in}/b, 0)`, the discrete Laplace's pure-DP map
     (OpenDP's, rounded up). Otherwise: :math:`(d_{in}^2/(2\sigma^2), 0)`, zCDP of the discrete Gaussian.
     """

@@ -76,7 +76,7 @@ def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, flo
     # the test costs f/15 and the histogram 14f/15 of ε or ρ, and no δ (pure DP or zCDP); the rest after each, with
     # all of δ, is the mechanism's
     test = choice_loss(1, scale=auto.test_scale, laplace=auto.laplace)
-    choice = choice_loss(1, scale=auto.scale, laplace=auto.laplace)
+    choice = choice_loss(1, scale=auto.histogram_scale, laplace=auto.laplace)
     assert auto.laplace == (total.epsilon is not None)
     assert test[0] <= fraction / 15 * total.value * (1 + 1e-12) and test[1] == 0.0
     assert choice[0] <= 14 * fraction / 15 * total.value * (1 + 1e-12) and choice[1] == 0.0
@@ -86,12 +86,12 @@ def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, flo
         candidates = [_candidate_loss(g, d_in, auto.rest) for g in GRID]
         single = _candidate_loss(1, d_in, auto.single)
         test_d = choice_loss(d_in, scale=auto.test_scale, laplace=auto.laplace)
-        choice_d = choice_loss(d_in, scale=auto.scale, laplace=auto.laplace)
+        choice_d = choice_loss(d_in, scale=auto.histogram_scale, laplace=auto.laplace)
         expected = auto_loss(d_in, test_d, [single, auto_loss(d_in, choice_d, candidates)])
         got = m.map(d_in)
         assert got == expected
         if auto.laplace:  # the discrete Laplace's pure-DP map: d_in / b
-            assert choice_d == (pytest.approx(d_in / auto.scale, rel=1e-12), 0.0)
+            assert choice_d == (pytest.approx(d_in / auto.histogram_scale, rel=1e-12), 0.0)
             assert test_d == (pytest.approx(d_in / auto.test_scale, rel=1e-12), 0.0)
         # each part at least the test's plus the single-item candidate's, and the test's plus the histogram's plus
         # every candidate's (adaptive composition)
@@ -127,18 +127,18 @@ def test_the_choice_costs_the_stated_fraction() -> None:
     total = Budget.of(epsilon=1.0, delta=1e-5)
     auto = split_auto_budget(total, 0.03)
     assert math.isclose(auto.fraction, 0.03, rel_tol=1e-9)
-    assert math.isclose(auto.test.value, 0.002) and math.isclose(auto.choice.value, 0.028)
-    assert auto.test.delta == auto.choice.delta == 0.0
+    assert math.isclose(auto.test.value, 0.002) and math.isclose(auto.histogram.value, 0.028)
+    assert auto.test.delta == auto.histogram.delta == 0.0
     assert math.isclose(auto.single.value, 0.998) and math.isclose(auto.rest.value, 0.97)
     assert math.isclose(auto.rest.delta, 1e-5) and math.isclose(auto.single.delta, 1e-5)
-    for scale, share in ((auto.scale, auto.choice), (auto.test_scale, auto.test)):
+    for scale, share in ((auto.histogram_scale, auto.histogram), (auto.test_scale, auto.test)):
         eps, delta = choice_loss(1, scale=scale, laplace=True)
         assert eps <= share.value and delta == 0.0
         # b is the smallest passing scale: 1/(sε) users, and one ulp less does not pass
         assert math.isclose(scale, 1.0 / share.value, rel_tol=1e-12)
         assert choice_loss(1, scale=math.nextafter(scale, 0.0), laplace=True)[0] > share.value
     rho = split_auto_budget(Budget.of(rho=0.5, delta=1e-5), 0.15)
-    assert not rho.laplace and choice_loss(1, scale=rho.scale, laplace=False)[0] <= 0.07
+    assert not rho.laplace and choice_loss(1, scale=rho.histogram_scale, laplace=False)[0] <= 0.07
     assert choice_loss(1, scale=rho.test_scale, laplace=False)[0] <= 0.005
     assert math.isclose(rho.rest.delta, 1e-5)
 
@@ -193,7 +193,7 @@ def test_rule_under_the_default_noise(sizes: dict[int, int], expected: int) -> N
     np.add.at(bins, bin_of(np.array(list(sizes))), np.array(list(sizes.values())))
     assert choose_max_contributions(bins) == expected
     auto = split_auto_budget(Budget.of(epsilon=1.0, delta=1e-5), 0.02)
-    chosen = [choose_max_contributions(noisy_count_bins(bins, auto.scale, laplace=auto.laplace)) for _ in range(200)]
+    chosen = [choose_max_contributions(noisy_count_bins(bins, auto.histogram_scale, laplace=auto.laplace)) for _ in range(200)]
     assert sum(c == expected for c in chosen) >= 195, np.unique(chosen, return_counts=True)
 
 
