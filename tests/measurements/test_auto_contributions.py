@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,8 @@ import numpy as np
 import opendp.prelude as dp
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import opendp_wgm as wgm
 from opendp_wgm.measurements.auto_contributions import choose_from_counts, noisy_count_bins, user_count_bins
@@ -100,6 +103,28 @@ def test_map_composes_the_choice_and_the_largest_candidate(budget: dict[str, flo
             assert got[0] >= test_d[0] + choice_d[0] + loss[0] - 1e-15
             assert got[1] >= min(1.0, loss[1]) - 1e-20
     assert m.map(0) == (0.0, 0.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    epsilon=st.floats(0.1, 8.0),
+    delta=st.floats(1e-9, 1e-2),
+    fraction=st.floats(0.002, 0.5),
+    zcdp=st.booleans(),
+)
+def test_map_fits_the_budget_and_grows_with_d_in(epsilon: float, delta: float, fraction: float, zcdp: bool) -> None:
+    # any budget and share: the composed map at one user fits the budget (along either branch the shares sum to
+    # it), and it grows with the number of users, part by part
+    budget = {"rho": epsilon / 10, "delta": delta} if zcdp else {"epsilon": epsilon, "delta": delta}
+    total = Budget.of(**budget)
+    m = wgm.make_wgm_from_budget(*wgm.user_items_space(), max_contributions="auto", auto_fraction=fraction, **budget)
+    assert m.check(1, total.d_out)
+    losses = [m.map(d) for d in (1, 2, 3)]
+    assert all(a[0] < b[0] and a[1] <= b[1] for a, b in itertools.pairwise(losses))
+    auto = split_auto_budget(total, fraction)
+    assert auto.test.value + auto.single.value <= total.value
+    assert auto.test.value + auto.histogram.value + auto.rest.value <= total.value
+    assert math.isclose(auto.fraction, fraction, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize(
