@@ -38,6 +38,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -131,6 +132,75 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def _api_hook() -> ModuleType:
+    """``docs/hooks/api_reference.py``, the MkDocs hook that completes the API page (loaded from its path)."""
+    spec = importlib.util.spec_from_file_location("api_reference", DOCS / "hooks" / "api_reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_api_page_names_every_public_name() -> None:
+    """Once completed by the hook, a heading of the API page names each of ``opendp_wgm.__all__``; the names the
+    hand-written page lacks get exactly one generated heading each, after it."""
+    import opendp_wgm
+
+    hook = _api_hook()
+    page = (DOCS / "api.md").read_text(encoding="utf-8")
+    missing = hook.undocumented(page)
+    completed = hook.completed(page)
+    assert set(opendp_wgm.__all__) <= hook.documented(completed)
+    assert completed.startswith(page.rstrip())
+    generated = completed[len(page.rstrip()) :]
+    assert [line for line in generated.splitlines() if line.startswith("### ")] == [f"### `{n}`" for n in missing]
+    assert hook.completed(completed) == completed  # nothing left to add
+
+
+def test_api_hook_renders_a_numpy_docstring() -> None:
+    """A public name without a section is rendered from its signature and numpy-style docstring: the sections as
+    bold titles, the entries as a definition list, RST roles and ``.. math::`` as code, ``>>>`` lines fenced."""
+
+    def make_toy(input_domain: object, *, scale: float = 1.0) -> object:
+        """A toy release.
+
+        The noise is :math:`\\sigma` per user (:func:`opendp_wgm.make_wgm`'s).
+
+        .. math:: \\varepsilon = 1 / \\sigma
+
+        Parameters
+        ----------
+        input_domain
+            The input.
+        scale : float
+            σ > 0,
+            the noise's scale.
+
+        Returns
+        -------
+        Measurement
+            The release.
+
+        Examples
+        --------
+        >>> 1 + 1
+        2
+        """
+        return input_domain
+
+    text = _api_hook().render("make_toy", make_toy)
+    lines = text.splitlines()
+    assert lines[:3] == ["### `make_toy`", "", "```python"]
+    assert lines[3] == "make_toy(input_domain: object, *, scale: float = 1.0) -> object"
+    assert "(`opendp_wgm.make_wgm`'s)" in text and "`\\sigma`" in text
+    assert "```text\n\\varepsilon = 1 / \\sigma\n```" in text
+    assert "**Parameters**" in text and "**Returns**" in text
+    assert "`scale` (float)\n:   σ > 0,\n    the noise's scale." in text
+    assert "`Measurement`\n:   The release." in text
+    assert "```pycon\n>>> 1 + 1\n2\n```" in text
+    assert "----" not in text  # every underline became a title
 
 
 # --------------------------------------------------------------------------------------------------------
