@@ -15,7 +15,9 @@ On ``local[2]`` (two cores) it prints markdown tables on stdout (progress on std
    once) and of the bare ``sdf.groupBy(item).count()`` run to completion (Spark's ``noop`` sink), the ratio, and
    the goal (issue 23: ≤ 2×), and the CPU seconds of the Spark process tree (the driver JVM and its Python
    workers) for both, which other processes' load changes less than wall time; and, as the floor of any exact
-   per-user bound, a bare ``sdf.repartition(user)`` (every row moved to its user's partition) run the same way;
+   per-user bound, a bare ``sdf.repartition(user)`` (every row moved to its user's partition) run the same way,
+   and Spark's own distinct (user, item) pairs (``sdf.groupBy(user, item).count()``, the data such a bound starts
+   from);
    and the extra cost of ``max_contributions="auto"`` on Spark, its choice alone (the per-user distinct counts
    binned by a Spark plan, the noise and the rule) against the WGM release (issue 24: ≤ 1.5×);
 2. a release on ``--parquet-rows`` rows (Zipf as above, 10^7 rows per file), written by Polars to a temporary
@@ -138,6 +140,9 @@ def ratio_row(spark: Any, m: Any, name: str, path: Path, repeats: int) -> str:
     def shuffle() -> None:  # every row moved to its user's partition: what any exact per-user bound pays
         sdf.repartition("user").write.format("noop").mode("overwrite").save()
 
+    def pairs() -> None:  # Spark's own distinct (user, item) pairs: the data any exact per-user bound starts from
+        sdf.groupBy("user", "item").count().write.format("noop").mode("overwrite").save()
+
     space = wgm_spark.spark_user_items_space()
     auto = split_auto_budget(Budget.of(epsilon=EPSILON, delta=DELTA), DEFAULT_AUTO_FRACTION)
 
@@ -148,9 +153,11 @@ def ratio_row(spark: Any, m: Any, name: str, path: Path, repeats: int) -> str:
     released = m(sdf)  # warm-up (JIT, Python workers)
     bare()
     jvm = jvm_pid(spark)
-    runs: dict[str, list[tuple[float, float]]] = {"wgm": [], "bare": [], "shuffle": [], "choice": []}
+    runs: dict[str, list[tuple[float, float]]] = {"wgm": [], "bare": [], "shuffle": [], "pairs": [], "choice": []}
     for repeat in range(repeats):
-        for key, function in (("wgm", lambda: m(sdf)), ("bare", bare), ("shuffle", shuffle), ("choice", choice)):
+        for key, function in (
+            ("wgm", lambda: m(sdf)), ("bare", bare), ("shuffle", shuffle), ("pairs", pairs), ("choice", choice)
+        ):
             runs[key].append(measured(function, jvm))
         log(
             f"  repeat {repeat + 1}: "
@@ -165,6 +172,7 @@ def ratio_row(spark: Any, m: Any, name: str, path: Path, repeats: int) -> str:
         f"| {name} | {n:,} | {released.height:,} | {wall['wgm']:.2f} | {wall['bare']:.2f} | **{ratio:.1f}×** "
         f"| ≤ {GOAL:g}× | {verdict} | {cpu['wgm'] / cpu['bare']:.1f}× ({cpu['wgm']:.1f} / {cpu['bare']:.1f}) "
         f"| {wall['shuffle']:.2f} s, {wall['shuffle'] / wall['bare']:.1f}× ({cpu['shuffle'] / cpu['bare']:.1f}× CPU) "
+        f"| {wall['pairs']:.2f} s, {wall['pairs'] / wall['bare']:.1f}× "
         f"| {wall['choice']:.2f} s, {wall['choice'] / wall['wgm']:.2f}× (≤ 1.5×) |"
     )
 
@@ -225,9 +233,10 @@ def main() -> None:
         )
         print(
             "| data | rows | released | WGM (s) | bare groupBy(item).count() (s) | ratio | goal | | CPU ratio "
-            "(CPU s) | floor: repartition(user), vs bare | auto's choice, vs WGM |"
+            "(CPU s) | floor: repartition(user), vs bare | distinct (user, item) pairs, vs bare "
+            "| auto's choice, vs WGM |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for name, path in cases:
             print(ratio_row(spark, m, name, path, args.repeats), flush=True)
         if args.parquet_rows:
