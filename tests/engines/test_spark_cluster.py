@@ -180,3 +180,27 @@ def test_partition_selection_and_auto_choice_run_on_the_executors(cluster) -> No
     chosen = wgm.make_wgm_from_budget(*spark_user_items_space(), **auto)(sdf)
     assert chosen.max_contributions == 1
     assert chosen.columns == ["item", "noisy_weight"] and {"p", "q"} <= set(chosen["item"])
+
+
+def test_keys_with_statistics_release_as_on_polars(cluster) -> None:
+    """``make_wgm_group_by`` on the cluster: the key release, then each released key's count and clamped sum
+    (per-user bounded aggregates computed by the executors). Nothing is truncated (at most 3 keys per user and 3
+    rows per key) and the noise is below half a lattice step, so the release equals the Polars release, column for
+    column; the calibrated form's map is the Polars one, exactly."""
+    rows = [(u, "a", u % 101) for u in range(40)]
+    rows += [(u, "b", (7 * u) % 150) for u in range(0, 40, 2)] + [(u, "b", 3) for u in range(0, 40, 4)]
+    rows += [(u, "c", 5) for u in range(0, 40, 3)]
+    frame = pl.DataFrame(rows, schema={"user": pl.Int64, "item": pl.String, "minutes": pl.Int64}, orient="row")
+    sdf = cluster.createDataFrame(frame.rows(), "user long, item string, minutes long").repartition(4)
+    options = dict(max_contributions=3, max_rows_per_key=3, scale=1e-6, sums={"minutes": (0, 100)})
+    key_release = wgm.then_wgm(max_contributions=3, scale=1e-7, threshold=0.5)
+    released = wgm.make_wgm_group_by(*spark_user_items_space(), key_release=key_release, **options)(sdf)
+    expected = wgm.make_wgm_group_by(*wgm.user_items_space(), key_release=key_release, **options)(frame)
+    assert released.columns == ["item", "noisy_weight", "count", "minutes_sum"]
+    assert released.sort("item").equals(expected.sort("item")), (released, expected)
+    assert released.sort("item")["count"].to_list() == [40, 30, 14]
+    budget = dict(max_contributions=3, epsilon=1.0, delta=1e-6, sums={"minutes": (0, 100)})
+    m = wgm.make_wgm_group_by_from_budget(*spark_user_items_space(), **budget)
+    reference = wgm.make_wgm_group_by_from_budget(*wgm.user_items_space(), **budget)
+    assert [m.map(d) for d in range(1, 4)] == [reference.map(d) for d in range(1, 4)]
+    assert set(m(sdf)["item"]) <= {"a", "b", "c"}
