@@ -170,6 +170,11 @@ def test_api_hook_renders_a_numpy_docstring() -> None:
 
         .. math:: \\varepsilon = 1 / \\sigma
 
+        .. math::
+            \\rho = 1 / (2 \\sigma^2)
+
+        Then the text goes on.
+
         Parameters
         ----------
         input_domain
@@ -196,11 +201,27 @@ def test_api_hook_renders_a_numpy_docstring() -> None:
     assert lines[3] == "make_toy(input_domain: object, *, scale: float = 1.0) -> object"
     assert "(`opendp_wgm.make_wgm`'s)" in text and "`\\sigma`" in text
     assert "```text\n\\varepsilon = 1 / \\sigma\n```" in text
+    assert "```text\n\\rho = 1 / (2 \\sigma^2)\n```\n\nThen the text goes on." in text  # an indented block
     assert "**Parameters**" in text and "**Returns**" in text
     assert "`scale` (float)\n:   σ > 0,\n    the noise's scale." in text
     assert "`Measurement`\n:   The release." in text
     assert "```pycon\n>>> 1 + 1\n2\n```" in text
     assert "----" not in text  # every underline became a title
+
+
+def test_api_hook_renders_a_description_before_any_entry() -> None:
+    """An entries section whose first line is indented (no entry name before it) still renders: the line opens a
+    definition, and the site builds."""
+
+    def make_odd() -> None:
+        """Odd.
+
+        Parameters
+        ----------
+            a description with no name
+        """
+
+    assert ":   a description with no name" in _api_hook().render("make_odd", make_odd)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -59,24 +59,31 @@ def _sections(doc: str) -> list[tuple[str, list[str]]]:
 
 
 def _prose(lines: list[str]) -> list[str]:
-    """Free text: paragraphs kept, ``.. math::`` and ``>>>`` lines (with their output) fenced as code."""
+    """Free text: paragraphs kept; ``.. math::`` (its text on the line, or its indented block) and ``>>>`` lines
+    (with their output, to the next blank line) fenced as code."""
     out: list[str] = []
-    fence: str | None = None
+    block: str | None = None  # the open fence: "pycon" (an example) or "math" (a ``.. math::`` block)
     for line in lines:
-        math = re.match(r"\s*\.\. math::\s*(.*)$", line)
-        if fence == "pycon" and not line.strip():
+        ends_example = block == "pycon" and not line.strip()
+        ends_math = block == "math" and line.strip() and not line[0].isspace()
+        if ends_example or ends_math:
             out += ["```", ""]
-            fence = None
-        if math:
+            block = None
+        math = re.match(r"\s*\.\. math::\s*(.*)$", line)
+        if block is not None:
+            if line.strip():
+                out.append(line.strip())
+        elif math and math[1]:
             out += ["", "```text", math[1], "```", ""]
-        elif line.lstrip().startswith(">>>") and fence is None:
+        elif math:
+            out += ["", "```text"]
+            block = "math"
+        elif line.lstrip().startswith(">>>"):
             out += ["", "```pycon", line.strip()]
-            fence = "pycon"
-        elif fence == "pycon":
-            out.append(line.strip())
+            block = "pycon"
         else:
             out.append(_inline(line))
-    if fence is not None:
+    if block is not None:
         out.append("```")
     return out
 
@@ -84,6 +91,7 @@ def _prose(lines: list[str]) -> list[str]:
 def _entries(lines: list[str]) -> list[str]:
     """A section of "name : type" entries as a Markdown definition list."""
     out: list[str] = []
+    first = True  # the next description line starts a definition
     for line in lines:
         if not line.strip():
             continue
